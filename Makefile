@@ -1,0 +1,55 @@
+# outboxgen — developer tasks. `make help` lists them.
+#
+# Database tests read OUTBOXGEN_TEST_POSTGRES_DSN and OUTBOXGEN_TEST_MYSQL_DSN.
+# When they are unset, `make test` and `make bench` start throwaway PostgreSQL
+# and MariaDB servers on loopback with scripts/testdb.sh (installing them with
+# apt-get when missing) and export the DSNs for you.
+
+SHELL      := /bin/bash
+GO         ?= go
+SQLC       := $(GO) tool -modfile=tools/go.mod sqlc
+OUTBOXGEN  := $(GO) run ./cmd/outboxgen
+TESTDB     := source <(scripts/testdb.sh start)
+# Every events.yaml in the repository; generated output is committed.
+SPECS      := events.yaml internal/gentest/sqlevents.yaml internal/gentest/pgxevents.yaml
+FUZZTIME   ?= 20s
+BENCHTIME  ?= 2s
+
+.PHONY: help generate check-generated test test-unit fuzz lint bench demo testdb-start testdb-stop
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+generate: ## regenerate everything: outboxgen output for every spec, then sqlc output
+	@set -e; for f in $(SPECS); do echo "outboxgen generate -f $$f"; $(OUTBOXGEN) generate -f $$f; done
+	$(SQLC) generate
+
+check-generated: ## fail when any generated file is stale (outboxgen check + sqlc diff)
+	@set -e; for f in $(SPECS); do echo "outboxgen check -f $$f"; $(OUTBOXGEN) check -f $$f; done
+	$(SQLC) diff
+
+lint: ## go vet and gofmt
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+test: lint check-generated ## everything CI runs: lint, generated-code check, all tests with -race on real databases, a short fuzz run
+	$(TESTDB) && $(GO) test -race -count=1 ./...
+	$(MAKE) fuzz
+
+test-unit: ## tests that need no database server (SQLite only)
+	$(GO) test -race -short ./...
+
+fuzz: ## a short fuzz run of the events.yaml parser
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./generator/spec/
+
+bench: ## benchmarks on real databases (figures go in the README)
+	$(TESTDB) && $(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./...
+
+demo: ## run the example service on the embedded default (SQLite file + in-process broker)
+	$(GO) run ./examples/orderpaid
+
+testdb-start: ## start the throwaway PostgreSQL and MariaDB servers
+	scripts/testdb.sh start
+
+testdb-stop: ## stop them
+	scripts/testdb.sh stop

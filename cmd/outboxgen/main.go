@@ -1,0 +1,275 @@
+// Command outboxgen generates typed transactional-outbox code from events.yaml.
+//
+// Usage:
+//
+//	outboxgen init     [-f events.yaml]         write a starter events.yaml
+//	outboxgen generate [-f events.yaml]         write the Go code and SQL DDL
+//	outboxgen check    [-f events.yaml]         validate; fail with a diff when generated files are stale
+//	outboxgen schema   -dialect D [-f events.yaml] print the DDL for one dialect
+//	outboxgen version                           print the version
+//
+// Exit codes: 0 success, 1 the work failed (invalid events.yaml, stale
+// files, I/O), 2 the command line was wrong.
+//
+// In a Go package, add
+//
+//	//go:generate go tool outboxgen generate
+//
+// next to events.yaml (with `tool github.com/outboxgen/outboxgen/cmd/outboxgen`
+// in go.mod), or `go run github.com/outboxgen/outboxgen/cmd/outboxgen generate`.
+package main
+
+import (
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"runtime/debug"
+
+	"github.com/outboxgen/outboxgen/generator"
+	"github.com/outboxgen/outboxgen/generator/spec"
+	"github.com/outboxgen/outboxgen/templates"
+)
+
+//go:embed starter.yaml
+var starter []byte
+
+const defaultSpec = "events.yaml"
+
+// errUsage marks command-line mistakes (exit code 2).
+var errUsage = errors.New("usage")
+
+// errStale marks a failed check whose diff was already printed.
+var errStale = errors.New("generated files are out of date")
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `outboxgen generates typed transactional-outbox code from events.yaml.
+
+Usage:
+  outboxgen <command> [flags]
+
+Commands:
+  init       write a starter events.yaml
+  generate   write the Go code and SQL DDL described by events.yaml
+  check      validate events.yaml and fail with a diff when generated files are stale
+  schema     print the outbox and inbox DDL for one dialect
+  version    print the version
+
+Run "outboxgen <command> -h" for a command's flags.
+Exit codes: 0 success, 1 failure, 2 bad command line.
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, args := args[0], args[1:]
+	var err error
+	switch cmd {
+	case "init":
+		err = cmdInit(args, stdout, stderr)
+	case "generate", "gen":
+		err = cmdGenerate(args, stdout, stderr)
+	case "check", "diff":
+		err = cmdCheck(args, stdout, stderr)
+	case "schema":
+		err = cmdSchema(args, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "outboxgen", version())
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "outboxgen: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	case errors.Is(err, errStale):
+		return 1
+	default:
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+}
+
+// newFlags returns a FlagSet whose -h text starts with the command's usage line.
+func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fl := flag.NewFlagSet(name, flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	fl.Usage = func() {
+		fmt.Fprintf(stderr, "usage: outboxgen %s\n\n", synopsis)
+		fl.PrintDefaults()
+	}
+	return fl
+}
+
+// parseFlags parses args and rejects positional arguments.
+func parseFlags(fl *flag.FlagSet, args []string) error {
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fl.NArg() > 0 {
+		fmt.Fprintf(fl.Output(), "outboxgen %s: unexpected argument %q\n", fl.Name(), fl.Arg(0))
+		fl.Usage()
+		return errUsage
+	}
+	return nil
+}
+
+func cmdInit(args []string, stdout, stderr io.Writer) error {
+	fl := newFlags("init", "init [-f events.yaml]", stderr)
+	file := fl.String("f", defaultSpec, "path of the events.yaml to create")
+	if err := parseFlags(fl, args); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(*file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("outboxgen init: %s already exists; remove it first or pass -f another.yaml", *file)
+	}
+	if err != nil {
+		return fmt.Errorf("outboxgen init: %w", err)
+	}
+	if _, err := f.Write(starter); err != nil {
+		f.Close()
+		return fmt.Errorf("outboxgen init: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("outboxgen init: %w", err)
+	}
+	fmt.Fprintf(stdout, "wrote %s; edit it, then run: outboxgen generate -f %s\n", *file, *file)
+	return nil
+}
+
+
+func cmdGenerate(args []string, stdout, stderr io.Writer) error {
+	fl := newFlags("generate", "generate [-f events.yaml] [-v]", stderr)
+	file := fl.String("f", defaultSpec, "path of events.yaml")
+	verbose := fl.Bool("v", false, "list the files written")
+	if err := parseFlags(fl, args); err != nil {
+		return err
+	}
+	files, err := load(*file)
+	if err != nil {
+		return err
+	}
+	written, err := generator.Write(files)
+	if err != nil {
+		return fmt.Errorf("outboxgen generate: %w", err)
+	}
+	if *verbose {
+		for _, p := range written {
+			fmt.Fprintln(stdout, "wrote", p)
+		}
+		fmt.Fprintf(stdout, "%d files, %d changed\n", len(files), len(written))
+	}
+	return nil
+}
+
+func cmdCheck(args []string, stdout, stderr io.Writer) error {
+	fl := newFlags("check", "check [-f events.yaml]", stderr)
+	file := fl.String("f", defaultSpec, "path of events.yaml")
+	if err := parseFlags(fl, args); err != nil {
+		return err
+	}
+	files, err := load(*file)
+	if err != nil {
+		return err
+	}
+	diff, err := generator.Diff(files)
+	if err != nil {
+		return fmt.Errorf("outboxgen check: %w", err)
+	}
+	if diff != "" {
+		fmt.Fprint(stdout, diff)
+		fmt.Fprintf(stderr, "outboxgen check: generated files are out of date; run: outboxgen generate -f %s\n", *file)
+		return errStale
+	}
+	return nil
+}
+
+func cmdSchema(args []string, stdout, stderr io.Writer) error {
+	fl := newFlags("schema", "schema -dialect postgres|mysql|sqlite [-f events.yaml] [-outbox-table T] [-inbox-table T]", stderr)
+	dialect := fl.String("dialect", "", "SQL dialect: postgres, mysql (also MariaDB) or sqlite (required)")
+	file := fl.String("f", "", "read table names from this events.yaml (default: events.yaml when present)")
+	outbox := fl.String("outbox-table", "", "outbox table name (default from events.yaml, else outbox_event)")
+	inbox := fl.String("inbox-table", "", "inbox table name (default from events.yaml, else outbox_inbox)")
+	if err := parseFlags(fl, args); err != nil {
+		return err
+	}
+	if *dialect == "" {
+		fmt.Fprintln(stderr, "outboxgen schema: -dialect is required")
+		fl.Usage()
+		return errUsage
+	}
+	tables := templates.Tables{Outbox: "outbox_event", Inbox: "outbox_inbox"}
+	path := *file
+	if path == "" {
+		if _, err := os.Stat(defaultSpec); err == nil {
+			path = defaultSpec
+		}
+	}
+	if path != "" {
+		s, err := spec.ParseFile(path)
+		if err != nil {
+			return err
+		}
+		tables = templates.Tables{Outbox: s.SQL.OutboxTable, Inbox: s.SQL.InboxTable}
+	}
+	if *outbox != "" {
+		tables.Outbox = *outbox
+	}
+	if *inbox != "" {
+		tables.Inbox = *inbox
+	}
+	ddl, err := templates.Render(normalizeDialect(*dialect), tables)
+	if err != nil {
+		return fmt.Errorf("outboxgen schema: %w", err)
+	}
+	_, err = stdout.Write(ddl)
+	return err
+}
+
+// normalizeDialect accepts the same aliases as events.yaml.
+func normalizeDialect(d string) string {
+	switch d {
+	case "postgresql", "pgx":
+		return "postgres"
+	case "mariadb":
+		return "mysql"
+	case "sqlite3":
+		return "sqlite"
+	}
+	return d
+}
+
+// load parses the spec and renders every file it describes.
+func load(path string) ([]generator.File, error) {
+	s, err := spec.ParseFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return generator.Files(s)
+}
+
+// version reports the module version outboxgen was built from.
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}

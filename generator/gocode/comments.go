@@ -1,0 +1,129 @@
+package gocode
+
+import (
+	"strings"
+
+	"github.com/dave/jennifer/jen"
+)
+
+// commentWidth is the width that comment text is wrapped to, not counting
+// the "// " prefix or indentation.
+const commentWidth = 76
+
+// doc returns a comment rendered line by line ("// ..."), from paragraphs
+// separated by an empty string. Each paragraph is wrapped to commentWidth;
+// blank-line separated paragraphs within a paragraph (from multi-line
+// descriptions) are kept, and lines that look like a list item or are
+// indented are kept as written.
+func doc(paragraphs ...string) *jen.Statement {
+	text := docText(paragraphs...)
+	if text == "" {
+		return jen.Null()
+	}
+	return jen.Comment(text)
+}
+
+// docText is doc as text: "// "-prefixed lines joined by newlines, which
+// jennifer renders verbatim.
+func docText(paragraphs ...string) string {
+	var lines []string
+	for _, p := range paragraphs {
+		for _, block := range splitBlocks(p) {
+			if len(lines) > 0 {
+				lines = append(lines, "")
+			}
+			lines = append(lines, block...)
+		}
+	}
+	var b strings.Builder
+	for i, l := range lines {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		if l == "" {
+			b.WriteString("//")
+		} else {
+			b.WriteString("// ")
+			b.WriteString(l)
+		}
+	}
+	return b.String()
+}
+
+// splitBlocks splits text into blocks at blank lines and wraps each block.
+func splitBlocks(text string) [][]string {
+	text = strings.ReplaceAll(text, "\r\n", "\n")
+	text = strings.Trim(strings.TrimRight(text, " \t\n"), "\n")
+	if text == "" {
+		return nil
+	}
+	var blocks [][]string
+	var cur []string
+	flush := func() {
+		if len(cur) > 0 {
+			blocks = append(blocks, wrapBlock(cur))
+			cur = nil
+		}
+	}
+	for _, l := range strings.Split(text, "\n") {
+		l = strings.TrimRight(l, " \t")
+		if l == "" {
+			flush()
+			continue
+		}
+		cur = append(cur, l)
+	}
+	flush()
+	return blocks
+}
+
+// wrapBlock reflows the lines of one block, unless it is preformatted.
+func wrapBlock(lines []string) []string {
+	for _, l := range lines {
+		if l[0] == ' ' || l[0] == '\t' || strings.HasPrefix(l, "- ") || strings.HasPrefix(l, "* ") {
+			out := make([]string, len(lines))
+			for i, l := range lines {
+				out[i] = strings.ReplaceAll(l, "\t", "    ")
+			}
+			return out
+		}
+	}
+	return wrap(strings.Join(lines, " "), commentWidth)
+}
+
+// wrap splits text into lines of at most width bytes at spaces; a word
+// longer than width (a URL, say) gets a line of its own.
+func wrap(text string, width int) []string {
+	var lines []string
+	var line strings.Builder
+	for _, w := range strings.Fields(text) {
+		if line.Len() > 0 && line.Len()+1+len(w) > width {
+			lines = append(lines, line.String())
+			line.Reset()
+		}
+		if line.Len() > 0 {
+			line.WriteByte(' ')
+		}
+		line.WriteString(w)
+	}
+	if line.Len() > 0 {
+		lines = append(lines, line.String())
+	}
+	return lines
+}
+
+// fieldDoc returns the doc comment text of a field from its description:
+// a noun phrase starting with an article becomes "OrderID is the order
+// number."; anything else is used as written.
+func fieldDoc(goName, description string) string {
+	d := strings.TrimSpace(description)
+	if d == "" {
+		return ""
+	}
+	for _, article := range []string{"The ", "A ", "An "} {
+		if strings.HasPrefix(d, article) {
+			return goName + " is " + strings.ToLower(article[:1]) + d[1:]
+		}
+	}
+	return d
+}

@@ -1,0 +1,316 @@
+package gocode
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/dave/jennifer/jen"
+
+	"github.com/outboxgen/outboxgen/generator/spec"
+)
+
+// specName is the spec file's base name, as the generated comments cite it.
+func (g *gen) specName() string {
+	if g.s.File == "" {
+		return "events.yaml"
+	}
+	return filepath.Base(filepath.ToSlash(g.s.File))
+}
+
+// eventsFile renders events.go: named types, then per event its constants,
+// payload struct, Validate and DecodeX, then EventTypes.
+func (g *gen) eventsFile() (*jen.File, error) {
+	g.decideValidates()
+	f := g.newFile()
+	f.PackageComment(docText(fmt.Sprintf("Package %s holds the events declared in %s: typed payloads, their validation and decoding, and the functions that write them to the transactional outbox.", g.s.Go.Package, g.specName())))
+
+	for _, t := range g.s.Types {
+		var err error
+		if t.IsEnum() {
+			g.enum(f, t)
+		} else {
+			err = g.object(f, t)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: type %s: %w", position(g.s, t.Pos), t.Name, err)
+		}
+	}
+	for _, e := range g.s.Events {
+		if err := g.event(f, e); err != nil {
+			return nil, fmt.Errorf("%s: event %s: %w", position(g.s, e.Pos), e.Name, err)
+		}
+	}
+
+	f.Line()
+	f.Add(doc(fmt.Sprintf("EventTypes lists every event type declared in %s, in file order.", g.specName())))
+	items := make([]jen.Code, len(g.s.Events))
+	for i, e := range g.s.Events {
+		items[i] = jen.Values(
+			jen.Id("Name").Op(":").Id(e.GoName+"Type"),
+			jen.Id("Topic").Op(":").Id(e.GoName+"Topic"),
+			jen.Id("Version").Op(":").Id(e.GoName+"Version"),
+			jen.Id("Ordered").Op(":").Lit(e.Ordered),
+		)
+	}
+	f.Var().Id("EventTypes").Op("=").Index().Qual(pathOutbox, "EventType").Custom(multiValues, items...)
+	return f, nil
+}
+
+// multiValues renders a composite literal with one element per line.
+var multiValues = jen.Options{Open: "{", Close: "}", Separator: ",", Multi: true}
+
+func (g *gen) enum(f *jen.File, t *spec.Type) {
+	f.Line()
+	f.Add(doc(
+		fmt.Sprintf("%s is an enum declared in %s: its values are the %s constants.", t.Name, g.specName(), t.Name),
+		t.Description,
+	))
+	f.Type().Id(t.Name).String()
+	f.Line()
+	f.Add(doc(fmt.Sprintf("The %s values.", t.Name)))
+	consts := make([]jen.Code, len(t.Values))
+	names := make([]jen.Code, len(t.Values))
+	for i, v := range t.Values {
+		consts[i] = jen.Id(v.GoName).Id(t.Name).Op("=").Lit(v.Value)
+		names[i] = jen.Id(v.GoName)
+	}
+	f.Const().Defs(consts...)
+	f.Line()
+	f.Add(doc(fmt.Sprintf("Valid reports whether v is one of the declared %s values.", t.Name)))
+	body := []jen.Code{jen.Return(jen.False())}
+	if len(names) > 0 {
+		body = append([]jen.Code{jen.Switch(jen.Id("v")).Block(
+			jen.Case(names...).Block(jen.Return(jen.True())),
+		)}, body...)
+	}
+	f.Func().Params(jen.Id("v").Id(t.Name)).Id("Valid").Params().Bool().Block(body...)
+}
+
+func (g *gen) object(f *jen.File, t *spec.Type) error {
+	f.Line()
+	f.Add(doc(
+		fmt.Sprintf("%s is an object type declared in %s.", t.Name, g.specName()),
+		t.Description,
+	))
+	fields, err := structFields(t.Fields, g.specName())
+	if err != nil {
+		return err
+	}
+	f.Type().Id(t.Name).Struct(fields...)
+	if !g.objectValidates(t) {
+		return nil
+	}
+	f.Line()
+	f.Add(doc(fmt.Sprintf("Validate reports the first field of v that holds an invalid value; events that contain %s %s call it from their own Validate.", article(t.Name), t.Name)))
+	body := g.fieldChecks(jen.Lit(t.Name), jen.Id("v"), t.Fields)
+	body = append(body, jen.Return(jen.Nil()))
+	f.Func().Params(jen.Id("v").Id(t.Name)).Id("Validate").Params().Error().Block(body...)
+	return nil
+}
+
+// structFields renders the fields of a payload or object struct.
+func structFields(fields []*spec.Field, specName string) ([]jen.Code, error) {
+	var out []jen.Code
+	for _, fd := range fields {
+		typ, err := fieldType(fd)
+		if err != nil {
+			return nil, fmt.Errorf("field %s: %w", fd.Name, err)
+		}
+		tag := fd.Name
+		if fd.Optional {
+			tag += ",omitempty"
+		}
+		text := fieldDoc(fd.GoName, fd.Description)
+		if fd.Type.GoType == nil && fd.Type.Kind == spec.KindScalar && fd.Type.Scalar == spec.Decimal {
+			// json.Number surprises; say why and how to get a real decimal type.
+			note := fmt.Sprintf("%s holds an exact decimal as its JSON number text; for arithmetic, give it a go_type such as github.com/shopspring/decimal.Decimal in %s.", fd.GoName, specName)
+			if text == "" {
+				text = note
+			} else {
+				text += " " + note
+			}
+		}
+		if d := docText(text); d != "" {
+			out = append(out, jen.Comment(d))
+		}
+		out = append(out, jen.Id(fd.GoName).Add(typ).Tag(map[string]string{"json": tag}))
+	}
+	return out, nil
+}
+
+func (g *gen) event(f *jen.File, e *spec.Event) error {
+	name := e.GoName
+	typeConst := jen.Id(name + "Type")
+
+	f.Line()
+	f.Add(doc(fmt.Sprintf("The %s event's type (stored as biz_type), broker topic and current payload version.", e.Name)))
+	f.Const().Defs(
+		jen.Id(name+"Type").Op("=").Lit(e.Name),
+		jen.Id(name+"Topic").Op("=").Lit(e.Topic),
+		jen.Id(name+"Version").Op("=").Lit(e.Version),
+	)
+
+	f.Line()
+	f.Add(doc(
+		fmt.Sprintf("%s is the payload of the %s event (topic %q, key %s).", name, e.Name, e.Topic, e.Key.Name),
+		e.Description,
+	))
+	fields, err := structFields(e.Fields, g.specName())
+	if err != nil {
+		return err
+	}
+	f.Type().Id(name).Struct(fields...)
+
+	// Validate.
+	var body []jen.Code
+	keyCheck, err := keyCheck(e)
+	if err != nil {
+		return err
+	}
+	if keyCheck != nil {
+		body = append(body, keyCheck)
+	}
+	body = append(body, g.fieldChecks(typeConst, jen.Id("e"), e.Fields)...)
+	body = append(body, jen.Return(jen.Nil()))
+	f.Line()
+	validateDoc := fmt.Sprintf("Validate reports the first problem that would make the event unusable. Insert%s calls it before any SQL runs, and Decode%s after decoding.", name, name)
+	if len(body) == 1 {
+		validateDoc += fmt.Sprintf(" %s %s has nothing to check beyond its Go types, so it always returns nil.", strings.ToUpper(article(name)[:1])+article(name)[1:], name)
+	}
+	f.Add(doc(validateDoc))
+	f.Func().Params(jen.Id("e").Id(name)).Id("Validate").Params().Error().Block(body...)
+
+	// DecodeX.
+	f.Line()
+	f.Add(doc(fmt.Sprintf("Decode%s decodes %s %s payload of the given version (from the message metadata), for consumers. Versions 1 to %sVersion are accepted; errors match outbox.ErrUndecodable or, for a payload that decodes but does not validate, outbox.ErrInvalidEvent.", name, article(e.Name), e.Name, name)))
+	f.Func().Id("Decode"+name).Params(jen.Id("payload").Index().Byte(), jen.Id("version").Int()).Params(jen.Id(name), jen.Error()).Block(
+		jen.Var().Id("e").Id(name),
+		jen.If(jen.Err().Op(":=").Qual(pathOutbox, "DecodePayload").Call(
+			typeConst, jen.Id("payload"), jen.Id("version"), jen.Id(name+"Version"), jen.Op("&").Id("e"),
+		), jen.Err().Op("!=").Nil()).Block(
+			jen.Return(jen.Id(name).Values(), jen.Err()),
+		),
+		jen.If(jen.Err().Op(":=").Id("e").Dot("Validate").Call(), jen.Err().Op("!=").Nil()).Block(
+			jen.Return(jen.Id(name).Values(), jen.Err()),
+		),
+		jen.Return(jen.Id("e"), jen.Nil()),
+	)
+	return nil
+}
+
+// keyCheck returns the Validate check that the key is set, or nil when
+// every value is a usable key (integers, enums, which are checked as
+// enums, and go_type overrides).
+func keyCheck(e *spec.Event) (jen.Code, error) {
+	k := e.Key
+	if k == nil {
+		return nil, fmt.Errorf("no key field")
+	}
+	if k.Type.GoType != nil {
+		return nil, nil
+	}
+	val := jen.Id("e").Dot(k.GoName)
+	invalid := func(reason string) jen.Code {
+		return jen.Return(jen.Qual(pathOutbox, "Invalid").Call(jen.Id(e.GoName+"Type"), jen.Lit(k.Name), jen.Lit(reason)))
+	}
+	if k.Type.Kind == spec.KindScalar {
+		switch k.Type.Scalar {
+		case spec.String:
+			return jen.If(val.Clone().Op("==").Lit("")).Block(invalid("the key is empty")), nil
+		case spec.UUID:
+			return jen.If(val.Clone().Op("==").Qual(pathUUID, "Nil")).Block(invalid("the key is the nil UUID")), nil
+		}
+	}
+	return nil, nil
+}
+
+// fieldChecks returns the Validate statements for fields of the value
+// recv; eventType is the event type (or object type name) for errors.
+func (g *gen) fieldChecks(eventType jen.Code, recv *jen.Statement, fields []*spec.Field) []jen.Code {
+	var out []jen.Code
+	for _, fd := range fields {
+		if !g.needsValidate(fd.Type) {
+			continue
+		}
+		val := recv.Clone().Dot(fd.GoName)
+		path := fieldPath{format: strings.ReplaceAll(fd.Name, "%", "%%")}
+		// An optional enum or object is a pointer: checked when present.
+		out = append(out, g.check(eventType, val, fd.Type, path, 0, isPointer(fd)))
+	}
+	return out
+}
+
+// fieldPath is the JSON path of the value being checked, as a fmt format
+// and its arguments (loop indexes and keys).
+type fieldPath struct {
+	format string
+	args   []jen.Code
+}
+
+func (p fieldPath) with(suffix string, arg jen.Code) fieldPath {
+	args := append(append([]jen.Code(nil), p.args...), arg)
+	return fieldPath{format: p.format + suffix, args: args}
+}
+
+// code returns the path as a Go string expression.
+func (p fieldPath) code() jen.Code {
+	if len(p.args) == 0 {
+		return jen.Lit(strings.ReplaceAll(p.format, "%%", "%"))
+	}
+	return jen.Qual(pathFmt, "Sprintf").Call(append([]jen.Code{jen.Lit(p.format)}, p.args...)...)
+}
+
+// loopVars names the loop variables of nested lists and maps by depth.
+func loopVars(depth int) (index, key, elem string) {
+	if depth == 0 {
+		return "i", "k", "x"
+	}
+	n := strconv.Itoa(depth + 1)
+	return "i" + n, "k" + n, "x" + n
+}
+
+// check returns the statement that validates val of type ref; optional
+// means val is a pointer that may be nil.
+func (g *gen) check(eventType jen.Code, val *jen.Statement, ref *spec.TypeRef, path fieldPath, depth int, optional bool) jen.Code {
+	switch ref.Kind {
+	case spec.KindList, spec.KindMap:
+		index, key, elem := loopVars(depth)
+		var inner fieldPath
+		var keyVar string
+		if ref.Kind == spec.KindList {
+			keyVar = index
+			inner = path.with("[%d]", jen.Id(index))
+		} else {
+			keyVar = key
+			inner = path.with("[%s]", jen.Id(key))
+		}
+		return jen.For(jen.List(jen.Id(keyVar), jen.Id(elem)).Op(":=").Range().Add(val)).Block(
+			g.check(eventType, jen.Id(elem), ref.Elem, inner, depth+1, false),
+		)
+	case spec.KindNamed:
+		t := ref.Named
+		if t.IsEnum() {
+			shown := val.Clone()
+			if optional {
+				shown = jen.Op("*").Add(val.Clone())
+			}
+			cond := jen.Op("!").Add(val.Clone()).Dot("Valid").Call()
+			if optional {
+				cond = val.Clone().Op("!=").Nil().Op("&&").Add(cond)
+			}
+			return jen.If(cond).Block(jen.Return(jen.Qual(pathOutbox, "Invalid").Call(
+				eventType, path.code(), jen.Qual(pathFmt, "Sprintf").Call(jen.Lit("unknown "+t.Name+" %q"), shown),
+			)))
+		}
+		errCheck := jen.If(jen.Err().Op(":=").Add(val.Clone()).Dot("Validate").Call(), jen.Err().Op("!=").Nil()).Block(
+			jen.Return(jen.Qual(pathOutbox, "WithinField").Call(jen.Err(), eventType, path.code())),
+		)
+		if optional {
+			return jen.If(val.Clone().Op("!=").Nil()).Block(errCheck)
+		}
+		return errCheck
+	}
+	return jen.Null()
+}

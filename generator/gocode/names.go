@@ -1,0 +1,69 @@
+package gocode
+
+import (
+	"fmt"
+
+	"github.com/outboxgen/outboxgen/generator/spec"
+)
+
+// checkNames reports the first clash between package-level identifiers of
+// the generated package, or between a field and a generated method. Spec
+// validation keeps names unique within their own kind; this catches clashes
+// across kinds, e.g. a type named OrderPaidType next to event ORDER_PAID.
+func checkNames(s *spec.Spec) error {
+	owner := map[string]string{
+		"EventTypes":  "the generated EventTypes variable",
+		"Writer":      "the generated Writer variable",
+		"OutboxTable": "the generated OutboxTable constant",
+		"InboxTable":  "the generated InboxTable constant",
+	}
+	claim := func(pos spec.Pos, name, what string) error {
+		if prev, ok := owner[name]; ok {
+			return fmt.Errorf("%s: Go name %s of %s clashes with %s", position(s, pos), name, what, prev)
+		}
+		owner[name] = what
+		return nil
+	}
+	checkFields := func(fields []*spec.Field, what string) error {
+		for _, f := range fields {
+			if f.GoName == "Validate" {
+				return fmt.Errorf("%s: Go name Validate of field %s of %s clashes with the generated Validate method", position(s, f.Pos), f.Name, what)
+			}
+		}
+		return nil
+	}
+	for _, t := range s.Types {
+		if err := claim(t.Pos, t.Name, "type "+t.Name); err != nil {
+			return err
+		}
+		for _, v := range t.Values {
+			if err := claim(v.Pos, v.GoName, fmt.Sprintf("value %q of enum %s", v.Value, t.Name)); err != nil {
+				return err
+			}
+		}
+		if err := checkFields(t.Fields, "type "+t.Name); err != nil {
+			return err
+		}
+	}
+	for _, e := range s.Events {
+		what := "event " + e.Name
+		for _, name := range []string{e.GoName, e.GoName + "Type", e.GoName + "Topic", e.GoName + "Version", "Insert" + e.GoName, "Decode" + e.GoName} {
+			if err := claim(e.Pos, name, what); err != nil {
+				return err
+			}
+		}
+		if err := checkFields(e.Fields, what); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// position formats pos as "file:line:col" like spec errors.
+func position(s *spec.Spec, pos spec.Pos) string {
+	file := s.File
+	if file == "" {
+		file = "events.yaml"
+	}
+	return fmt.Sprintf("%s:%d:%d", file, pos.Line, pos.Col)
+}

@@ -1,0 +1,774 @@
+package spec
+
+import (
+	"strings"
+	"testing"
+)
+
+// errorCases are bad specs with the exact error output Parse must give.
+// They also seed FuzzParse.
+var errorCases = []struct {
+	name string
+	src  string
+	want string
+}{
+	{
+		name: "yaml syntax error",
+		src: `version: 1
+go:
+  package: events
+ out: x
+`,
+		want: `testdata.yaml:3:1: invalid YAML: did not find expected key`,
+	},
+	{
+		name: "yaml tab indentation",
+		src: `version: 1
+go:
+	package: events
+`,
+		want: `testdata.yaml:3:1: invalid YAML: found character that cannot start any token`,
+	},
+	{
+		name: "empty file",
+		src: `# nothing here
+`,
+		want: `testdata.yaml:1:1: the spec file is empty; it needs version, go, sql and events`,
+	},
+	{
+		name: "not a mapping",
+		src: `- version: 1
+`,
+		want: `testdata.yaml:1:1: the spec file must be a mapping, got a list`,
+	},
+	{
+		name: "two documents",
+		src: `version: 1
+---
+version: 1
+`,
+		want: `testdata.yaml:1:1: the spec file is missing required key "go"; add go: with package and out
+testdata.yaml:1:1: the spec file is missing required key "sql"; add sql: with dialects, e.g. dialects: [postgres]
+testdata.yaml:1:1: the spec file is missing required key "events"; declare at least one event under events:
+testdata.yaml:2:1: the spec file must hold a single YAML document; remove the second one (after ---)`,
+	},
+	{
+		name: "duplicate keys",
+		src: `version: 1
+go:
+  package: events
+  out: gen
+  package: other
+sql:
+  dialects: [postgres]
+events:
+  - name: A
+    topic: a
+    key: id
+    key: id
+    fields: [{name: id, type: string}]
+version: 1
+`,
+		want: `testdata.yaml:5:3: duplicate key "package" in go (first at line 3); remove one of them
+testdata.yaml:12:5: duplicate key "key" in event A (first at line 11); remove one of them
+testdata.yaml:14:1: duplicate key "version" in the top-level mapping (first at line 1); remove one of them`,
+	},
+	{
+		name: "unknown keys with suggestions",
+		src: `version: 1
+go:
+  package: events
+  out: gen
+  drivr: pgx/v5
+sql:
+  dialect: [postgres]
+evnts: []
+events:
+  - name: A
+    topic: a
+    key: id
+    partition: 3
+    fields: [{name: id, type: string, optinal: true}]
+`,
+		want: `testdata.yaml:5:3: unknown key "drivr" in go; did you mean "driver"?
+testdata.yaml:7:3: unknown key "dialect" in sql; did you mean "dialects"?
+testdata.yaml:7:3: sql is missing required key "dialects"; add dialects: [postgres] (or mysql, sqlite)
+testdata.yaml:8:1: unknown key "evnts" in the top-level mapping; did you mean "events"?
+testdata.yaml:13:5: unknown key "partition" in event A; allowed keys are name, description, topic, key, version, ordered, fields
+testdata.yaml:14:39: unknown key "optinal" in field id of event A; did you mean "optional"?`,
+	},
+	{
+		name: "missing required keys",
+		src: `go: {}
+events:
+  - fields:
+      - {}
+`,
+		want: `testdata.yaml:1:1: the spec file is missing required key "version"; add version: 1
+testdata.yaml:1:1: the spec file is missing required key "sql"; add sql: with dialects, e.g. dialects: [postgres]
+testdata.yaml:1:5: go is missing required key "package"; add package: events (the Go package name of the generated code)
+testdata.yaml:1:5: go is missing required key "out"; add out: the directory for the generated code, relative to the spec file
+testdata.yaml:3:5: events[0] is missing required key "name"; add name: a SCREAMING_SNAKE event name, e.g. ORDER_PAID
+testdata.yaml:3:5: events[0] is missing required key "topic"; add topic: the broker topic to publish to, e.g. orders.paid
+testdata.yaml:3:5: events[0] is missing required key "key"; add key: the name of the required field that identifies the aggregate, e.g. order_id
+testdata.yaml:4:9: fields[0] of events[0] is missing required key "name"; add name: the field's JSON name, e.g. order_id
+testdata.yaml:4:9: fields[0] of events[0] is missing required key "type"; add type: e.g. string, int64, list<string> or a type from types:`,
+	},
+	{
+		name: "wrong node kinds",
+		src: `version: 1
+go: [events]
+sql:
+  dialects: postgres
+types: {}
+events: ORDER_PAID
+consumers: points
+`,
+		want: `testdata.yaml:2:5: go must be a mapping, got a list
+testdata.yaml:4:13: sql.dialects must be a list, got the string "postgres"
+testdata.yaml:5:8: types must be a list, got a mapping
+testdata.yaml:6:9: events must be a list, got the string "ORDER_PAID"
+testdata.yaml:7:12: consumers must be a list, got the string "points"`,
+	},
+	{
+		name: "wrong scalar kinds",
+		src: `version: "1"
+go:
+  package: [a]
+  out: gen
+sql:
+  dialects: [postgres]
+events:
+  - name: A
+    topic: a
+    key: id
+    version: 1.5
+    ordered: "no"
+    fields:
+      - name: id
+        type: string
+        optional: 1
+        description: {a: b}
+`,
+		want: `testdata.yaml:1:10: version must be an integer, got the string "1"
+testdata.yaml:3:12: go.package must be a string, got a list
+testdata.yaml:11:14: version of event A must be an integer, got the number 1.5
+testdata.yaml:12:14: ordered of event A must be true or false, got the string "no"
+testdata.yaml:16:19: optional of field id of event A must be true or false, got the integer 1
+testdata.yaml:17:22: description of field id of event A must be a string, got a mapping`,
+	},
+	{
+		name: "bad version",
+		src: `version: 2
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+events:
+  - {name: A, topic: a, key: id, version: 0, fields: [{name: id, type: string}]}
+  - {name: B, topic: b, key: id, version: 99999999999, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:1:10: unsupported version 2; this outboxgen reads version 1
+testdata.yaml:5:43: version of event A must be at least 1, got 0
+testdata.yaml:6:43: version of event B must be an integer that fits in 32 bits, got 99999999999`,
+	},
+	{
+		name: "go package and out",
+		src: `version: 1
+go:
+  package: Events
+  out: /abs/dir
+sql: {dialects: [postgres]}
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:3:12: go.package "Events" is not a valid Go package name; use a lower-case identifier such as events
+testdata.yaml:4:8: go.out "/abs/dir" must be relative to the spec file's directory, not absolute`,
+	},
+	{
+		name: "go package keyword and empty out",
+		src: `version: 1
+go:
+  package: func
+  out: ""
+sql: {dialects: [postgres]}
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:3:12: go.package "func" is a Go keyword; choose another name such as events
+testdata.yaml:4:8: go.out must not be empty; give a directory relative to the spec file`,
+	},
+	{
+		name: "unknown driver",
+		src: `version: 1
+go: {package: events, out: gen, driver: pgx}
+sql: {dialects: [postgres]}
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:2:41: unknown go.driver "pgx"; did you mean "pgx/v5"?`,
+	},
+	{
+		name: "pgx with other dialects",
+		src: `version: 1
+go:
+  package: events
+  out: gen
+  driver: pgx/v5
+sql:
+  dialects: [postgres, mysql, sqlite3]
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:5:11: go.driver pgx/v5 works only with postgres, but sql.dialects also lists mysql, sqlite; use driver database/sql, or set dialects: [postgres]`,
+	},
+	{
+		name: "dialects",
+		src: `version: 1
+go: {package: events, out: gen}
+sql:
+  dialects:
+    - postgres
+    - Postgres
+    - postgresql
+    - oracle
+    - sqlite
+    - sqlite
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:6:7: unknown dialect "Postgres"; did you mean "postgres"?
+testdata.yaml:7:7: dialect postgresql duplicates postgres (line 5): both mean postgres; remove one
+testdata.yaml:8:7: unknown dialect "oracle"; use postgres, mysql or sqlite
+testdata.yaml:10:7: duplicate dialect sqlite (first at line 9); remove one`,
+	},
+	{
+		name: "empty dialects",
+		src: `version: 1
+go: {package: events, out: gen}
+sql:
+  dialects: []
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:4:13: sql.dialects must list at least one dialect: postgres, mysql or sqlite`,
+	},
+	{
+		name: "unsafe table names",
+		src: `version: 1
+go: {package: events, out: gen}
+sql:
+  dialects: [postgres]
+  outbox_table: "outbox; DROP TABLE users"
+  inbox_table: Inbox
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:5:17: sql.outbox_table "outbox; DROP TABLE users" is not a safe SQL identifier; use 1 to 63 lower-case letters, digits and underscores, starting with a letter or underscore (this prevents SQL injection, as the name is spliced into SQL)
+testdata.yaml:6:16: sql.inbox_table "Inbox" is not a safe SQL identifier; use 1 to 63 lower-case letters, digits and underscores, starting with a letter or underscore (this prevents SQL injection, as the name is spliced into SQL)`,
+	},
+	{
+		name: "same and reserved table names",
+		src: `version: 1
+go: {package: events, out: gen}
+sql:
+  dialects: [postgres]
+  outbox_table: order
+  inbox_table: outbox_event
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:5:17: sql.outbox_table "order" is a reserved SQL word; choose another name, e.g. order_log
+testdata.yaml:6:16: sql.inbox_table "outbox_event" is the same as sql.outbox_table (line 5); the two tables must have different names`,
+	},
+	{
+		name: "inbox equals outbox",
+		src: `version: 1
+go: {package: events, out: gen}
+sql:
+  dialects: [postgres]
+  outbox_table: events_out
+  inbox_table: events_out
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:6:16: sql.inbox_table "events_out" is the same as sql.outbox_table (line 5); the two tables must have different names`,
+	},
+	{
+		name: "table name too long for derived index names",
+		src: `version: 1
+go: {package: events, out: gen}
+sql:
+  dialects: [postgres]
+  inbox_table: inbox_table_name_that_is_long_enough_to_overflow_63
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:5:16: derived identifier "inbox_table_name_that_is_long_enough_to_overflow_63_processed_at_idx" is 68 characters, longer than 63: shorten the table name`,
+	},
+	{
+		name: "event names",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+events:
+  - {name: order_paid, topic: a, key: id, fields: [{name: id, type: string}]}
+  - {name: ORDER__PAID, topic: a, key: id, fields: [{name: id, type: string}]}
+  - {name: A_VERY_LONG_EVENT_NAME_THAT_GOES_ON_AND_ON_AND_ON_FOR_WAY_TOO_MANY_CHARS, topic: a, key: id, fields: [{name: id, type: string}]}
+  - {name: OK, topic: a, key: id, fields: [{name: id, type: string}]}
+  - {name: OK, topic: b, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:5:12: event name "order_paid" must be SCREAMING_SNAKE_CASE (upper-case letters and digits separated by single underscores), e.g. ORDER_PAID
+testdata.yaml:6:12: event name "ORDER__PAID" must be SCREAMING_SNAKE_CASE (upper-case letters and digits separated by single underscores), e.g. ORDER_PAID
+testdata.yaml:7:12: event name A_VERY_LONG_EVENT_NAME_THAT_GOES_ON_AND_ON_AND_ON_FOR_WAY_TOO_MANY_CHARS is 72 characters long; the limit is 64
+testdata.yaml:9:12: duplicate event OK (first at line 8); rename or remove one`,
+	},
+	{
+		name: "no events",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+events: []
+`,
+		want: `testdata.yaml:4:9: events must list at least one event`,
+	},
+	{
+		name: "topics",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+events:
+  - {name: A, topic: "orders paid", key: id, fields: [{name: id, type: string}]}
+  - {name: B, topic: "orders.*", key: id, fields: [{name: id, type: string}]}
+  - {name: C, topic: ">", key: id, fields: [{name: id, type: string}]}
+  - {name: D, topic: "", key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:5:22: invalid topic "orders paid"; use 1 to 249 letters, digits, '.', '_', '-' or '/', starting with a letter or digit (no spaces or wildcards)
+testdata.yaml:6:22: invalid topic "orders.*"; use 1 to 249 letters, digits, '.', '_', '-' or '/', starting with a letter or digit (no spaces or wildcards)
+testdata.yaml:7:22: invalid topic ">"; use 1 to 249 letters, digits, '.', '_', '-' or '/', starting with a letter or digit (no spaces or wildcards)
+testdata.yaml:8:22: invalid topic ""; use 1 to 249 letters, digits, '.', '_', '-' or '/', starting with a letter or digit (no spaces or wildcards)`,
+	},
+	{
+		name: "fields",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+events:
+  - name: A
+    topic: a
+    key: order_id
+    fields:
+      - name: order_id
+        type: string
+      - name: orderID
+        type: string
+      - name: order_id
+        type: int64
+      - name: 2fast
+        type: string
+      - name: _
+        type: string
+  - name: B
+    topic: b
+    key: id
+    fields: []
+`,
+		want: `testdata.yaml:11:15: field orderID collides with order_id (line 9) as Go name OrderID; rename one of them
+testdata.yaml:13:15: duplicate field order_id in event A (first at line 9); rename or remove one
+testdata.yaml:15:15: field name "2fast" is invalid; use letters, digits and underscores, not starting with a digit
+testdata.yaml:17:15: field name "_" does not make a valid Go name; start it with a letter
+testdata.yaml:21:10: key "id" of event B names no field; declare it under fields:
+testdata.yaml:22:13: event B must have at least one field`,
+	},
+	{
+		name: "type syntax",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+events:
+  - name: A
+    topic: a
+    key: id
+    fields:
+      - {name: id, type: string}
+      - name: a
+        type: list<string
+      - name: b
+        type: map<int64, string>
+      - name: c
+        type: list
+      - name: d
+        type: Money<int64>
+      - name: e
+        type: list<string> extra
+      - name: f
+        type: ""
+      - name: g
+        type: map<string, >
+      - name: h
+        type: list<int64, string>
+`,
+		want: `testdata.yaml:11:19: invalid type "list<string": unclosed "<"; add the missing ">"
+testdata.yaml:13:19: invalid type "map<int64, string>": map keys must be string (JSON object keys are strings), not int64; write map<T> or map<string, T>
+testdata.yaml:15:15: invalid type "list": list needs an element type, e.g. list<string>
+testdata.yaml:17:20: invalid type "Money<int64>": Money does not take a type parameter; only list<T> and map<T> do
+testdata.yaml:19:28: invalid type "list<string> extra": unexpected "extra" after type "list<string>"; a field has exactly one type
+testdata.yaml:21:15: invalid type "": type must not be empty; use a scalar (string, bool, int32, int64, float64, bytes, time, uuid, decimal, json), a type from types:, list<T> or map<T>
+testdata.yaml:23:27: invalid type "map<string, >": expected a type name, found ">"
+testdata.yaml:25:25: invalid type "list<int64, string>": list takes one type parameter: list<T>`,
+	},
+	{
+		name: "unknown types",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+types:
+  - name: Address
+    fields: [{name: street, type: strng}]
+events:
+  - name: A
+    topic: a
+    key: id
+    fields:
+      - {name: id, type: String}
+      - {name: home, type: Adress}
+      - {name: tags, type: list<map<Tag>>}
+      - {name: x, type: float}
+      - {name: y, type: zzzzzz}
+`,
+		want: `testdata.yaml:6:35: unknown type "strng"; did you mean string?
+testdata.yaml:12:26: unknown type "String"; did you mean string?
+testdata.yaml:13:28: unknown type "Adress"; did you mean Address?
+testdata.yaml:14:37: unknown type "Tag"; use a scalar (string, bool, int32, int64, float64, bytes, time, uuid, decimal, json), list<T>, map<T> or a type declared under types:
+testdata.yaml:15:25: unknown type "float"; did you mean float64?
+testdata.yaml:16:25: unknown type "zzzzzz"; use a scalar (string, bool, int32, int64, float64, bytes, time, uuid, decimal, json), list<T>, map<T> or a type declared under types:`,
+	},
+	{
+		name: "key problems",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+types:
+  - {name: Money, fields: [{name: cents, type: int64}]}
+events:
+  - name: A
+    topic: a
+    key: order
+    fields: [{name: order_id, type: string}]
+  - name: B
+    topic: b
+    key: reason
+    fields: [{name: reason, type: string, optional: true}]
+  - name: C
+    topic: c
+    key: amount
+    fields: [{name: amount, type: float64}]
+  - name: D
+    topic: d
+    key: price
+    fields: [{name: price, type: Money}]
+  - name: E
+    topic: e
+    key: ids
+    fields: [{name: ids, type: list<string>}]
+  - name: F
+    topic: f
+    key: ""
+    fields: [{name: id, type: string}]
+`,
+		want: `testdata.yaml:9:10: key "order" of event A names no field; did you mean order_id?
+testdata.yaml:13:10: key reason of event B is an optional field (line 14); a key must always be set, so make the field required or choose another key
+testdata.yaml:17:10: key amount of event C has type float64; a key must be a string, int32, int64, uuid or enum field
+testdata.yaml:21:10: key price of event D has type object Money; a key must be a string, int32, int64, uuid or enum field
+testdata.yaml:25:10: key ids of event E has type list<string>; a key must be a string, int32, int64, uuid or enum field
+testdata.yaml:29:10: key of event F must not be empty; name one of its required fields, e.g. id`,
+	},
+	{
+		name: "types",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+types:
+  - name: address
+    fields: [{name: a, type: string}]
+  - name: Uuid
+    enum: [a]
+  - name: Both
+    fields: [{name: a, type: string}]
+    enum: [a]
+  - name: Neither
+  - name: Color
+    enum: [red, red, 1st, "dark blue"]
+  - name: Color
+    enum: []
+  - name: Empty
+    fields: []
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:5:11: type name "address" must be PascalCase (letters and digits, starting upper-case), e.g. Address
+testdata.yaml:7:11: type name "Uuid" is too close to the built-in type uuid; choose another name
+testdata.yaml:11:5: type Both has both fields and enum; a type is either an object (fields) or an enum (enum), remove one
+testdata.yaml:12:5: type Neither needs fields (for an object type) or enum (for an enum type)
+testdata.yaml:14:17: duplicate enum value red in type Color (first at line 14); remove one
+testdata.yaml:14:22: enum value "1st" of type Color is invalid; start with a letter and use letters, digits, '_', '.' or '-'
+testdata.yaml:14:27: enum value "dark blue" of type Color is invalid; start with a letter and use letters, digits, '_', '.' or '-'
+testdata.yaml:15:11: duplicate type Color (first at line 13); rename or remove one
+testdata.yaml:16:11: enum of type Color must list at least one value
+testdata.yaml:18:13: type Empty must have at least one field`,
+	},
+	{
+		name: "reference cycles",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+types:
+  - name: Node
+    fields:
+      - {name: next, type: Node}
+  - name: A
+    fields:
+      - {name: b, type: B}
+  - name: B
+    fields:
+      - {name: a, type: A}
+  - name: Tree
+    fields:
+      - {name: children, type: list<Tree>}
+      - {name: parent, type: Tree, optional: true}
+      - {name: index, type: map<Tree>}
+  - name: Wrapped
+    fields:
+      - {name: self, type: Wrapped, go_type: encoding/json.RawMessage}
+events:
+  - {name: E, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:7:9: type Node refers to itself through Node.next; make one of the fields optional
+testdata.yaml:10:9: type A refers to itself through A.b -> B.a; make one of the fields optional`,
+	},
+	{
+		name: "go_type",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+events:
+  - name: A
+    topic: a
+    key: id
+    fields:
+      - {name: id, type: string}
+      - {name: a, type: decimal, go_type: github.com/shopspring/decimal.decimal}
+      - {name: b, type: decimal, go_type: Decimal}
+      - {name: c, type: decimal, go_type: "github.com//x.Y"}
+      - {name: d, type: decimal, go_type: "*"}
+      - {name: e, type: decimal, go_type: {import: "bad path", type: X}}
+      - {name: f, type: decimal, go_type: {import: x/y, typ: X}}
+      - {name: g, type: decimal, go_type: {type: Decimal}}
+      - {name: h, type: decimal, go_type: [x]}
+      - {name: i, type: decimal, go_type: {import: x/y, type: X, pointer: "yes"}}
+`,
+		want: `testdata.yaml:10:43: go_type name "decimal" in package github.com/shopspring/decimal is not an exported Go identifier; it must start with an upper-case letter, e.g. github.com/shopspring/decimal.Decimal
+testdata.yaml:11:43: go_type "Decimal" has no import path; write "import/path.Decimal", or use a predeclared type such as string or int64
+testdata.yaml:12:43: go_type import path "github.com//x" has an empty path element; write e.g. github.com/shopspring/decimal
+testdata.yaml:13:43: go_type must not be empty; write "import/path.TypeName", e.g. "github.com/shopspring/decimal.Decimal"
+testdata.yaml:14:70: go_type import path "bad path" contains the invalid character ' '; write e.g. github.com/shopspring/decimal
+testdata.yaml:15:43: go_type of field f of event A is missing required key "type"; add type: the Go type name, e.g. Decimal
+testdata.yaml:15:57: unknown key "typ" in go_type of field f of event A; did you mean "type"?
+testdata.yaml:16:50: go_type Decimal has no import path; add the package that declares it
+testdata.yaml:17:43: go_type of field h of event A must be a string "import/path.Type" or a mapping {import, type, pointer}, got a list
+testdata.yaml:18:75: go_type.pointer must be true or false, got the string "yes"`,
+	},
+	{
+		name: "consumers",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+events:
+  - {name: ORDER_PAID, topic: a, key: id, fields: [{name: id, type: string}]}
+consumers:
+  - name: Points
+    events: [ORDER_PAID]
+  - name: sms
+    events: [ORDER_PAYED, ORDER_PAID, ORDER_PAID, NOTHING_LIKE_IT]
+  - name: sms
+    events: [ORDER_PAID]
+  - name: email
+    events: []
+  - name: push
+`,
+		want: `testdata.yaml:7:11: consumer name "Points" must be snake_case: a lower-case letter, then up to 62 lower-case letters, digits or underscores
+testdata.yaml:10:14: consumer sms handles unknown event "ORDER_PAYED"; did you mean ORDER_PAID?
+testdata.yaml:10:39: consumer sms lists event ORDER_PAID twice (first at line 10); remove one
+testdata.yaml:10:51: consumer sms handles unknown event "NOTHING_LIKE_IT"; declare it under events: or remove it
+testdata.yaml:11:11: duplicate consumer sms (first at line 9); rename or remove one
+testdata.yaml:14:13: consumer email must handle at least one event; list it under events:
+testdata.yaml:15:5: consumer push is missing required key "events"; add events: the list of events it handles, e.g. [ORDER_PAID]`,
+	},
+	{
+		name: "go name collisions",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+types:
+  - name: OrderPaid
+    enum: [a]
+  - name: Writer
+    fields: [{name: a, type: string}]
+  - name: Status
+    enum: [in_stock, in-stock]
+events:
+  - {name: ORDER_PAID, topic: a, key: id, fields: [{name: id, type: string}]}
+  - {name: ORDER, topic: a, key: id, fields: [{name: id, type: string}]}
+  - {name: ORDER_TYPE, topic: a, key: id, fields: [{name: id, type: string}]}
+  - {name: ORDER_I_D, topic: a, key: id, fields: [{name: id, type: string}]}
+  - {name: ORDER_ID, topic: a, key: id, fields: [{name: id, type: string}]}
+  - {name: EVENT_TYPES, topic: a, key: id, fields: [{name: id, type: string}]}
+  - {name: SMS_HANDLER, topic: a, key: id, fields: [{name: id, type: string}]}
+consumers:
+  - {name: sms, events: [ORDER]}
+`,
+		want: `testdata.yaml:7:5: type Writer collides with the reserved package-level name Writer of the generated code; rename it
+testdata.yaml:10:22: enum constant StatusInStock for value in-stock of type Status collides with enum constant StatusInStock for value in_stock of type Status (line 10); rename one of them
+testdata.yaml:12:5: Go type OrderPaid of event ORDER_PAID collides with type OrderPaid (line 5); rename one of them
+testdata.yaml:14:5: Go type OrderType of event ORDER_TYPE collides with constant OrderType of event ORDER (line 13); rename one of them
+testdata.yaml:16:5: Go type OrderID of event ORDER_ID collides with Go type OrderID of event ORDER_I_D (line 15); rename one of them
+testdata.yaml:17:5: Go type EventTypes of event EVENT_TYPES collides with the reserved package-level name EventTypes of the generated code; rename it
+testdata.yaml:20:5: handler type SmsHandler of consumer sms collides with Go type SmsHandler of event SMS_HANDLER (line 18); rename one of them`,
+	},
+	{
+		name: "list items of the wrong kind",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres, [mysql]]}
+types: [Address]
+events:
+  - ORDER_PAID
+  - name: B
+    topic: b
+    key: id
+    fields: [id]
+consumers:
+  - points
+  - {name: sms, events: [{name: B}]}
+`,
+		want: `testdata.yaml:3:28: each dialect must be a string, got a list
+testdata.yaml:4:9: types[0] must be a mapping, got the string "Address"
+testdata.yaml:6:5: events[0] must be a mapping, got the string "ORDER_PAID"
+testdata.yaml:9:10: key "id" of event B names no field; declare it under fields:
+testdata.yaml:10:14: fields[0] of event B must be a mapping, got the string "id"
+testdata.yaml:12:5: consumers[0] must be a mapping, got the string "points"
+testdata.yaml:13:26: each event of consumer sms must be a string, got a mapping`,
+	},
+	{
+		name: "non-string keys",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+? [a, b]
+: c
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:4:3: keys in the top-level mapping must be plain strings, got a list`,
+	},
+	{
+		name: "aliases and merge keys",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+x-common: &idfield {name: id, type: string}
+events:
+  - name: A
+    topic: a
+    key: id
+    fields: [*idfield]
+  - name: B
+    <<: {topic: b}
+    key: id
+    fields: [*idfield, *idfield]
+`,
+		want: `testdata.yaml:10:5: event B is missing required key "topic"; add topic: the broker topic to publish to, e.g. orders.paid
+testdata.yaml:11:5: merge keys (<<) are not supported in event B; write the keys out
+testdata.yaml:13:24: duplicate field id in event B (first at line 13); rename or remove one`,
+	},
+	{
+		name: "many problems at once",
+		src: `version: 3
+go:
+  package: events
+  out: gen
+  driver: pgx/v5
+sql:
+  dialects: [postgres, mysql]
+  outbox_table: Outbox
+types:
+  - name: Money
+    fields:
+      - {name: cents, type: int64}
+      - {name: cents, type: int32}
+events:
+  - name: ORDER_PAID
+    topic: orders paid
+    key: total
+    fields:
+      - {name: id, type: string}
+      - {name: total, type: Mony}
+  - name: ORDER_PAID
+    topic: orders.paid
+    key: id
+    fields: [{name: id, type: list<>}]
+consumers:
+  - {name: points, events: [ORDER_SHIPPED]}
+`,
+		want: `testdata.yaml:1:10: unsupported version 3; this outboxgen reads version 1
+testdata.yaml:5:11: go.driver pgx/v5 works only with postgres, but sql.dialects also lists mysql; use driver database/sql, or set dialects: [postgres]
+testdata.yaml:8:17: sql.outbox_table "Outbox" is not a safe SQL identifier; use 1 to 63 lower-case letters, digits and underscores, starting with a letter or underscore (this prevents SQL injection, as the name is spliced into SQL)
+testdata.yaml:13:16: duplicate field cents in type Money (first at line 12); rename or remove one
+testdata.yaml:16:12: invalid topic "orders paid"; use 1 to 249 letters, digits, '.', '_', '-' or '/', starting with a letter or digit (no spaces or wildcards)
+testdata.yaml:20:29: unknown type "Mony"; did you mean Money?
+testdata.yaml:21:11: duplicate event ORDER_PAID (first at line 15); rename or remove one
+testdata.yaml:24:36: invalid type "list<>": expected a type name, found ">"
+testdata.yaml:26:29: consumer points handles unknown event "ORDER_SHIPPED"; declare it under events: or remove it`,
+	},
+}
+
+func TestErrors(t *testing.T) {
+	for _, tc := range errorCases {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			s, err := Parse("testdata.yaml", []byte(tc.src))
+			if err == nil {
+				t.Fatalf("Parse succeeded (%d events), want errors:\n%s", len(s.Events), tc.want)
+			}
+			if s != nil {
+				t.Errorf("Parse returned a spec along with errors")
+			}
+			list, ok := err.(ErrorList)
+			if !ok {
+				t.Fatalf("error is %T, want ErrorList", err)
+			}
+			if got := list.Error(); got != tc.want {
+				t.Errorf("errors mismatch\n--- got\n%s\n--- want\n%s", got, tc.want)
+			}
+			for _, e := range list {
+				if e.File != "testdata.yaml" || e.Pos.Line < 1 || e.Pos.Col < 1 {
+					t.Errorf("bad error position: %+v", *e)
+				}
+			}
+		})
+	}
+}
+
+func TestErrorListFormat(t *testing.T) {
+	l := ErrorList{
+		{File: "a.yaml", Pos: Pos{3, 1}, Msg: "third"},
+		{File: "a.yaml", Pos: Pos{1, 9}, Msg: "second"},
+		{File: "a.yaml", Pos: Pos{1, 2}, Msg: "first"},
+		{File: "a.yaml", Pos: Pos{3, 1}, Msg: "third"},
+		nil,
+	}
+	want := "a.yaml:1:2: first\na.yaml:1:9: second\na.yaml:3:1: third"
+	if got := l.normalize().Error(); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	if got := (&Error{File: "a.yaml", Msg: "cannot read"}).Error(); got != "a.yaml: cannot read" {
+		t.Errorf("positionless error = %q", got)
+	}
+}

@@ -1,0 +1,199 @@
+// Package spec reads events.yaml into a validated model.
+//
+// Parse reports every problem it finds at once, each as
+// "file:line:col: message", and never panics on bad input. A *Spec returned
+// without error is fully resolved: every type reference points at its
+// declaration, every Go name is computed and unique, every SQL identifier is
+// safe to splice into DDL.
+package spec
+
+// Driver selects the transaction type the generated writers take.
+type Driver string
+
+// The supported drivers.
+const (
+	// DriverDatabaseSQL makes writers take *sql.Tx (any dialect).
+	DriverDatabaseSQL Driver = "database/sql"
+	// DriverPgx makes writers take pgx.Tx (PostgreSQL only).
+	DriverPgx Driver = "pgx/v5"
+)
+
+// Dialect names a SQL database family.
+type Dialect string
+
+// The supported dialects.
+const (
+	Postgres Dialect = "postgres"
+	MySQL    Dialect = "mysql" // MySQL 8 and MariaDB 10.6+
+	SQLite   Dialect = "sqlite"
+)
+
+// Pos is a position in the spec file (1-based line and column).
+type Pos struct {
+	Line, Col int
+}
+
+// Spec is a validated events.yaml.
+type Spec struct {
+	// File is the path the spec was read from, as given to Parse.
+	File string
+	// Version is the file format version (1).
+	Version int
+
+	Go  GoOutput
+	SQL SQLOutput
+
+	// Types are the named object and enum types, in file order.
+	Types []*Type
+	// Events are the declared events, in file order.
+	Events []*Event
+	// Consumers are the declared consumers, in file order.
+	Consumers []*Consumer
+}
+
+// GoOutput is the `go:` section.
+type GoOutput struct {
+	// Package is the Go package name of the generated code.
+	Package string
+	// Out is the output directory, relative to the spec file's directory.
+	Out string
+	// Driver is the transaction flavour of the generated writers.
+	Driver Driver
+}
+
+// SQLOutput is the `sql:` section.
+type SQLOutput struct {
+	// Dialects are the dialects to emit DDL for, in file order. The first
+	// one is also the dialect the generated Go writer targets by default.
+	Dialects []Dialect
+	// Out is the directory for the DDL files, relative to the spec file's
+	// directory. Empty means no DDL files are written.
+	Out string
+	// OutboxTable is the outbox table name (default "outbox_event").
+	OutboxTable string
+	// InboxTable is the consumer idempotency table name (default "outbox_inbox").
+	InboxTable string
+}
+
+// Type is a named, reusable type: an object (Fields) or an enum (Values).
+type Type struct {
+	// Name is the name as written, and also the Go type name (PascalCase).
+	Name        string
+	Description string
+	// Fields is set for object types.
+	Fields []*Field
+	// Values is set for enum types (string values, in file order).
+	Values []*EnumValue
+	Pos    Pos
+}
+
+// IsEnum reports whether t is an enum type.
+func (t *Type) IsEnum() bool { return t.Values != nil }
+
+// EnumValue is one value of an enum.
+type EnumValue struct {
+	// Value is the wire value (a string in JSON).
+	Value string
+	// GoName is the Go constant name: type name + PascalCase(value).
+	GoName string
+	Pos    Pos
+}
+
+// Event is one declared event type.
+type Event struct {
+	// Name is the SCREAMING_SNAKE event type, e.g. ORDER_PAID. It is the
+	// outbox row's biz_type.
+	Name string
+	// GoName is the PascalCase Go name, e.g. OrderPaid.
+	GoName      string
+	Description string
+	// Topic is the broker topic the relay publishes to.
+	Topic string
+	// Key is the field whose value becomes biz_id: the aggregate id that
+	// orders events. It is always a required scalar field of Fields.
+	Key *Field
+	// Version is the payload schema version (>= 1, default 1).
+	Version int
+	// Ordered asks the relay to publish events with the same key in id
+	// order (default true).
+	Ordered bool
+	Fields  []*Field
+	Pos     Pos
+}
+
+// Field is one field of an event or object type.
+type Field struct {
+	// Name is the name as written; it is the JSON name.
+	Name string
+	// GoName is the exported Go field name (order_id -> OrderID).
+	GoName      string
+	Description string
+	Optional    bool
+	Type        *TypeRef
+	Pos         Pos
+}
+
+// Kind classifies a TypeRef.
+type Kind int
+
+// The kinds of type references.
+const (
+	KindScalar Kind = iota // a built-in scalar, see Scalar
+	KindList               // list<Elem>
+	KindMap                // map<Elem> (string keys)
+	KindNamed              // a Type declared in `types:`
+)
+
+// Scalar is a built-in scalar type.
+type Scalar string
+
+// The built-in scalars.
+const (
+	String  Scalar = "string"
+	Bool    Scalar = "bool"
+	Int32   Scalar = "int32"
+	Int64   Scalar = "int64"
+	Float64 Scalar = "float64"
+	Bytes   Scalar = "bytes"
+	Time    Scalar = "time"
+	UUID    Scalar = "uuid"
+	Decimal Scalar = "decimal"
+	JSON    Scalar = "json"
+)
+
+// TypeRef is a resolved field type.
+type TypeRef struct {
+	Kind Kind
+	// Scalar is set for KindScalar.
+	Scalar Scalar
+	// Elem is set for KindList and KindMap.
+	Elem *TypeRef
+	// Named is set for KindNamed.
+	Named *Type
+	// GoType, when set, overrides the Go type of this field (any kind).
+	GoType *GoType
+}
+
+// GoType is a `go_type` override: a type from another package, as in sqlc's
+// overrides. The type must marshal to and from JSON.
+type GoType struct {
+	// Import is the import path, empty for predeclared types.
+	Import string
+	// Name is the type name within that package, e.g. "Decimal".
+	Name string
+	// Pointer makes the field a pointer to the type.
+	Pointer bool
+}
+
+// Consumer is a declared consumer and the events it handles.
+type Consumer struct {
+	// Name is the snake_case consumer name as written; it is the inbox
+	// table's consumer column value.
+	Name string
+	// GoName is the PascalCase Go name.
+	GoName      string
+	Description string
+	// Events are the handled events, in the order listed.
+	Events []*Event
+	Pos    Pos
+}

@@ -1,0 +1,154 @@
+package spec
+
+import (
+	"strings"
+	"unicode"
+)
+
+// commonInitialisms is golint's list of initialisms kept upper-case in Go
+// names.
+var commonInitialisms = map[string]bool{
+	"ACL": true, "API": true, "ASCII": true, "CPU": true, "CSS": true,
+	"DNS": true, "EOF": true, "GUID": true, "HTML": true, "HTTP": true,
+	"HTTPS": true, "ID": true, "IP": true, "JSON": true, "LHS": true,
+	"QPS": true, "RAM": true, "RHS": true, "RPC": true, "SLA": true,
+	"SMTP": true, "SQL": true, "SSH": true, "TCP": true, "TLS": true,
+	"TTL": true, "UDP": true, "UI": true, "UID": true, "UUID": true,
+	"URI": true, "URL": true, "UTF8": true, "VM": true, "XML": true,
+	"XMPP": true, "XSRF": true, "XSS": true,
+}
+
+// GoName turns a spec name into an exported Go identifier, deterministically:
+// it splits s into words at any character other than an ASCII letter or
+// digit, at lower-case/digit→upper-case boundaries ("orderID") and before
+// the last upper-case letter of an upper-case run followed by lower-case
+// ("HTTPServer"); then it writes each word as a golint initialism if it is
+// one (case-insensitively) and Title-cased otherwise. So ORDER_PAID →
+// OrderPaid, order_id → OrderID, orderId → OrderID, points_v2 → PointsV2.
+//
+// The result is empty if s has no letters or digits, and may start with a
+// digit; callers must check it with token.IsIdentifier.
+func GoName(s string) string {
+	var b strings.Builder
+	for _, w := range splitWords(s) {
+		up := strings.ToUpper(w)
+		if commonInitialisms[up] {
+			b.WriteString(up)
+			continue
+		}
+		b.WriteString(up[:1])
+		b.WriteString(strings.ToLower(w[1:]))
+	}
+	return b.String()
+}
+
+// splitWords splits s into ASCII alphanumeric words, see GoName.
+func splitWords(s string) []string {
+	isLower := func(c byte) bool { return 'a' <= c && c <= 'z' }
+	isUpper := func(c byte) bool { return 'A' <= c && c <= 'Z' }
+	isDigit := func(c byte) bool { return '0' <= c && c <= '9' }
+	var words []string
+	start := -1
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !isLower(c) && !isUpper(c) && !isDigit(c) {
+			if start >= 0 {
+				words = append(words, s[start:i])
+				start = -1
+			}
+			continue
+		}
+		if start < 0 {
+			start = i
+			continue
+		}
+		prev := s[i-1]
+		split := isUpper(c) && (isLower(prev) || isDigit(prev)) ||
+			isUpper(c) && isUpper(prev) && i+1 < len(s) && isLower(s[i+1])
+		if split {
+			words = append(words, s[start:i])
+			start = i
+		}
+	}
+	if start >= 0 {
+		words = append(words, s[start:])
+	}
+	return words
+}
+
+// isExportedIdent reports whether s is an exported ASCII-initial Go
+// identifier.
+func isExportedIdent(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case i == 0 && !unicode.IsUpper(r):
+			return false
+		case r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// levenshtein returns the edit distance between a and b (bytes), capped
+// for long inputs to keep suggestions cheap.
+func levenshtein(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		if a == b {
+			return 0
+		}
+		return 100
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// suggest returns the candidate closest to s: an exact case-insensitive
+// match, else the nearest one within edit distance 2, else one that s is a
+// prefix of (or that is a prefix of s). It returns "" if none is close.
+func suggest(s string, candidates []string) string {
+	if s == "" {
+		return ""
+	}
+	for _, c := range candidates {
+		if strings.EqualFold(c, s) {
+			return c
+		}
+	}
+	best, bestD := "", 3
+	for _, c := range candidates {
+		if d := levenshtein(strings.ToLower(s), strings.ToLower(c)); d < bestD && d < len(s) && (d <= 1 || len(s) > 3) {
+			best, bestD = c, d
+		}
+	}
+	if best != "" {
+		return best
+	}
+	ls := strings.ToLower(s)
+	for _, c := range candidates {
+		lc := strings.ToLower(c)
+		if strings.HasPrefix(lc, ls) || len(ls) >= 3 && strings.HasPrefix(ls, lc) {
+			return c
+		}
+	}
+	return ""
+}

@@ -1,0 +1,303 @@
+package spec
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// validate runs the checks that need the whole file: type resolution,
+// event keys, reference cycles, Go name collisions, driver/dialect fit.
+func (p *parser) validate() {
+	for _, d := range p.types {
+		for _, f := range d.fields {
+			p.resolveField(f)
+		}
+		if d.t.IsEnum() && typeNameRe.MatchString(d.t.Name) {
+			for _, v := range d.t.Values {
+				v.GoName = d.t.Name + GoName(v.Value)
+			}
+		}
+	}
+	for _, d := range p.events {
+		for _, f := range d.fields {
+			p.resolveField(f)
+		}
+		p.checkKey(d)
+	}
+	p.checkCycles()
+	p.checkCollisions()
+	p.checkDriver()
+}
+
+// resolveField resolves a field's parsed type string into its TypeRef.
+func (p *parser) resolveField(f *fieldDecl) {
+	if f.expr == nil {
+		return
+	}
+	ref := p.resolve(f.expr, f.typeNode)
+	if ref == nil {
+		return
+	}
+	ref.GoType = f.goType
+	f.f.Type = ref
+}
+
+func (p *parser) resolve(x *typeExpr, node *yaml.Node) *TypeRef {
+	switch {
+	case x.name == "":
+		elem := p.resolve(x.elem, node)
+		if elem == nil {
+			return nil
+		}
+		return &TypeRef{Kind: x.kind, Elem: elem}
+	case isScalar(x.name):
+		return &TypeRef{Kind: KindScalar, Scalar: Scalar(x.name)}
+	case p.typeByName[x.name] != nil:
+		return &TypeRef{Kind: KindNamed, Named: p.typeByName[x.name].t}
+	}
+	candidates := append([]string{}, scalarNames...)
+	for _, d := range p.types {
+		if p.typeByName[d.t.Name] == d {
+			candidates = append(candidates, d.t.Name)
+		}
+	}
+	candidates = append(candidates, "list", "map")
+	if s := suggest(x.name, candidates); s != "" {
+		p.errorAt(offsetPos(node, x.off), "unknown type %q; did you mean %s?", x.name, s)
+	} else {
+		p.errorAt(offsetPos(node, x.off), "unknown type %q; use a scalar (%s), list<T>, map<T> or a type declared under types:", x.name, strings.Join(scalarNames, ", "))
+	}
+	return nil
+}
+
+// typeString renders a resolved type in the spec's grammar.
+func typeString(t *TypeRef) string {
+	switch t.Kind {
+	case KindScalar:
+		return string(t.Scalar)
+	case KindList:
+		return "list<" + typeString(t.Elem) + ">"
+	case KindMap:
+		return "map<" + typeString(t.Elem) + ">"
+	case KindNamed:
+		if t.Named.IsEnum() {
+			return "enum " + t.Named.Name
+		}
+		return "object " + t.Named.Name
+	}
+	return "?"
+}
+
+// checkKey resolves an event's key to one of its required scalar fields.
+func (p *parser) checkKey(d *eventDecl) {
+	if d.keyNode == nil {
+		return
+	}
+	key := deref(d.keyNode).Value
+	var f *Field
+	names := make([]string, 0, len(d.fields))
+	for _, fd := range d.fields {
+		names = append(names, fd.f.Name)
+		if fd.f.Name == key {
+			f = fd.f
+		}
+	}
+	switch {
+	case f == nil && key == "":
+		p.errorf(d.keyNode, "key of %s must not be empty; name one of its required fields, e.g. %s", d.ctx, firstOr(names, "order_id"))
+	case f == nil:
+		if s := suggest(key, names); s != "" {
+			p.errorf(d.keyNode, "key %q of %s names no field; did you mean %s?", key, d.ctx, s)
+		} else if len(names) > 0 {
+			p.errorf(d.keyNode, "key %q of %s names no field; use one of %s", key, d.ctx, strings.Join(names, ", "))
+		} else {
+			p.errorf(d.keyNode, "key %q of %s names no field; declare it under fields:", key, d.ctx)
+		}
+	case f.Optional:
+		p.errorf(d.keyNode, "key %s of %s is an optional field (line %d); a key must always be set, so make the field required or choose another key", key, d.ctx, f.Pos.Line)
+	case f.Type == nil:
+		// Its type is already reported as invalid.
+	case !isKeyType(f.Type):
+		p.errorf(d.keyNode, "key %s of %s has type %s; a key must be a string, int32, int64, uuid or enum field", key, d.ctx, typeString(f.Type))
+	default:
+		d.e.Key = f
+	}
+}
+
+func firstOr(list []string, def string) string {
+	if len(list) > 0 {
+		return list[0]
+	}
+	return def
+}
+
+// isKeyType reports whether a field of type t can be an event key.
+func isKeyType(t *TypeRef) bool {
+	switch t.Kind {
+	case KindScalar:
+		switch t.Scalar {
+		case String, Int32, Int64, UUID:
+			return true
+		}
+	case KindNamed:
+		return t.Named.IsEnum()
+	}
+	return false
+}
+
+// checkCycles reports object types that contain themselves through
+// required, direct (not list, map or go_type) fields: they have no finite
+// value.
+func (p *parser) checkCycles() {
+	type edge struct {
+		from *typeDecl
+		f    *fieldDecl
+		to   *typeDecl
+	}
+	edges := func(d *typeDecl) []edge {
+		var out []edge
+		for _, f := range d.fields {
+			t := f.f.Type
+			if f.f.Optional || t == nil || t.Kind != KindNamed || t.GoType != nil || t.Named.IsEnum() {
+				continue
+			}
+			if to := p.typeByName[t.Named.Name]; to != nil {
+				out = append(out, edge{d, f, to})
+			}
+		}
+		return out
+	}
+	const (
+		unvisited = iota
+		active
+		done
+	)
+	state := map[*typeDecl]int{}
+	var path []edge
+	var visit func(d *typeDecl)
+	visit = func(d *typeDecl) {
+		state[d] = active
+		for _, e := range edges(d) {
+			switch state[e.to] {
+			case active:
+				start := len(path)
+				for i, pe := range path {
+					if pe.from == e.to {
+						start = i
+						break
+					}
+				}
+				cycle := append(append([]edge{}, path[start:]...), e)
+				steps := make([]string, len(cycle))
+				for i, ce := range cycle {
+					steps[i] = ce.from.t.Name + "." + ce.f.f.Name
+				}
+				p.errorAt(cycle[0].f.f.Pos, "type %s refers to itself through %s; make one of the fields optional", e.to.t.Name, strings.Join(steps, " -> "))
+			case unvisited:
+				path = append(path, e)
+				visit(e.to)
+				path = path[:len(path)-1]
+			}
+		}
+		state[d] = done
+	}
+	for _, d := range p.types {
+		if p.typeByName[d.t.Name] == d && state[d] == unvisited {
+			visit(d)
+		}
+	}
+}
+
+// reservedNames are package-level identifiers the generated code always
+// declares.
+var reservedNames = []string{"Writer", "EventTypes", "OutboxTable", "InboxTable"}
+
+// checkCollisions reports generated package-level identifiers that clash.
+func (p *parser) checkCollisions() {
+	type ident struct {
+		name  string
+		desc  string
+		owner string // one error per owner
+		pos   Pos
+	}
+	var ids []ident
+	for _, t := range p.spec.Types {
+		if !typeNameRe.MatchString(t.Name) {
+			continue
+		}
+		owner := "type " + t.Name
+		ids = append(ids, ident{t.Name, "type " + t.Name, owner, t.Pos})
+		for _, v := range t.Values {
+			ids = append(ids, ident{v.GoName, fmt.Sprintf("enum constant %s for value %s of type %s", v.GoName, v.Value, t.Name), owner + "=" + v.Value, v.Pos})
+		}
+	}
+	for _, e := range p.spec.Events {
+		if e.GoName == "" {
+			continue
+		}
+		owner := "event " + e.Name
+		x := e.GoName
+		ids = append(ids,
+			ident{x, fmt.Sprintf("Go type %s of event %s", x, e.Name), owner, e.Pos},
+			ident{"Insert" + x, fmt.Sprintf("function Insert%s of event %s", x, e.Name), owner, e.Pos},
+			ident{"Decode" + x, fmt.Sprintf("function Decode%s of event %s", x, e.Name), owner, e.Pos},
+			ident{x + "Type", fmt.Sprintf("constant %sType of event %s", x, e.Name), owner, e.Pos},
+			ident{x + "Topic", fmt.Sprintf("constant %sTopic of event %s", x, e.Name), owner, e.Pos},
+			ident{x + "Version", fmt.Sprintf("constant %sVersion of event %s", x, e.Name), owner, e.Pos},
+		)
+	}
+	for _, c := range p.spec.Consumers {
+		if c.GoName == "" {
+			continue
+		}
+		owner := "consumer " + c.Name
+		ids = append(ids,
+			ident{c.GoName + "Handler", fmt.Sprintf("handler type %sHandler of consumer %s", c.GoName, c.Name), owner, c.Pos},
+			ident{"Register" + c.GoName, fmt.Sprintf("function Register%s of consumer %s", c.GoName, c.Name), owner, c.Pos},
+		)
+	}
+	sort.SliceStable(ids, func(i, j int) bool {
+		a, b := ids[i].pos, ids[j].pos
+		return a.Line < b.Line || a.Line == b.Line && a.Col < b.Col
+	})
+	seen := map[string]ident{}
+	for _, r := range reservedNames {
+		seen[r] = ident{name: r}
+	}
+	reported := map[string]bool{}
+	for _, id := range ids {
+		prev, clash := seen[id.name]
+		if !clash {
+			seen[id.name] = id
+			continue
+		}
+		if prev.owner == id.owner || reported[id.owner] {
+			continue
+		}
+		reported[id.owner] = true
+		if prev.desc == "" {
+			p.errorAt(id.pos, "%s collides with the reserved package-level name %s of the generated code; rename it", id.desc, id.name)
+		} else {
+			p.errorAt(id.pos, "%s collides with %s (line %d); rename one of them", id.desc, prev.desc, prev.pos.Line)
+		}
+	}
+}
+
+// checkDriver reports pgx/v5 combined with dialects other than postgres.
+func (p *parser) checkDriver() {
+	if p.spec.Go.Driver != DriverPgx {
+		return
+	}
+	var others []string
+	for _, d := range p.spec.SQL.Dialects {
+		if d != Postgres {
+			others = append(others, string(d))
+		}
+	}
+	if len(others) > 0 {
+		p.errorf(p.driverNode, "go.driver pgx/v5 works only with postgres, but sql.dialects also lists %s; use driver database/sql, or set dialects: [postgres]", strings.Join(others, ", "))
+	}
+}

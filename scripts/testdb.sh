@@ -1,0 +1,366 @@
+#!/usr/bin/env bash
+# testdb.sh: throwaway PostgreSQL and MariaDB servers for outboxgen's tests.
+#
+#   scripts/testdb.sh start   start both (installing packages if missing),
+#                             print the DSN exports on stdout
+#   scripts/testdb.sh stop    stop both
+#   scripts/testdb.sh env     print the DSN exports of a started setup
+#
+# Typical use:  eval "$(scripts/testdb.sh start)" && go test ./...
+#
+# Meant for a disposable machine or container where it runs as root (Debian
+# 12: postgresql-15, mariadb-server 10.11). Data lives under
+# ${OUTBOXGEN_TESTDB_DIR:-/tmp/outboxgen-testdb} and is tuned for speed, not
+# durability (fsync off). `start` is idempotent: a fast no-op when both
+# servers answer, and it recovers after the servers were killed (kill -9).
+#
+# If OUTBOXGEN_TEST_POSTGRES_DSN / OUTBOXGEN_TEST_MYSQL_DSN are already set
+# and reachable, they are used instead of starting that server.
+set -euo pipefail
+
+DIR=${OUTBOXGEN_TESTDB_DIR:-/tmp/outboxgen-testdb}
+PG_PORT=${OUTBOXGEN_TESTDB_PG_PORT:-54329}
+MY_PORT=${OUTBOXGEN_TESTDB_MYSQL_PORT:-33069}
+TIMEOUT=60
+
+PG_DIR=$DIR/postgres
+PG_DATA=$PG_DIR/data
+PG_LOG=$PG_DIR/postgres.log
+MY_DIR=$DIR/mariadb
+MY_DATA=$MY_DIR/data
+MY_SOCK=$MY_DIR/mariadb.sock
+MY_PID=$MY_DIR/mariadb.pid
+MY_LOG=$MY_DIR/mariadb.log
+ENV_FILE=$DIR/env
+
+DEFAULT_PG_DSN="postgres://outboxgen:outboxgen@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
+DEFAULT_MY_DSN="outboxgen:outboxgen@tcp(127.0.0.1:$MY_PORT)/?parseTime=true&interpolateParams=true&multiStatements=true"
+
+log() { printf 'testdb: %s\n' "$*" >&2; }
+die() { printf 'testdb: error: %s\n' "$*" >&2; exit 1; }
+now_ms() { date +%s%3N; }
+
+need_root() {
+	[ "$(id -u)" = 0 ] || die "must run as root (it installs packages and runs the servers as the postgres and mysql users)"
+}
+
+apt_install() {
+	log "installing $* (apt-get)"
+	export DEBIAN_FRONTEND=noninteractive
+	mkdir -p "$DIR"
+	if [ ! -f "$DIR/.apt-updated" ]; then
+		apt-get update -qq >>"$DIR/apt.log" 2>&1 || { tail_log "$DIR/apt.log"; die "apt-get update failed"; }
+		touch "$DIR/.apt-updated"
+	fi
+	apt-get install -y -qq -o Dpkg::Use-Pty=0 --no-install-recommends "$@" >>"$DIR/apt.log" 2>&1 ||
+		{ tail_log "$DIR/apt.log"; die "apt-get install $* failed (log: $DIR/apt.log)"; }
+}
+
+# alive PID: the process exists and is not a zombie.
+alive() {
+	local pid=$1 state
+	[ -n "$pid" ] && [ -r "/proc/$pid/status" ] || return 1
+	state=$(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null) || return 1
+	[ -n "$state" ] && [ "$state" != Z ]
+}
+
+tail_log() {
+	[ -f "$1" ] && { printf -- '--- last lines of %s ---\n' "$1" >&2; tail -n 30 "$1" >&2; }
+	return 0
+}
+
+# lock: one start/stop at a time (parallel make targets, several shells).
+lock() {
+	exec 9>"$DIR/.lock"
+	flock -w 120 9 || die "another testdb.sh holds $DIR/.lock"
+}
+
+# ---------------------------------------------------------------- PostgreSQL
+
+pg_bindir() {
+	local d
+	d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+	if [ -z "$d" ] || [ ! -x "$d/postgres" ]; then
+		apt_install postgresql
+		d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+		[ -n "$d" ] && [ -x "$d/postgres" ] || die "PostgreSQL binaries not found under /usr/lib/postgresql after install"
+	fi
+	echo "$d"
+}
+
+pg_ready() { "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -t 2 >/dev/null 2>&1; }
+
+pg_psql() {
+	"$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres "$@"
+}
+
+pg_external_ok() {
+	[ -n "${OUTBOXGEN_TEST_POSTGRES_DSN:-}" ] || return 1
+	[ "$OUTBOXGEN_TEST_POSTGRES_DSN" != "$DEFAULT_PG_DSN" ] || return 1
+	command -v psql >/dev/null 2>&1 || PATH=$PATH:$(pg_bindir)
+	psql -X -q -d "$OUTBOXGEN_TEST_POSTGRES_DSN" -c 'SELECT 1' >/dev/null 2>&1
+}
+
+pg_start() {
+	local t0 pid deadline started=0
+	t0=$(now_ms)
+	PGBIN=$(pg_bindir)
+	if pg_ready && pg_psql -c 'SELECT 1' >/dev/null 2>&1; then
+		pg_role
+		log "postgres: already running on 127.0.0.1:$PG_PORT ($(( $(now_ms) - t0 )) ms)"
+		return
+	fi
+	mkdir -p "$PG_DIR"
+	chown postgres: "$PG_DIR"
+	chmod 700 "$PG_DIR"
+	# The postgres user must be able to reach $PG_DIR.
+	runuser -u postgres -- test -w "$PG_DIR" || die "user postgres cannot write $PG_DIR (choose an OUTBOXGEN_TESTDB_DIR outside a private home directory)"
+	if [ ! -f "$PG_DATA/PG_VERSION" ]; then
+		log "postgres: initdb $PG_DATA"
+		rm -rf "$PG_DATA"
+		runuser -u postgres -- "$PGBIN/initdb" -D "$PG_DATA" -U postgres --auth=trust \
+			--no-locale -E UTF8 --no-sync >"$PG_DIR/initdb.log" 2>&1 || { tail_log "$PG_DIR/initdb.log"; die "initdb failed"; }
+		cat >>"$PG_DATA/postgresql.conf" <<CONF
+
+# outboxgen test server: speed over durability.
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$PG_DIR'
+max_connections = 200
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+shared_buffers = 128MB
+max_wal_size = 1GB
+log_min_messages = warning
+CONF
+		# initdb --auth=trust already trusts local and 127.0.0.1 connections.
+	fi
+	# A stale postmaster.pid (after kill -9 or a reboot) blocks the start
+	# when its pid is gone or a zombie.
+	if [ -f "$PG_DATA/postmaster.pid" ]; then
+		pid=$(head -n 1 "$PG_DATA/postmaster.pid" 2>/dev/null || true)
+		if ! alive "$pid"; then
+			log "postgres: removing stale postmaster.pid (pid $pid not alive)"
+			rm -f "$PG_DATA/postmaster.pid"
+		fi
+	fi
+	deadline=$(( $(date +%s) + TIMEOUT ))
+	while :; do
+		if pg_ready; then break; fi
+		if [ "$(date +%s)" -ge "$deadline" ]; then
+			tail_log "$PG_LOG"
+			die "postgres did not become ready on 127.0.0.1:$PG_PORT within ${TIMEOUT}s (log: $PG_LOG)"
+		fi
+		# (Re)start when no live postmaster owns the data directory. After
+		# a kill -9, orphaned backends may hold the old shared memory for a
+		# moment: the first start then fails and is retried here.
+		pid=$(head -n 1 "$PG_DATA/postmaster.pid" 2>/dev/null || true)
+		if ! alive "$pid"; then
+			rm -f "$PG_DATA/postmaster.pid"
+			[ "$started" = 0 ] && log "postgres: starting on 127.0.0.1:$PG_PORT"
+			started=$((started + 1))
+			runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -W start >/dev/null 2>&1 || true
+		fi
+		sleep 0.2
+	done
+	pg_role
+	log "postgres: ready on 127.0.0.1:$PG_PORT ($(( $(now_ms) - t0 )) ms)"
+}
+
+pg_role() {
+	pg_psql >/dev/null <<'SQL' || { tail_log "$PG_LOG"; die "could not create the outboxgen role"; }
+DO $$
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'outboxgen') THEN
+		CREATE ROLE outboxgen LOGIN SUPERUSER PASSWORD 'outboxgen';
+	END IF;
+END $$;
+SQL
+}
+
+pg_stop() {
+	PGBIN=$(pg_bindir)
+	local pid
+	if [ -f "$PG_DATA/postmaster.pid" ]; then
+		pid=$(head -n 1 "$PG_DATA/postmaster.pid" 2>/dev/null || true)
+		if alive "$pid"; then
+			runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PG_DATA" -m fast -w -t "$TIMEOUT" stop >/dev/null 2>&1 ||
+				{ log "postgres: pg_ctl stop failed; killing pid $pid"; kill -9 "$pid" 2>/dev/null || true; }
+			log "postgres: stopped"
+			return
+		fi
+		rm -f "$PG_DATA/postmaster.pid"
+	fi
+	log "postgres: not running"
+}
+
+# ------------------------------------------------------------------- MariaDB
+
+my_bins() {
+	if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
+		apt_install mariadb-server mariadb-client
+	fi
+	MARIADBD=$(command -v mariadbd || echo /usr/sbin/mariadbd)
+	[ -x "$MARIADBD" ] || die "mariadbd not found after installing mariadb-server"
+	command -v mariadb-admin >/dev/null 2>&1 || apt_install mariadb-client
+	id mysql >/dev/null 2>&1 || die "user mysql missing (it comes with mariadb-server)"
+}
+
+my_admin() { mariadb-admin --no-defaults --connect-timeout=2 "$@"; }
+my_root() { mariadb --no-defaults --socket="$MY_SOCK" -uroot "$@"; }
+my_ready_app() { my_admin -h127.0.0.1 -P"$MY_PORT" -uoutboxgen -poutboxgen ping >/dev/null 2>&1; }
+my_ready_root() { my_admin --socket="$MY_SOCK" -uroot ping >/dev/null 2>&1; }
+
+# my_external_ok: OUTBOXGEN_TEST_MYSQL_DSN is set to something other than
+# ours and answers (user:pass@tcp(host:port)/...).
+my_external_ok() {
+	local dsn=${OUTBOXGEN_TEST_MYSQL_DSN:-}
+	[ -n "$dsn" ] && [ "$dsn" != "$DEFAULT_MY_DSN" ] || return 1
+	if [[ $dsn =~ ^([^:@]*)(:([^@]*))?@tcp\(([^:\)]+)(:([0-9]+))?\)/ ]]; then
+		command -v mariadb-admin >/dev/null 2>&1 || return 0 # cannot check; trust it
+		my_admin -h"${BASH_REMATCH[4]}" -P"${BASH_REMATCH[6]:-3306}" -u"${BASH_REMATCH[1]}" \
+			${BASH_REMATCH[3]:+-p"${BASH_REMATCH[3]}"} ping >/dev/null 2>&1
+		return
+	fi
+	return 1
+}
+
+my_start() {
+	local t0 pid deadline
+	t0=$(now_ms)
+	my_bins
+	if my_ready_app; then
+		log "mariadb: already running on 127.0.0.1:$MY_PORT ($(( $(now_ms) - t0 )) ms)"
+		return
+	fi
+	mkdir -p "$MY_DIR"
+	chown mysql: "$MY_DIR"
+	chmod 750 "$MY_DIR"
+	if [ ! -d "$MY_DATA/mysql" ]; then
+		log "mariadb: mariadb-install-db $MY_DATA"
+		rm -rf "$MY_DATA"
+		mariadb-install-db --no-defaults --user=mysql --datadir="$MY_DATA" \
+			--auth-root-authentication-method=socket --skip-test-db \
+			>"$MY_DIR/install-db.log" 2>&1 || { tail_log "$MY_DIR/install-db.log"; die "mariadb-install-db failed"; }
+	fi
+	pid=$(cat "$MY_PID" 2>/dev/null || true)
+	if ! alive "$pid"; then
+		rm -f "$MY_PID"
+		log "mariadb: starting on 127.0.0.1:$MY_PORT"
+		# setsid + nohup: the server outlives this script and its terminal.
+		setsid nohup "$MARIADBD" --no-defaults --user=mysql \
+			--datadir="$MY_DATA" --socket="$MY_SOCK" --pid-file="$MY_PID" \
+			--log-error="$MY_LOG" --bind-address=127.0.0.1 --port="$MY_PORT" \
+			--skip-name-resolve --skip-log-bin --default-time-zone=+00:00 \
+			--character-set-server=utf8mb4 --collation-server=utf8mb4_bin \
+			--innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
+			--innodb-buffer-pool-size=256M --innodb-log-file-size=256M \
+			--max-connections=300 \
+			</dev/null >>"$MY_DIR/mariadbd.out" 2>&1 &
+	fi
+	deadline=$(( $(date +%s) + TIMEOUT ))
+	until my_ready_root; do
+		if [ "$(date +%s)" -ge "$deadline" ]; then
+			tail_log "$MY_LOG"
+			die "mariadb did not become ready within ${TIMEOUT}s (log: $MY_LOG)"
+		fi
+		sleep 0.2
+	done
+	my_root <<'SQL' || { tail_log "$MY_LOG"; die "could not create the outboxgen user"; }
+CREATE USER IF NOT EXISTS 'outboxgen'@'%' IDENTIFIED BY 'outboxgen';
+CREATE USER IF NOT EXISTS 'outboxgen'@'127.0.0.1' IDENTIFIED BY 'outboxgen';
+CREATE USER IF NOT EXISTS 'outboxgen'@'localhost' IDENTIFIED BY 'outboxgen';
+GRANT ALL PRIVILEGES ON *.* TO 'outboxgen'@'%' WITH GRANT OPTION;
+GRANT ALL PRIVILEGES ON *.* TO 'outboxgen'@'127.0.0.1' WITH GRANT OPTION;
+GRANT ALL PRIVILEGES ON *.* TO 'outboxgen'@'localhost' WITH GRANT OPTION;
+SQL
+	my_ready_app || die "mariadb: user outboxgen cannot log in on 127.0.0.1:$MY_PORT"
+	log "mariadb: ready on 127.0.0.1:$MY_PORT ($(( $(now_ms) - t0 )) ms)"
+}
+
+my_stop() {
+	local pid i
+	pid=$(cat "$MY_PID" 2>/dev/null || true)
+	if alive "$pid"; then
+		kill -TERM "$pid" 2>/dev/null || true
+		for i in $(seq 1 $((TIMEOUT * 5))); do
+			alive "$pid" || break
+			sleep 0.2
+		done
+		if alive "$pid"; then
+			log "mariadb: pid $pid ignored SIGTERM; killing"
+			kill -9 "$pid" 2>/dev/null || true
+		fi
+		rm -f "$MY_PID"
+		log "mariadb: stopped"
+		return
+	fi
+	rm -f "$MY_PID"
+	log "mariadb: not running"
+}
+
+# ----------------------------------------------------------------------- env
+
+# squote VALUE: VALUE in single quotes, safe for eval.
+squote() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
+
+write_env() {
+	mkdir -p "$DIR"
+	{
+		echo "export OUTBOXGEN_TEST_POSTGRES_DSN=$(squote "$1")"
+		echo "export OUTBOXGEN_TEST_MYSQL_DSN=$(squote "$2")"
+	} >"$ENV_FILE.tmp"
+	mv "$ENV_FILE.tmp" "$ENV_FILE"
+}
+
+cmd_start() {
+	local t0 pg_dsn=$DEFAULT_PG_DSN my_dsn=$DEFAULT_MY_DSN
+	t0=$(now_ms)
+	need_root
+	mkdir -p "$DIR"
+	chmod 755 "$DIR"
+	lock
+	if pg_external_ok; then
+		pg_dsn=$OUTBOXGEN_TEST_POSTGRES_DSN
+		log "postgres: using the reachable OUTBOXGEN_TEST_POSTGRES_DSN"
+	else
+		[ -z "${OUTBOXGEN_TEST_POSTGRES_DSN:-}" ] || [ "$OUTBOXGEN_TEST_POSTGRES_DSN" = "$DEFAULT_PG_DSN" ] ||
+			log "postgres: OUTBOXGEN_TEST_POSTGRES_DSN is not reachable; starting a local server instead"
+		pg_start
+	fi
+	if my_external_ok; then
+		my_dsn=$OUTBOXGEN_TEST_MYSQL_DSN
+		log "mariadb: using the reachable OUTBOXGEN_TEST_MYSQL_DSN"
+	else
+		[ -z "${OUTBOXGEN_TEST_MYSQL_DSN:-}" ] || [ "$OUTBOXGEN_TEST_MYSQL_DSN" = "$DEFAULT_MY_DSN" ] ||
+			log "mariadb: OUTBOXGEN_TEST_MYSQL_DSN is not reachable; starting a local server instead"
+		my_start
+	fi
+	write_env "$pg_dsn" "$my_dsn"
+	log "ready in $(( $(now_ms) - t0 )) ms; env file: $ENV_FILE"
+	cat "$ENV_FILE"
+}
+
+cmd_stop() {
+	need_root
+	mkdir -p "$DIR"
+	lock
+	pg_stop
+	my_stop
+}
+
+cmd_env() {
+	[ -f "$ENV_FILE" ] || die "no $ENV_FILE: run scripts/testdb.sh start"
+	cat "$ENV_FILE"
+}
+
+case "${1:-}" in
+start) cmd_start ;;
+stop) cmd_stop ;;
+env) cmd_env ;;
+*)
+	echo "usage: $0 start|stop|env" >&2
+	exit 2
+	;;
+esac
