@@ -62,7 +62,7 @@ func Files(s *spec.Spec) ([]File, error) {
 
 // Schema renders the DDL of the outbox and inbox tables of s for dialect d.
 func Schema(s *spec.Spec, d spec.Dialect) ([]byte, error) {
-	ddl, err := templates.Render(string(d), templates.Tables{Outbox: s.SQL.OutboxTable, Inbox: s.SQL.InboxTable})
+	ddl, err := templates.Render(string(d), templates.Tables{Outbox: s.SQL.OutboxTable, Inbox: s.SQL.InboxTable, Archive: s.SQL.ArchiveTable})
 	if err != nil {
 		return nil, fmt.Errorf("render %s schema: %w", d, err)
 	}

@@ -23,12 +23,16 @@ var files embed.FS
 
 var tmpl = template.Must(template.New("").Option("missingkey=error").ParseFS(files, "*.sql.tmpl"))
 
-// Tables names the two tables outboxgen creates.
+// Tables names the tables outboxgen creates: the outbox table, the inbox
+// table and the inbox's stale-guard table, Inbox + "_key".
 type Tables struct {
 	// Outbox is the outbox table (events.yaml default "outbox_event").
 	Outbox string
 	// Inbox is the consumer idempotency table (default "outbox_inbox").
 	Inbox string
+	// Archive, when set, adds the archive table the janitor can move sent
+	// rows into instead of deleting them (events.yaml sql.archive_table).
+	Archive string
 }
 
 // DefaultTables are the names events.yaml uses when none are configured.
@@ -45,7 +49,8 @@ var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 // that nothing is silently truncated.
 var (
 	outboxSuffixes = []string{"_pkey", "_id_seq", "_event_id_key", "_claim_idx", "_biz_id_idx", "_due_idx", "_failed_idx"}
-	inboxSuffixes  = []string{"_pkey", "_processed_at_idx"}
+	inboxSuffixes   = []string{"_pkey", "_processed_at_idx", "_key", "_key_pkey"}
+	archiveSuffixes = []string{"_pkey", "_event_id_idx", "_archived_at_idx"}
 )
 
 // ClaimIndex returns the name of the claim index of outbox table outbox: the
@@ -63,6 +68,12 @@ func (t Tables) Identifiers() []string {
 	for _, s := range inboxSuffixes {
 		ids = append(ids, t.Inbox+s)
 	}
+	if t.Archive != "" {
+		ids = append(ids, t.Archive)
+		for _, s := range archiveSuffixes {
+			ids = append(ids, t.Archive+s)
+		}
+	}
 	sort.Strings(ids)
 	return ids
 }
@@ -71,7 +82,11 @@ func (t Tables) Identifiers() []string {
 // dialect (lower-case ASCII letters, digits, '_', not starting with a digit),
 // that they differ, and that every derived identifier fits in 63 bytes.
 func (t Tables) Validate() error {
-	for _, f := range []struct{ what, name string }{{"outbox table", t.Outbox}, {"inbox table", t.Inbox}} {
+	names := []struct{ what, name string }{{"outbox table", t.Outbox}, {"inbox table", t.Inbox}}
+	if t.Archive != "" {
+		names = append(names, struct{ what, name string }{"archive table", t.Archive})
+	}
+	for _, f := range names {
 		if !identRE.MatchString(f.name) {
 			return fmt.Errorf("templates: %s name %q is not a safe SQL identifier: use lower-case letters, digits and '_', start with a letter or '_', at most %d characters", f.what, f.name, MaxIdentifier)
 		}
@@ -88,7 +103,7 @@ func (t Tables) Validate() error {
 	seen := map[string]bool{}
 	for _, id := range t.Identifiers() {
 		if seen[id] {
-			return fmt.Errorf("templates: table names %q and %q produce the identifier %q twice", t.Outbox, t.Inbox, id)
+			return fmt.Errorf("templates: table names %q, %q and %q produce the identifier %q twice", t.Outbox, t.Inbox, t.Archive, id)
 		}
 		seen[id] = true
 	}
@@ -123,6 +138,23 @@ func Render(d string, t Tables) ([]byte, error) {
 		out = append(out, '\n')
 	}
 	return out, nil
+}
+
+// RenderArchive returns only the DDL of t.Archive for dialect d: for adding
+// the archive table to a database that already has the other tables.
+func RenderArchive(d string, t Tables) ([]byte, error) {
+	if t.Archive == "" {
+		return nil, fmt.Errorf("templates: no archive table name given")
+	}
+	if _, err := Render(d, t); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := tmpl.ExecuteTemplate(&buf, d+"_archive", t); err != nil {
+		return nil, fmt.Errorf("templates: render %s archive: %w", d, err)
+	}
+	buf.WriteByte('\n')
+	return buf.Bytes(), nil
 }
 
 // Statements splits rendered DDL into its statements, each without its

@@ -70,7 +70,7 @@ func TestRenderShape(t *testing.T) {
 				t.Errorf("%d \";\" but only %d at line ends: a \";\" inside a statement or comment breaks splitting", n, m)
 			}
 			stmts := templates.Statements(a)
-			wantStmts := map[string]int{"postgres": 7, "mysql": 2, "sqlite": 8}[d]
+			wantStmts := map[string]int{"postgres": 8, "mysql": 3, "sqlite": 9}[d]
 			if len(stmts) != wantStmts {
 				t.Errorf("%d statements, want %d", len(stmts), wantStmts)
 			}
@@ -83,7 +83,7 @@ func TestRenderShape(t *testing.T) {
 					t.Errorf("IF NOT EXISTS in:\n%s", st)
 				}
 			}
-			for _, col := range []string{"id", "event_id", "biz_type", "biz_id", "topic", "payload_version", "payload", "headers", "status", "retry_count", "next_retry_time", "lease_owner", "lease_expires_at", "last_error", "created_at", "updated_at", "sent_at", "consumer", "processed_at"} {
+			for _, col := range []string{"id", "event_id", "biz_type", "biz_id", "topic", "payload_version", "payload", "headers", "status", "retry_count", "next_retry_time", "lease_owner", "lease_expires_at", "last_error", "created_at", "updated_at", "sent_at", "consumer", "processed_at", "last_seq"} {
 				if !regexp.MustCompile(`(?m)^    ` + col + ` +[A-Za-z]`).MatchString(s) {
 					t.Errorf("column %s missing", col)
 				}
@@ -118,7 +118,7 @@ func TestCustomNames(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := string(out)
-			for _, want := range []string{"CREATE TABLE billing_outbox (", "CREATE TABLE billing_inbox (", "billing_outbox_claim_idx", "billing_inbox_processed_at_idx"} {
+			for _, want := range []string{"CREATE TABLE billing_outbox (", "CREATE TABLE billing_inbox (", "billing_outbox_claim_idx", "billing_inbox_processed_at_idx", "CREATE TABLE billing_inbox_key ("} {
 				if !strings.Contains(s, want) {
 					t.Errorf("missing %q", want)
 				}
@@ -147,6 +147,7 @@ func TestBadNames(t *testing.T) {
 		{Outbox: "outbox", Inbox: strings.Repeat("i", 47)}, // inbox_processed_at_idx too long
 		{Outbox: "same", Inbox: "same"},
 		{Outbox: "x", Inbox: "x_claim_idx"}, // collides with a derived name
+		{Outbox: "x_key", Inbox: "x"},       // the stale-guard table x_key collides with the outbox
 	} {
 		for _, d := range templates.Dialects() {
 			if _, err := templates.Render(d, tables); err == nil {
@@ -207,5 +208,43 @@ func TestDialects(t *testing.T) {
 	ds[0] = "changed"
 	if templates.Dialects()[0] != "postgres" {
 		t.Fatal("Dialects returns shared state")
+	}
+}
+
+func TestRenderArchive(t *testing.T) {
+	tables := templates.Tables{Outbox: "outbox_event", Inbox: "outbox_inbox", Archive: "outbox_event_archive"}
+	for _, d := range templates.Dialects() {
+		full, err := templates.Render(d, tables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain, err := templates.Render(d, templates.DefaultTables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		only, err := templates.RenderArchive(d, tables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(string(full), strings.TrimSuffix(string(plain), "\n")) {
+			t.Errorf("%s: the archive table must only be appended to the usual DDL", d)
+		}
+		if !strings.Contains(string(only), "CREATE TABLE outbox_event_archive (") || strings.Contains(string(only), "CREATE TABLE outbox_event (") {
+			t.Errorf("%s: RenderArchive output:\n%s", d, only)
+		}
+		if !strings.HasSuffix(string(full), ";\n") || !strings.HasSuffix(string(only), ";\n") {
+			t.Errorf("%s: archive DDL must end with a statement's \";\\n\"", d)
+		}
+		if got := len(templates.Statements(full)) - len(templates.Statements(plain)); got != len(templates.Statements(only)) || got < 1 {
+			t.Errorf("%s: archive adds %d statements, RenderArchive has %d", d, got, len(templates.Statements(only)))
+		}
+	}
+	if _, err := templates.RenderArchive("postgres", templates.DefaultTables); err == nil {
+		t.Error("RenderArchive without an archive name accepted")
+	}
+	for _, bad := range []string{"Archive", "outbox_event", "outbox_inbox_key"} {
+		if _, err := templates.Render("postgres", templates.Tables{Outbox: "outbox_event", Inbox: "outbox_inbox", Archive: bad}); err == nil {
+			t.Errorf("archive table %q accepted", bad)
+		}
 	}
 }

@@ -228,7 +228,7 @@ func cmdSchema(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		tables = templates.Tables{Outbox: s.SQL.OutboxTable, Inbox: s.SQL.InboxTable}
+		tables = templates.Tables{Outbox: s.SQL.OutboxTable, Inbox: s.SQL.InboxTable, Archive: s.SQL.ArchiveTable}
 	}
 	if *outbox != "" {
 		tables.Outbox = *outbox

@@ -108,7 +108,7 @@ func TestGenerate1000(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkOutput(t, out)
+	checkOutput(t, s, out)
 	if n := strings.Count(string(out[WritersFile]), "\nfunc Insert"); n != 1000 {
 		t.Errorf("%d Insert functions, want 1000", n)
 	}

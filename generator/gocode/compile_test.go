@@ -114,6 +114,9 @@ func writeModule(t *testing.T, root, name string, s *spec.Spec) string {
 		writeFile(t, filepath.Join(pkgDir, file), string(src))
 	}
 	writeFile(t, filepath.Join(pkgDir, "use_test.go"), useTest(s))
+	if len(s.Consumers) > 0 {
+		writeFile(t, filepath.Join(pkgDir, "consumers_use_test.go"), consumersUseTest(s))
+	}
 	extra, err := filepath.Glob(filepath.Join("testdata", name, "*_test.go.txt"))
 	if err != nil {
 		t.Fatal(err)
@@ -160,6 +163,58 @@ func useTest(s *spec.Spec) string {
 		fmt.Fprintf(&b, "\nfunc TestDecode%s(t *testing.T) {\n\t_, err := %s.Decode%s([]byte(\"{\"), 1)\n\tif err == nil {\n\t\tt.Fatal(\"decoding bad JSON succeeded\")\n\t}\n\t_, err = %s.Decode%s([]byte(\"{}\"), %s.%sVersion+1)\n\tif err == nil {\n\t\tt.Fatal(\"decoding a newer version succeeded\")\n\t}\n}\n",
 			e.GoName, pkg, e.GoName, pkg, e.GoName, pkg, e.GoName)
 	}
+	return b.String()
+}
+
+// consumersUseTest returns an external test file that implements every
+// generated handler interface and registers it on a watermill router: the
+// registration must succeed, add one handler per topic, refuse a nil
+// handler, and refuse to run without a decision about the poison queue.
+func consumersUseTest(s *spec.Spec) string {
+	pkg := s.Go.Package
+	pgx := s.Go.Driver == spec.DriverPgx
+	var b strings.Builder
+	fmt.Fprintf(&b, "package %s_test\n\nimport (\n\t\"context\"\n", pkg)
+	if !pgx {
+		b.WriteString("\t\"database/sql\"\n")
+	}
+	b.WriteString("\t\"testing\"\n\n\t\"github.com/ThreeDotsLabs/watermill\"\n\t\"github.com/ThreeDotsLabs/watermill/message\"\n\t\"github.com/ThreeDotsLabs/watermill/pubsub/gochannel\"\n")
+	if pgx {
+		b.WriteString("\t\"github.com/jackc/pgx/v5\"\n\t\"github.com/jackc/pgx/v5/pgxpool\"\n")
+	} else {
+		b.WriteString("\t_ \"modernc.org/sqlite\"\n")
+	}
+	fmt.Fprintf(&b, "\n\t\"github.com/outboxgen/outboxgen/runtime/inbox\"\n\t\"github.com/outboxgen/outboxgen/runtime/outbox\"\n\n\t%q\n)\n", "example.com/gen/"+pkg)
+	txType := "*sql.Tx"
+	if pgx {
+		txType = "pgx.Tx"
+	}
+	for _, c := range s.Consumers {
+		typ := "my" + c.GoName
+		fmt.Fprintf(&b, "\ntype %s struct{}\n\nvar _ %s.%sHandler = %s{}\n", typ, pkg, c.GoName, typ)
+		for _, e := range c.Events {
+			fmt.Fprintf(&b, "\nfunc (%s) Handle%s(ctx context.Context, tx %s, e %s.%s, m outbox.Meta) error {\n\treturn nil\n}\n", typ, e.GoName, txType, pkg, e.GoName)
+		}
+	}
+	b.WriteString("\nfunc TestRegisterConsumers(t *testing.T) {\n\tlogger := watermill.NopLogger{}\n\tps := gochannel.NewGoChannel(gochannel.Config{}, logger)\n\tdefer ps.Close()\n")
+	if pgx {
+		b.WriteString("\tdb, err := pgxpool.New(context.Background(), \"postgres://user@127.0.0.1:1/none\")\n\tif err != nil {\n\t\tt.Fatal(err)\n\t}\n\tdefer db.Close()\n")
+	} else {
+		b.WriteString("\tdb, err := sql.Open(\"sqlite\", \":memory:\")\n\tif err != nil {\n\t\tt.Fatal(err)\n\t}\n\tdefer db.Close()\n")
+	}
+	b.WriteString("\tr, err := message.NewRouter(message.RouterConfig{}, logger)\n\tif err != nil {\n\t\tt.Fatal(err)\n\t}\n")
+	want := 0
+	for _, c := range s.Consumers {
+		topics := map[string]bool{}
+		for _, e := range c.Events {
+			topics[e.Topic] = true
+		}
+		want += len(topics)
+		fmt.Fprintf(&b, "\tif err := %s.Register%s(r, ps, db, my%s{}, inbox.WithPoisonQueue(ps, \"\")); err != nil {\n\t\tt.Fatal(err)\n\t}\n", pkg, c.GoName, c.GoName)
+		fmt.Fprintf(&b, "\tif err := %s.Register%s(r, ps, db, nil, inbox.WithPoisonQueue(ps, \"\")); err == nil {\n\t\tt.Error(\"nil handler accepted\")\n\t}\n", pkg, c.GoName)
+		fmt.Fprintf(&b, "\tif err := %s.Register%s(r, ps, db, my%s{}); err == nil {\n\t\tt.Error(\"registered without a poison queue decision\")\n\t}\n", pkg, c.GoName, c.GoName)
+	}
+	fmt.Fprintf(&b, "\tif n := len(r.Handlers()); n != %d {\n\t\tt.Errorf(\"%%d handlers, want %d\", n)\n\t}\n}\n", want, want)
 	return b.String()
 }
 

@@ -1,6 +1,8 @@
 // Package gocode emits the Go code for a validated events.yaml: typed
-// payload structs, their validation and decoding (events.go), and the
-// transactional writers (writers.go), using github.com/dave/jennifer.
+// payload structs, their validation and decoding (events.go), the
+// transactional writers (writers.go) and, when the spec declares consumers,
+// their handler interfaces and watermill registration (consumers.go), using
+// github.com/dave/jennifer.
 //
 // Field types map as follows: string, bool, int32, int64 and float64 to the
 // Go type of the same name; bytes to []byte; time to time.Time; uuid to
@@ -72,14 +74,22 @@ func Generate(s *spec.Spec) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The two files are rendered and formatted concurrently: on a large
-	// spec, go/format is most of the cost.
-	files := []struct {
+	// The files are rendered and formatted concurrently: on a large spec,
+	// go/format is most of the cost.
+	type file struct {
 		name string
 		f    *jen.File
 		src  []byte
 		err  error
-	}{{name: EventsFile, f: events}, {name: WritersFile, f: writers}}
+	}
+	files := []file{{name: EventsFile, f: events}, {name: WritersFile, f: writers}}
+	if len(s.Consumers) > 0 {
+		consumers, err := g.consumersFile()
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, file{name: ConsumersFile, f: consumers})
+	}
 	var wg sync.WaitGroup
 	for i := range files {
 		wg.Go(func() {

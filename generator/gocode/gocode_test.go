@@ -25,7 +25,7 @@ func TestRepositorySpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkOutput(t, out)
+	checkOutput(t, s, out)
 	for _, want := range []string{
 		regexp.QuoteMeta("// OrderPaid is the payload of the ORDER_PAID event (topic \"orders.paid\", key\n// order_id).\n//\n// An order was paid in full.\ntype OrderPaid struct {"),
 		"\t// OrderID is the order number.\n\tOrderID +string +`json:\"order_id\"`",

@@ -49,7 +49,7 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkOutput(t, out)
+			checkOutput(t, s, out)
 
 			again, err := Generate(s)
 			if err != nil {
@@ -114,15 +114,19 @@ func TestGolden(t *testing.T) {
 }
 
 // checkOutput checks what every generated file must satisfy.
-func checkOutput(t *testing.T, out map[string][]byte) {
+func checkOutput(t *testing.T, s *spec.Spec, out map[string][]byte) {
 	t.Helper()
 	var names []string
 	for name := range out {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{EventsFile, WritersFile}) {
-		t.Errorf("generated files %v, want %v", names, []string{EventsFile, WritersFile})
+	want := []string{EventsFile, WritersFile}
+	if len(s.Consumers) > 0 {
+		want = []string{ConsumersFile, EventsFile, WritersFile}
+	}
+	if !slices.Equal(names, want) {
+		t.Errorf("generated files %v, want %v", names, want)
 	}
 	for name, src := range out {
 		if first, _, _ := strings.Cut(string(src), "\n"); first != "// "+Header {
@@ -139,8 +143,10 @@ func checkOutput(t *testing.T, out map[string][]byte) {
 	if !hasDoc {
 		t.Errorf("%s has no package doc comment", EventsFile)
 	}
-	if strings.Contains(string(out[WritersFile]), "// Package ") {
-		t.Errorf("%s has a package doc comment; only %s should", WritersFile, EventsFile)
+	for _, name := range []string{WritersFile, ConsumersFile} {
+		if strings.Contains(string(out[name]), "// Package ") {
+			t.Errorf("%s has a package doc comment; only %s should", name, EventsFile)
+		}
 	}
 }
 

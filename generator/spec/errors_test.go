@@ -305,6 +305,30 @@ events:
 		want: `testdata.yaml:5:16: derived identifier "inbox_table_name_that_is_long_enough_to_overflow_63_processed_at_idx" is 68 characters, longer than 63: shorten the table name`,
 	},
 	{
+		name: "archive table",
+		src: `version: 1
+go: {package: events, out: gen}
+sql:
+  dialects: [postgres]
+  archive_table: outbox_event
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:5:18: table names "outbox_event", "outbox_inbox" and "outbox_event" produce the identifier "outbox_event" twice`,
+	},
+	{
+		name: "unsafe archive table",
+		src: `version: 1
+go: {package: events, out: gen}
+sql:
+  dialects: [postgres]
+  archive_table: Archive
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:5:18: sql.archive_table "Archive" is not a safe SQL identifier; use 1 to 63 lower-case letters, digits and underscores, starting with a letter or underscore (this prevents SQL injection, as the name is spliced into SQL)`,
+	},
+	{
 		name: "event names",
 		src: `version: 1
 go: {package: events, out: gen}
@@ -601,6 +625,32 @@ testdata.yaml:10:51: consumer sms handles unknown event "NOTHING_LIKE_IT"; decla
 testdata.yaml:11:11: duplicate consumer sms (first at line 9); rename or remove one
 testdata.yaml:14:13: consumer email must handle at least one event; list it under events:
 testdata.yaml:15:5: consumer push is missing required key "events"; add events: the list of events it handles, e.g. [ORDER_PAID]`,
+	},
+	{
+		name: "latest_only",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+events:
+  - {name: ORDER_PAID, topic: a, key: id, fields: [{name: id, type: string}]}
+  - {name: ORDER_STATUS, topic: b, key: id, fields: [{name: id, type: string}]}
+consumers:
+  - name: points
+    events: [ORDER_STATUS]
+    latest_only: [ORDER_STATUS, ORDER_STATUS, ORDER_PAID, ORDER_STATSU, NOPE, {name: x}]
+  - name: sms
+    events: [ORDER_PAID]
+    latest_only: ORDER_PAID
+  - name: push
+    events: [ORDER_PAID]
+    latest_only: []
+`,
+		want: `testdata.yaml:10:33: consumer points lists event ORDER_STATUS twice in latest_only (first at line 10); remove one
+testdata.yaml:10:47: consumer points lists ORDER_PAID under latest_only but does not handle it; add it to its events or remove it from latest_only
+testdata.yaml:10:59: consumer points lists unknown event "ORDER_STATSU" under latest_only; did you mean ORDER_STATUS?
+testdata.yaml:10:73: consumer points lists unknown event "NOPE" under latest_only; list events of its events: there
+testdata.yaml:10:79: each event of latest_only of consumer points must be a string, got a mapping
+testdata.yaml:13:18: latest_only of consumer sms must be a list, got the string "ORDER_PAID"`,
 	},
 	{
 		name: "go name collisions",

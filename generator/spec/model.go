@@ -73,6 +73,9 @@ type SQLOutput struct {
 	OutboxTable string
 	// InboxTable is the consumer idempotency table name (default "outbox_inbox").
 	InboxTable string
+	// ArchiveTable, when set, adds an archive table to the DDL: the janitor
+	// can move sent rows there instead of deleting them.
+	ArchiveTable string
 }
 
 // Type is a named, reusable type: an object (Fields) or an enum (Values).
@@ -195,5 +198,20 @@ type Consumer struct {
 	Description string
 	// Events are the handled events, in the order listed.
 	Events []*Event
-	Pos    Pos
+	// LatestOnly are the events of Events under the stale guard (the
+	// consumer's latest_only list), in the order listed: an event older
+	// than the newest one applied for its key is skipped. Right for state
+	// events (last writer wins), wrong for deltas.
+	LatestOnly []*Event
+	Pos        Pos
+}
+
+// IsLatestOnly reports whether c handles e under the stale guard.
+func (c *Consumer) IsLatestOnly(e *Event) bool {
+	for _, x := range c.LatestOnly {
+		if x == e {
+			return true
+		}
+	}
+	return false
 }

@@ -390,12 +390,12 @@ var looseName = regexp.MustCompile(`^[A-Za-z0-9_.\-]+$`)
 var (
 	rootKeys     = []string{"version", "go", "sql", "types", "events", "consumers"}
 	goKeys       = []string{"package", "out", "driver"}
-	sqlKeys      = []string{"dialects", "out", "outbox_table", "inbox_table"}
+	sqlKeys      = []string{"dialects", "out", "outbox_table", "inbox_table", "archive_table"}
 	typeKeys     = []string{"name", "description", "fields", "enum"}
 	eventKeys    = []string{"name", "description", "topic", "key", "version", "ordered", "fields"}
 	fieldKeys    = []string{"name", "type", "optional", "description", "go_type"}
 	goTypeKeys   = []string{"import", "type", "pointer"}
-	consumerKeys = []string{"name", "description", "events"}
+	consumerKeys = []string{"name", "description", "events", "latest_only"}
 )
 
 var (
@@ -544,12 +544,25 @@ func (p *parser) parseSQL(n *yaml.Node) {
 			}
 		}
 	}
+	archiveNode := m.get("archive_table")
+	archiveOK := true
+	if archiveNode != nil {
+		var s string
+		if s, archiveOK = p.sqlIdent(archiveNode, "sql.archive_table"); archiveOK {
+			p.spec.SQL.ArchiveTable = s
+		}
+	}
 	// The DDL derives index and constraint names from the table names; they
-	// must fit the 63-byte identifier limit too (templates owns that rule).
-	if sqlIdentRe.MatchString(p.spec.SQL.OutboxTable) && sqlIdentRe.MatchString(p.spec.SQL.InboxTable) && p.spec.SQL.OutboxTable != p.spec.SQL.InboxTable {
-		if err := (templates.Tables{Outbox: p.spec.SQL.OutboxTable, Inbox: p.spec.SQL.InboxTable}).Validate(); err != nil {
+	// must fit the 63-byte identifier limit and differ (templates owns
+	// those rules).
+	if archiveOK && sqlIdentRe.MatchString(p.spec.SQL.OutboxTable) && sqlIdentRe.MatchString(p.spec.SQL.InboxTable) && p.spec.SQL.OutboxTable != p.spec.SQL.InboxTable {
+		tables := templates.Tables{Outbox: p.spec.SQL.OutboxTable, Inbox: p.spec.SQL.InboxTable, Archive: p.spec.SQL.ArchiveTable}
+		if err := tables.Validate(); err != nil {
 			at := outboxNode
-			if at == nil || (inboxNode != nil && strings.Contains(err.Error(), p.spec.SQL.InboxTable+"_")) {
+			switch {
+			case archiveNode != nil && strings.Contains(err.Error(), p.spec.SQL.ArchiveTable):
+				at = archiveNode
+			case at == nil || (inboxNode != nil && strings.Contains(err.Error(), p.spec.SQL.InboxTable+"_")):
 				at = inboxNode
 			}
 			if at == nil {
@@ -994,6 +1007,9 @@ func (p *parser) parseConsumers(n *yaml.Node) {
 		if v := p.require(m, ctx, "events", "add events: the list of events it handles, e.g. [ORDER_PAID]"); v != nil {
 			p.parseConsumerEvents(v, c, ctx)
 		}
+		if v := m.get("latest_only"); v != nil {
+			p.parseLatestOnly(v, c, ctx)
+		}
 		if !dup {
 			p.consumers = append(p.consumers, &consumerDecl{c: c})
 			p.spec.Consumers = append(p.spec.Consumers, c)
@@ -1035,5 +1051,45 @@ func (p *parser) parseConsumerEvents(v *yaml.Node, c *Consumer, ctx string) {
 			continue
 		}
 		c.Events = append(c.Events, d.e)
+	}
+}
+
+// parseLatestOnly reads a consumer's latest_only list: events of its events
+// list that get the stale guard.
+func (p *parser) parseLatestOnly(v *yaml.Node, c *Consumer, ctx string) {
+	items, ok := p.list(v, "latest_only of "+ctx)
+	if !ok {
+		return
+	}
+	first := map[string]int{}
+	for _, it := range items {
+		s, ok := p.str(it, "each event of latest_only of "+ctx)
+		if !ok {
+			continue
+		}
+		if line, dup := first[s]; dup {
+			p.errorf(it, "%s lists event %s twice in latest_only (first at line %d); remove one", ctx, s, line)
+			continue
+		}
+		first[s] = it.Line
+		var handled *Event
+		names := make([]string, 0, len(c.Events))
+		for _, e := range c.Events {
+			names = append(names, e.Name)
+			if e.Name == s {
+				handled = e
+			}
+		}
+		if handled == nil {
+			if p.eventByName[s] != nil {
+				p.errorf(it, "%s lists %s under latest_only but does not handle it; add it to its events or remove it from latest_only", ctx, s)
+			} else if sg := suggest(s, names); sg != "" {
+				p.errorf(it, "%s lists unknown event %q under latest_only; did you mean %s?", ctx, s, sg)
+			} else {
+				p.errorf(it, "%s lists unknown event %q under latest_only; list events of its events: there", ctx, s)
+			}
+			continue
+		}
+		c.LatestOnly = append(c.LatestOnly, handled)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 )
@@ -119,6 +120,11 @@ func (w *Writer) Prepare(ev Event, opts ...InsertOption) (Statement, error) {
 	}
 	var headers any // NULL when there are none
 	if len(o.headers) > 0 {
+		for k := range o.headers {
+			if err := checkHeaderName(k); err != nil {
+				return Statement{}, &InvalidEventError{Type: ev.Type, Field: "headers", Reason: err.Error()}
+			}
+		}
 		h, err := json.Marshal(o.headers)
 		if err != nil {
 			return Statement{}, fmt.Errorf("outbox: marshal %s headers: %w", ev.Type, err)
@@ -152,4 +158,22 @@ func (w *Writer) Insert(ctx context.Context, tx Execer, ev Event, opts ...Insert
 		return EventID{}, fmt.Errorf("outbox: insert %s into %s: %w", ev.Type, w.table, err)
 	}
 	return st.ID, nil
+}
+
+// checkHeaderName refuses header names that the relay or a broker adapter
+// gives a meaning of their own: a stored header with such a name would be
+// overwritten, or would change how the broker treats the message (a
+// "_watermill_message_uuid" header makes watermill-kafka refuse every
+// publish; "Nats-Expected-*" headers change JetStream's checks).
+func checkHeaderName(k string) error {
+	lk := strings.ToLower(k)
+	switch {
+	case k == "":
+		return errors.New("a header name is empty")
+	case strings.HasPrefix(lk, "outbox_") || lk == MetadataPartitionKey:
+		return fmt.Errorf("header %q is reserved: the relay sets outbox_* and %s itself", k, MetadataPartitionKey)
+	case strings.HasPrefix(lk, "_watermill_") || strings.HasPrefix(lk, "nats-"):
+		return fmt.Errorf("header %q is reserved by the broker client (_watermill_*, Nats-*); choose another name", k)
+	}
+	return nil
 }

@@ -122,8 +122,97 @@ func DecodeStockReserved(payload []byte, version int) (StockReserved, error) {
 	return e, nil
 }
 
+// The ORDER_STATUS_CHANGED event's type (stored as biz_type), broker topic and
+// current payload version.
+const (
+	OrderStatusChangedType    = "ORDER_STATUS_CHANGED"
+	OrderStatusChangedTopic   = "orders.status"
+	OrderStatusChangedVersion = 1
+)
+
+// OrderStatusChanged is the payload of the ORDER_STATUS_CHANGED event (topic
+// "orders.status", key order_id).
+//
+// The order moved to a new status; carries the whole new state.
+type OrderStatusChanged struct {
+	OrderID string `json:"order_id"`
+	Status  string `json:"status"`
+}
+
+// Validate reports the first problem that would make the event unusable.
+// InsertOrderStatusChanged calls it before any SQL runs, and
+// DecodeOrderStatusChanged after decoding.
+func (e OrderStatusChanged) Validate() error {
+	if e.OrderID == "" {
+		return outbox.Invalid(OrderStatusChangedType, "order_id", "the key is empty")
+	}
+	return nil
+}
+
+// DecodeOrderStatusChanged decodes an ORDER_STATUS_CHANGED payload of the
+// given version (from the message metadata), for consumers. Versions 1 to
+// OrderStatusChangedVersion are accepted; errors match outbox.ErrUndecodable
+// or, for a payload that decodes but does not validate,
+// outbox.ErrInvalidEvent.
+func DecodeOrderStatusChanged(payload []byte, version int) (OrderStatusChanged, error) {
+	var e OrderStatusChanged
+	if err := outbox.DecodePayload(OrderStatusChangedType, payload, version, OrderStatusChangedVersion, &e); err != nil {
+		return OrderStatusChanged{}, err
+	}
+	if err := e.Validate(); err != nil {
+		return OrderStatusChanged{}, err
+	}
+	return e, nil
+}
+
+// The POINTS_CREDITED event's type (stored as biz_type), broker topic and
+// current payload version.
+const (
+	PointsCreditedType    = "POINTS_CREDITED"
+	PointsCreditedTopic   = "points.credited"
+	PointsCreditedVersion = 1
+)
+
+// PointsCredited is the payload of the POINTS_CREDITED event (topic
+// "points.credited", key customer_id).
+//
+// Loyalty points were credited for a paid order (emitted by the points
+// consumer).
+type PointsCredited struct {
+	CustomerID string `json:"customer_id"`
+	OrderID    string `json:"order_id"`
+	Points     int64  `json:"points"`
+}
+
+// Validate reports the first problem that would make the event unusable.
+// InsertPointsCredited calls it before any SQL runs, and DecodePointsCredited
+// after decoding.
+func (e PointsCredited) Validate() error {
+	if e.CustomerID == "" {
+		return outbox.Invalid(PointsCreditedType, "customer_id", "the key is empty")
+	}
+	return nil
+}
+
+// DecodePointsCredited decodes a POINTS_CREDITED payload of the given version
+// (from the message metadata), for consumers. Versions 1 to
+// PointsCreditedVersion are accepted; errors match outbox.ErrUndecodable or,
+// for a payload that decodes but does not validate, outbox.ErrInvalidEvent.
+func DecodePointsCredited(payload []byte, version int) (PointsCredited, error) {
+	var e PointsCredited
+	if err := outbox.DecodePayload(PointsCreditedType, payload, version, PointsCreditedVersion, &e); err != nil {
+		return PointsCredited{}, err
+	}
+	if err := e.Validate(); err != nil {
+		return PointsCredited{}, err
+	}
+	return e, nil
+}
+
 // EventTypes lists every event type declared in pgxevents.yaml, in file order.
 var EventTypes = []outbox.EventType{
 	{Name: OrderPaidType, Topic: OrderPaidTopic, Version: OrderPaidVersion, Ordered: true},
 	{Name: StockReservedType, Topic: StockReservedTopic, Version: StockReservedVersion, Ordered: true},
+	{Name: OrderStatusChangedType, Topic: OrderStatusChangedTopic, Version: OrderStatusChangedVersion, Ordered: true},
+	{Name: PointsCreditedType, Topic: PointsCreditedTopic, Version: PointsCreditedVersion, Ordered: true},
 }

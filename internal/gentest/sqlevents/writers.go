@@ -58,3 +58,37 @@ func InsertStockReserved(ctx context.Context, tx *sql.Tx, e StockReserved, opts 
 		Payload: e,
 	}, opts...)
 }
+
+// InsertOrderStatusChanged writes an ORDER_STATUS_CHANGED event into the
+// outbox table inside tx, the transaction that makes the business change, so
+// the event is published if and only if tx commits. It validates e first; an
+// invalid event returns an error and leaves tx usable.
+func InsertOrderStatusChanged(ctx context.Context, tx *sql.Tx, e OrderStatusChanged, opts ...outbox.InsertOption) (outbox.EventID, error) {
+	if err := e.Validate(); err != nil {
+		return outbox.EventID{}, err
+	}
+	return Writer.Insert(ctx, tx, outbox.Event{
+		Type:    OrderStatusChangedType,
+		Topic:   OrderStatusChangedTopic,
+		Key:     e.OrderID,
+		Version: OrderStatusChangedVersion,
+		Payload: e,
+	}, opts...)
+}
+
+// InsertPointsCredited writes a POINTS_CREDITED event into the outbox table
+// inside tx, the transaction that makes the business change, so the event is
+// published if and only if tx commits. It validates e first; an invalid event
+// returns an error and leaves tx usable.
+func InsertPointsCredited(ctx context.Context, tx *sql.Tx, e PointsCredited, opts ...outbox.InsertOption) (outbox.EventID, error) {
+	if err := e.Validate(); err != nil {
+		return outbox.EventID{}, err
+	}
+	return Writer.Insert(ctx, tx, outbox.Event{
+		Type:    PointsCreditedType,
+		Topic:   PointsCreditedTopic,
+		Key:     e.CustomerID,
+		Version: PointsCreditedVersion,
+		Payload: e,
+	}, opts...)
+}

@@ -1,0 +1,337 @@
+// Package kafka builds watermill-kafka/v3 publishers and subscribers
+// configured for outboxgen's transactional outbox.
+//
+//	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: []string{"kafka:9092"}})
+//	...
+//	r, err := relay.New(db, dialect.Postgres, relay.Options{Publisher: pub})
+//
+// # Per-key order
+//
+// The relay publishes the events of one key (biz_id) in id order, one at a
+// time (each Publish waits for the broker's acknowledgement before the
+// next event of that key is sent). This package makes the outbox key the
+// Kafka record key (PartitionKey: metadata relay.MetadataPartitionKey, else
+// relay.MetadataKey), so every event of a key goes to the same partition —
+// sarama's hash partitioner — where Kafka keeps them in the order they were
+// written. Consumers reading a partition in order (one consumer per
+// partition, as consumer groups do) therefore see a key's events in order.
+// Changing a topic's partition count moves keys to other partitions; do it
+// only with the relay drained.
+//
+// The producer is idempotent by default (PublisherConfig.DisableIdempotence):
+// sarama's internal retries of a produce request cannot duplicate or
+// reorder records. Re-sends by the relay itself (a publish whose
+// acknowledgement was lost) are new records: consumers deduplicate by the
+// message UUID, which is the event_id (Kafka has no broker-side
+// de-duplication by an application id).
+//
+// # Topics
+//
+// The outbox topic is the Kafka topic name, unchanged: use the characters
+// Kafka allows (ASCII letters, digits, '.', '_', '-'; at most 249) and avoid
+// mixing '.' and '_' (Kafka's metric names collide). Create topics ahead,
+// with the partition count you want; brokers with automatic topic creation
+// create them with their defaults on first publish.
+package kafka
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill"
+	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/outboxgen/outboxgen/runtime/relay"
+)
+
+// Defaults of PublisherConfig.
+const (
+	DefaultClientID      = "outboxgen-relay"
+	DefaultPublishRetry  = 3
+	DefaultRetryBackoff  = 100 * time.Millisecond
+	DefaultDialTimeout   = 10 * time.Second
+	DefaultWriteTimeout  = 10 * time.Second
+	DefaultSubscriberID  = "outboxgen-consumer"
+	defaultMetadataRetry = 250 * time.Millisecond
+)
+
+// DefaultVersion is the Kafka protocol version the clients speak by
+// default (2.1: idempotent producers, record headers).
+var DefaultVersion = sarama.V2_1_0_0
+
+// ErrNoPartitionKey is returned by PartitionKey (and so by Publish) for a
+// message that carries neither relay.MetadataPartitionKey nor
+// relay.MetadataKey: without a key the record would land on an arbitrary
+// partition and per-key order would be lost. The relay always sets both.
+var ErrNoPartitionKey = errors.New("kafka: message has no outbox key (metadata " + relay.MetadataPartitionKey + " or " + relay.MetadataKey + ")")
+
+// PartitionKey returns the outbox key of msg: the metadata
+// relay.MetadataPartitionKey, else relay.MetadataKey. It is the
+// watermill-kafka GeneratePartitionKey the publisher uses by default.
+func PartitionKey(_ string, msg *message.Message) (string, error) {
+	if k := msg.Metadata.Get(relay.MetadataPartitionKey); k != "" {
+		return k, nil
+	}
+	if k := msg.Metadata.Get(relay.MetadataKey); k != "" {
+		return k, nil
+	}
+	return "", fmt.Errorf("%w: message %s", ErrNoPartitionKey, msg.UUID)
+}
+
+// NewMarshaler returns watermill-kafka's marshaler (payload as the record
+// value, metadata as record headers, UUID in the _watermill_message_uuid
+// header) with the record key set by key (PartitionKey when nil).
+func NewMarshaler(key wmkafka.GeneratePartitionKey) wmkafka.MarshalerUnmarshaler {
+	if key == nil {
+		key = PartitionKey
+	}
+	return wmkafka.NewWithPartitioningMarshaler(key)
+}
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	// Brokers are the bootstrap brokers ("host:port"). Required.
+	Brokers []string
+
+	// ClientID names the client to the brokers (default
+	// "outboxgen-relay").
+	ClientID string
+
+	// Version is the Kafka protocol version (default DefaultVersion).
+	Version sarama.KafkaVersion
+
+	// PartitionKey derives the record key (default PartitionKey: the
+	// outbox key).
+	PartitionKey wmkafka.GeneratePartitionKey
+
+	// DisableIdempotence turns the idempotent producer off, for brokers
+	// or ACLs that do not allow it (IDEMPOTENT_WRITE). Per-key order still
+	// holds (the relay waits for each record of a key), but sarama's own
+	// retries may then write a record twice.
+	DisableIdempotence bool
+
+	// Retries is how often sarama retries a produce request before
+	// Publish fails (default 3); the relay retries further with its
+	// backoff. Keep it small: Publish does not watch the relay's shutdown
+	// deadline.
+	Retries int
+
+	// RetryBackoff is the wait between sarama's retries (default 100ms).
+	RetryBackoff time.Duration
+
+	// Sarama, if set, is the base sarama configuration (TLS, SASL...).
+	// The settings the outbox depends on are applied over it: sync
+	// producer returning successes, acks from all in-sync replicas,
+	// hash partitioner, idempotence, and the fields above when set.
+	Sarama *sarama.Config
+
+	// Logger receives watermill's logs (default watermill.NopLogger).
+	Logger watermill.LoggerAdapter
+}
+
+func (c *PublisherConfig) setDefaults() {
+	if c.ClientID == "" {
+		c.ClientID = DefaultClientID
+	}
+	if c.Version == (sarama.KafkaVersion{}) {
+		c.Version = DefaultVersion
+	}
+	if c.PartitionKey == nil {
+		c.PartitionKey = PartitionKey
+	}
+	if c.Retries == 0 {
+		c.Retries = DefaultPublishRetry
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+}
+
+// Validate reports every invalid setting. It checks the configuration as
+// given; NewPublisher applies the defaults first.
+func (c PublisherConfig) Validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("kafka: PublisherConfig.Brokers is empty: list at least one bootstrap broker host:port"))
+	}
+	if c.Retries < 1 {
+		errs = append(errs, fmt.Errorf("kafka: PublisherConfig.Retries is %d: use at least 1 (or 0 for %d)", c.Retries, DefaultPublishRetry))
+	}
+	if c.RetryBackoff < 0 {
+		errs = append(errs, fmt.Errorf("kafka: PublisherConfig.RetryBackoff is %s: use a positive duration (or 0 for %s)", c.RetryBackoff, DefaultRetryBackoff))
+	}
+	if !c.DisableIdempotence && c.Version != (sarama.KafkaVersion{}) && !c.Version.IsAtLeast(sarama.V0_11_0_0) {
+		errs = append(errs, fmt.Errorf("kafka: PublisherConfig.Version %s is too old for the idempotent producer: use 0.11 or newer, or set DisableIdempotence", c.Version))
+	}
+	if c.PartitionKey == nil || c.Logger == nil {
+		errs = append(errs, errors.New("kafka: PublisherConfig.PartitionKey and Logger must be left nil before NewPublisher to get their defaults"))
+	}
+	return errors.Join(errs...)
+}
+
+// SaramaConfig returns the sarama producer configuration NewPublisher
+// uses for c (after defaults). It is validated by sarama.
+func (c PublisherConfig) SaramaConfig() (*sarama.Config, error) {
+	c.setDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c.saramaConfig()
+}
+
+func (c PublisherConfig) saramaConfig() (*sarama.Config, error) {
+	sc := sarama.NewConfig()
+	if c.Sarama != nil {
+		cp := *c.Sarama
+		sc = &cp
+	} else {
+		sc.Net.DialTimeout = DefaultDialTimeout
+		sc.Net.WriteTimeout = DefaultWriteTimeout
+		sc.Metadata.Retry.Backoff = defaultMetadataRetry
+	}
+	sc.ClientID = c.ClientID
+	sc.Version = c.Version
+	sc.Producer.Return.Successes = true // a SyncProducer needs both
+	sc.Producer.Return.Errors = true
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Producer.Partitioner = sarama.NewHashPartitioner
+	sc.Producer.Retry.Max = c.Retries
+	sc.Producer.Retry.Backoff = c.RetryBackoff
+	if !c.DisableIdempotence {
+		sc.Producer.Idempotent = true
+		sc.Net.MaxOpenRequests = 1
+	}
+	if err := sc.Validate(); err != nil {
+		return nil, fmt.Errorf("kafka: sarama config: %w", err)
+	}
+	return sc, nil
+}
+
+// NewPublisher returns a watermill-kafka publisher (a sarama SyncProducer:
+// Publish returns after the brokers acknowledged the record) whose records
+// are keyed by the outbox key.
+func NewPublisher(cfg PublisherConfig) (*wmkafka.Publisher, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	sc, err := cfg.saramaConfig()
+	if err != nil {
+		return nil, err
+	}
+	pub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{
+		Brokers:               cfg.Brokers,
+		Marshaler:             NewMarshaler(cfg.PartitionKey),
+		OverwriteSaramaConfig: sc,
+	}, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	return pub, nil
+}
+
+// SubscriberConfig configures a Subscriber for the consumers of outbox
+// events.
+type SubscriberConfig struct {
+	// Brokers are the bootstrap brokers ("host:port"). Required.
+	Brokers []string
+
+	// ConsumerGroup is the Kafka consumer group. Required: a group reads
+	// each partition with one member at a time, which keeps per-key
+	// order, and commits offsets so a restart resumes.
+	ConsumerGroup string
+
+	// ClientID names the client (default "outboxgen-consumer").
+	ClientID string
+
+	// Version is the Kafka protocol version (default DefaultVersion).
+	Version sarama.KafkaVersion
+
+	// FromNewest starts a group without committed offsets at the end of
+	// the partitions; by default it starts at the oldest record, so no
+	// event published before the group's first start is skipped.
+	FromNewest bool
+
+	// NackResendSleep is the wait before a Nacked message is delivered
+	// again (default 100ms). The partition waits with it: per-key order
+	// holds across Nacks.
+	NackResendSleep time.Duration
+
+	// Sarama, if set, is the base sarama configuration (TLS, SASL...).
+	Sarama *sarama.Config
+
+	// Logger receives watermill's logs (default watermill.NopLogger).
+	Logger watermill.LoggerAdapter
+}
+
+func (c *SubscriberConfig) setDefaults() {
+	if c.ClientID == "" {
+		c.ClientID = DefaultSubscriberID
+	}
+	if c.Version == (sarama.KafkaVersion{}) {
+		c.Version = DefaultVersion
+	}
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+}
+
+// Validate reports every invalid setting.
+func (c SubscriberConfig) Validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("kafka: SubscriberConfig.Brokers is empty: list at least one bootstrap broker host:port"))
+	}
+	if c.ConsumerGroup == "" {
+		errs = append(errs, errors.New("kafka: SubscriberConfig.ConsumerGroup is empty: name the consumer group (it keeps per-partition order and offsets)"))
+	}
+	if c.NackResendSleep < 0 && c.NackResendSleep != wmkafka.NoSleep {
+		errs = append(errs, fmt.Errorf("kafka: SubscriberConfig.NackResendSleep is %s: use a positive duration, 0 for 100ms or kafka.NoSleep", c.NackResendSleep))
+	}
+	if c.Logger == nil {
+		errs = append(errs, errors.New("kafka: SubscriberConfig.Logger must be left nil before NewSubscriber to get the default"))
+	}
+	return errors.Join(errs...)
+}
+
+// NewSubscriber returns a watermill-kafka consumer-group subscriber.
+// Messages carry UUID = event_id and the relay's metadata; the record key
+// is not exposed (it equals relay.MetadataKey).
+func NewSubscriber(cfg SubscriberConfig) (*wmkafka.Subscriber, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	sc := wmkafka.DefaultSaramaSubscriberConfig()
+	if cfg.Sarama != nil {
+		cp := *cfg.Sarama
+		sc = &cp
+	}
+	sc.ClientID = cfg.ClientID
+	sc.Version = cfg.Version
+	sc.Consumer.Return.Errors = true
+	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	if cfg.FromNewest {
+		sc.Consumer.Offsets.Initial = sarama.OffsetNewest
+	}
+	if err := sc.Validate(); err != nil {
+		return nil, fmt.Errorf("kafka: sarama config: %w", err)
+	}
+	sub, err := wmkafka.NewSubscriber(wmkafka.SubscriberConfig{
+		Brokers:               cfg.Brokers,
+		Unmarshaler:           NewMarshaler(nil),
+		OverwriteSaramaConfig: sc,
+		ConsumerGroup:         cfg.ConsumerGroup,
+		NackResendSleep:       cfg.NackResendSleep,
+	}, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	return sub, nil
+}

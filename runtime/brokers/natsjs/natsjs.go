@@ -1,0 +1,406 @@
+// Package natsjs builds watermill-nats/v2 JetStream publishers and
+// subscribers configured for outboxgen's transactional outbox.
+//
+//	pub, err := natsjs.NewPublisher(natsjs.Config{URL: "nats://127.0.0.1:4222", AutoProvision: true})
+//	...
+//	r, err := relay.New(db, dialect.Postgres, relay.Options{Publisher: pub})
+//
+// # Subjects
+//
+// The outbox topic is the NATS subject, unchanged. Dots are NATS token
+// separators, so the topic "orders.paid" is the subject "orders.paid",
+// captured by streams or consumers filtering on "orders.paid", "orders.*" or
+// "orders.>". A topic must therefore be a valid literal subject: non-empty
+// tokens separated by single dots, no whitespace, no wildcard tokens ("*",
+// ">"). ValidateTopic checks this, and Publish refuses an invalid topic
+// before it reaches the server (the relay then retries and finally marks the
+// row FAILED, with the reason in last_error).
+//
+// # De-duplication
+//
+// Every message is published with the JetStream header Nats-Msg-Id set to
+// the watermill message UUID, which the relay sets to the outbox event_id.
+// JetStream remembers the ids it stored for the stream's duplicate window
+// (Config.DuplicateWindow for streams this package creates; the server
+// default is 2 minutes) and acknowledges a re-sent id without storing it
+// again. The relay delivers at least once (a publish whose acknowledgement
+// was lost is retried); inside the window each event is stored in the
+// stream exactly once. A re-send after the window (for instance a row the
+// relay retried with a long backoff) is stored again, so consumers must
+// still deduplicate by event id (package outbox's inbox) — the window only
+// makes duplicates rare. Choose a window longer than the relay's lease
+// (relay.Options.LeaseDuration) plus its first backoff steps when you want
+// relay re-sends absorbed by the stream.
+//
+// # Connection
+//
+// A publisher created from a URL reconnects forever (nats.MaxReconnects(-1))
+// and does not buffer publishes while disconnected
+// (nats.ReconnectBufSize(-1)): a publish during a broker outage fails at
+// once and the relay records the failure and retries with its backoff,
+// instead of the publish sitting in a client buffer that the relay already
+// counted as failed. Config.NatsOptions are applied after these and can
+// override them.
+package natsjs
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+)
+
+// Defaults of Config and SubscriberConfig.
+const (
+	// DefaultDuplicateWindow is the duplicate window of streams this
+	// package creates (JetStream's own default).
+	DefaultDuplicateWindow = 2 * time.Minute
+	// DefaultPublishTimeout bounds how long a publish waits for the
+	// stream's acknowledgement.
+	DefaultPublishTimeout = 5 * time.Second
+	// DefaultAckWait is how long a subscriber waits for the handler to ack
+	// before JetStream redelivers.
+	DefaultAckWait = 30 * time.Second
+	// DefaultStreamPrefix prefixes the names of streams this package
+	// creates.
+	DefaultStreamPrefix = "OUTBOX_"
+)
+
+// Config configures a Publisher.
+type Config struct {
+	// URL is the NATS server URL (default nats.DefaultURL). Ignored when
+	// Conn is set.
+	URL string
+
+	// Conn is an existing connection to publish on. The publisher does
+	// not close it; URL and NatsOptions are ignored.
+	Conn *nats.Conn
+
+	// NatsOptions are applied when the publisher connects to URL, after
+	// the package's defaults (reconnect forever, no reconnect buffer).
+	NatsOptions []nats.Option
+
+	// PublishTimeout bounds how long one publish waits for JetStream's
+	// acknowledgement (default 5s). The relay counts a timeout as a failed
+	// publish and retries; if the message had in fact been stored, the
+	// retry is dropped by de-duplication (inside the duplicate window).
+	PublishTimeout time.Duration
+
+	// AutoProvision creates a stream for a topic on its first publish when
+	// no stream captures the topic's subject: named StreamName(topic),
+	// capturing exactly that subject, file storage, DuplicateWindow, then
+	// adjusted by ConfigureStream. The check is made once per topic per
+	// publisher. Without AutoProvision, streams are the operator's job
+	// (e.g. one stream "ORDERS" on "orders.>") and a publish to a subject
+	// no stream captures fails with nats.ErrNoStreamResponse. With
+	// AutoProvision, that error (a stream deleted, a server restarted
+	// with an empty store) makes Publish provision again and retry once.
+	AutoProvision bool
+
+	// DuplicateWindow is the de-duplication window of streams created by
+	// AutoProvision (default 2 minutes). Existing streams keep theirs.
+	DuplicateWindow time.Duration
+
+	// StreamName names the stream AutoProvision creates for a topic
+	// (default DefaultStreamName).
+	StreamName func(topic string) string
+
+	// ConfigureStream, if set, adjusts the configuration of a stream
+	// AutoProvision is about to create (replicas, retention, max age...).
+	ConfigureStream func(topic string, cfg *nats.StreamConfig)
+
+	// Logger receives watermill's logs (default watermill.NopLogger).
+	Logger watermill.LoggerAdapter
+}
+
+func (c *Config) setDefaults() {
+	if c.URL == "" && c.Conn == nil {
+		c.URL = nats.DefaultURL
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = DefaultPublishTimeout
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if c.StreamName == nil {
+		c.StreamName = DefaultStreamName
+	}
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+}
+
+// Validate reports every invalid setting. It checks the configuration as
+// given; NewPublisher applies the defaults first.
+func (c Config) Validate() error {
+	var errs []error
+	if c.URL == "" && c.Conn == nil {
+		errs = append(errs, errors.New("natsjs: Config.URL is empty and Config.Conn is nil: set one of them"))
+	}
+	if c.PublishTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("natsjs: Config.PublishTimeout is %s: use a positive duration (or 0 for %s)", c.PublishTimeout, DefaultPublishTimeout))
+	}
+	if c.DuplicateWindow <= 0 {
+		errs = append(errs, fmt.Errorf("natsjs: Config.DuplicateWindow is %s: use a positive duration (or 0 for %s)", c.DuplicateWindow, DefaultDuplicateWindow))
+	}
+	if c.StreamName == nil {
+		errs = append(errs, errors.New("natsjs: Config.StreamName is nil: leave it nil before NewPublisher to use DefaultStreamName"))
+	}
+	if c.Logger == nil {
+		errs = append(errs, errors.New("natsjs: Config.Logger is nil: leave it nil before NewPublisher to use watermill.NopLogger"))
+	}
+	return errors.Join(errs...)
+}
+
+// Publisher is a watermill message.Publisher to NATS JetStream for the
+// relay: the watermill-nats/v2 publisher with JetStream enabled,
+// Nats-Msg-Id set from the message UUID, topics validated as subjects, and
+// optional stream provisioning. It is safe for concurrent use.
+type Publisher struct {
+	*wmnats.Publisher
+
+	conn          *nats.Conn
+	ownConn       bool
+	autoProvision bool
+	prov          *provisioner
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// NewPublisher connects (unless cfg.Conn is set) and returns a publisher.
+func NewPublisher(cfg Config) (*Publisher, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	conn, own, err := connect(cfg.Conn, cfg.URL, cfg.NatsOptions)
+	if err != nil {
+		return nil, err
+	}
+	js, err := conn.JetStream()
+	if err != nil {
+		closeIfOwned(conn, own)
+		return nil, fmt.Errorf("natsjs: jetstream context: %w", err)
+	}
+	pub, err := wmnats.NewPublisherWithNatsConn(conn, wmnats.PublisherPublishConfig{
+		Marshaler:         Marshaler{},
+		SubjectCalculator: wmnats.DefaultSubjectCalculator,
+		JetStream: wmnats.JetStreamConfig{
+			// Provisioning is ours: watermill's names the stream after
+			// the topic, which fails for dotted topics, and asks the
+			// server on every publish.
+			AutoProvision:  false,
+			TrackMsgId:     true,
+			PublishOptions: []nats.PubOpt{nats.AckWait(cfg.PublishTimeout)},
+		},
+	}, cfg.Logger)
+	if err != nil {
+		closeIfOwned(conn, own)
+		return nil, fmt.Errorf("natsjs: %w", err)
+	}
+	return &Publisher{
+		Publisher:     pub,
+		conn:          conn,
+		ownConn:       own,
+		autoProvision: cfg.AutoProvision,
+		prov:          newProvisioner(js, cfg.DuplicateWindow, cfg.StreamName, cfg.ConfigureStream),
+	}, nil
+}
+
+// Publish publishes msgs to the subject topic and waits for JetStream's
+// acknowledgement of each. A duplicate (an id already stored inside the
+// window) is acknowledged as success.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	if err := ValidateTopic(topic); err != nil {
+		return err
+	}
+	if !p.autoProvision {
+		return p.Publisher.Publish(topic, msgs...)
+	}
+	if err := p.prov.ensure(topic); err != nil {
+		return err
+	}
+	err := p.Publisher.Publish(topic, msgs...)
+	if errors.Is(err, nats.ErrNoStreamResponse) {
+		// The stream was deleted, or the server came back with an empty
+		// store: provision again and retry once. Messages of msgs that
+		// did reach a stream are dropped as duplicates (Nats-Msg-Id).
+		p.prov.forget(topic)
+		if perr := p.prov.ensure(topic); perr != nil {
+			return errors.Join(err, perr)
+		}
+		err = p.Publisher.Publish(topic, msgs...)
+	}
+	return err
+}
+
+// EnsureStream provisions the stream of topic now, as the first Publish to
+// it does with AutoProvision (e.g. at start-up, to fail fast), with the
+// publisher's DuplicateWindow, StreamName and ConfigureStream. It works
+// whether or not AutoProvision is set; an existing stream capturing the
+// subject is left as it is.
+func (p *Publisher) EnsureStream(topic string) error {
+	if err := ValidateTopic(topic); err != nil {
+		return err
+	}
+	return p.prov.ensure(topic)
+}
+
+// Conn returns the publisher's NATS connection.
+func (p *Publisher) Conn() *nats.Conn { return p.conn }
+
+// Close closes the connection unless it was passed in Config.Conn.
+func (p *Publisher) Close() error {
+	if p.ownConn {
+		return p.Publisher.Close()
+	}
+	return nil
+}
+
+// Marshaler is watermill-nats's NATSMarshaler (payload as the body,
+// metadata as headers, UUID in the _watermill_message_uuid header) that
+// also sets the JetStream de-duplication header Nats-Msg-Id to the message
+// UUID, so de-duplication does not depend on a publisher option.
+type Marshaler struct{}
+
+var _ wmnats.MarshalerUnmarshaler = Marshaler{}
+
+// Marshal implements wmnats.Marshaler.
+func (Marshaler) Marshal(topic string, msg *message.Message) (*nats.Msg, error) {
+	m, err := (&wmnats.NATSMarshaler{}).Marshal(topic, msg)
+	if err != nil {
+		return nil, err
+	}
+	if msg.UUID != "" {
+		m.Header.Set(nats.MsgIdHdr, msg.UUID)
+	}
+	return m, nil
+}
+
+// Unmarshal implements wmnats.Unmarshaler (Nats-Msg-Id is not copied into
+// the metadata; the UUID carries the same value).
+func (Marshaler) Unmarshal(m *nats.Msg) (*message.Message, error) {
+	return (&wmnats.NATSMarshaler{}).Unmarshal(m)
+}
+
+// ValidateTopic reports whether topic can be published to as a NATS
+// subject: non-empty tokens separated by single dots, no whitespace or
+// control characters, no wildcard token ("*" or ">").
+func ValidateTopic(topic string) error {
+	if topic == "" {
+		return errors.New("natsjs: topic is empty")
+	}
+	for _, tok := range strings.Split(topic, ".") {
+		switch {
+		case tok == "":
+			return fmt.Errorf("natsjs: topic %q is not a NATS subject: it has an empty token (leading, trailing or double dot)", topic)
+		case tok == "*" || tok == ">":
+			return fmt.Errorf("natsjs: topic %q is not a NATS subject to publish to: it has the wildcard token %q", topic, tok)
+		}
+		for _, r := range tok {
+			if r <= ' ' || r == 0x7f {
+				return fmt.Errorf("natsjs: topic %q is not a NATS subject: it contains whitespace or a control character", topic)
+			}
+		}
+	}
+	return nil
+}
+
+// DefaultStreamName returns "OUTBOX_" followed by topic in upper case with
+// every character other than a letter, digit, '_' or '-' replaced by '_':
+// "orders.paid" → "OUTBOX_ORDERS_PAID". (Stream names cannot contain dots.)
+// Two topics differing only in those characters map to the same name; the
+// second one's provisioning then fails with a clear error — give such
+// topics a StreamName of your own, or one operator-made stream.
+func DefaultStreamName(topic string) string {
+	var b strings.Builder
+	b.WriteString(DefaultStreamPrefix)
+	for _, r := range strings.ToUpper(topic) {
+		if (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') || r == '_' || r == '-' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+// provisioner creates missing streams, once per topic.
+type provisioner struct {
+	js        nats.JetStreamManager
+	window    time.Duration
+	name      func(string) string
+	configure func(string, *nats.StreamConfig)
+
+	mu   sync.Mutex
+	done map[string]bool
+}
+
+func newProvisioner(js nats.JetStreamManager, window time.Duration, name func(string) string, configure func(string, *nats.StreamConfig)) *provisioner {
+	return &provisioner{js: js, window: window, name: name, configure: configure, done: map[string]bool{}}
+}
+
+// forget makes the next ensure of topic ask the server again.
+func (p *provisioner) forget(topic string) {
+	p.mu.Lock()
+	delete(p.done, topic)
+	p.mu.Unlock()
+}
+
+func (p *provisioner) ensure(topic string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done[topic] {
+		return nil
+	}
+	if _, err := p.js.StreamNameBySubject(topic); err == nil {
+		p.done[topic] = true
+		return nil
+	} else if !errors.Is(err, nats.ErrNoMatchingStream) {
+		return fmt.Errorf("natsjs: look up the stream of subject %q: %w", topic, err)
+	}
+	sc := &nats.StreamConfig{
+		Name:       p.name(topic),
+		Subjects:   []string{topic},
+		Storage:    nats.FileStorage,
+		Duplicates: p.window,
+	}
+	if p.configure != nil {
+		p.configure(topic, sc)
+	}
+	if _, err := p.js.AddStream(sc); err != nil {
+		// Another publisher may have created the same stream meanwhile.
+		if _, err2 := p.js.StreamNameBySubject(topic); err2 == nil {
+			p.done[topic] = true
+			return nil
+		}
+		return fmt.Errorf("natsjs: create stream %q for subject %q: %w", sc.Name, topic, err)
+	}
+	p.done[topic] = true
+	return nil
+}
+
+func connect(conn *nats.Conn, url string, opts []nats.Option) (*nats.Conn, bool, error) {
+	if conn != nil {
+		return conn, false, nil
+	}
+	all := append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectBufSize(-1)}, opts...)
+	c, err := nats.Connect(url, all...)
+	if err != nil {
+		return nil, false, fmt.Errorf("natsjs: connect to %s: %w", url, err)
+	}
+	return c, true, nil
+}
+
+func closeIfOwned(c *nats.Conn, own bool) {
+	if own {
+		c.Close()
+	}
+}

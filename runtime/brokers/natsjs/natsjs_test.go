@@ -1,0 +1,326 @@
+package natsjs_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/outboxgen/outboxgen/runtime/brokers/internal/brokertest"
+	"github.com/outboxgen/outboxgen/runtime/brokers/natsjs"
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/relay"
+)
+
+// topic has dots: it is the subject "outbox.orders.paid" and the stream
+// OUTBOX_OUTBOX_ORDERS_PAID.
+const topic = "outbox.orders.paid"
+
+var keys = []string{"order-a", "order-b", "order-c", "order-d"}
+
+// startNATS starts an embedded JetStream server on port (-1: random) with
+// its store in dir, stopped in t.Cleanup.
+func startNATS(t *testing.T, port int, dir string) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{
+		ServerName: "outboxgen-test",
+		Host:       "127.0.0.1",
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   dir,
+		NoLog:      true,
+		NoSigs:     true,
+	})
+	if err != nil {
+		t.Fatalf("nats server: %v", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		t.Fatal("nats server not ready after 10s")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+func port(s *server.Server) int { return s.Addr().(*net.TCPAddr).Port }
+
+func newPublisher(t *testing.T, url string, timeout time.Duration) *natsjs.Publisher {
+	t.Helper()
+	pub, err := natsjs.NewPublisher(natsjs.Config{
+		URL:            url,
+		AutoProvision:  true,
+		PublishTimeout: timeout,
+		NatsOptions:    []nats.Option{nats.ReconnectWait(50 * time.Millisecond)},
+	})
+	if err != nil {
+		t.Fatalf("NewPublisher: %v", err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	return pub
+}
+
+// consume subscribes to topic with a fresh subscriber and feeds a
+// collector until the test ends.
+func consume(t *testing.T, url, durable string) *brokertest.Collector {
+	t.Helper()
+	sub, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{
+		URL:           url,
+		Durable:       durable,
+		AutoProvision: true,
+		AckWait:       5 * time.Second,
+		CloseTimeout:  5 * time.Second,
+		NatsOptions:   []nats.Option{nats.ReconnectWait(50 * time.Millisecond)},
+	})
+	if err != nil {
+		t.Fatalf("NewSubscriber: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	msgs, err := sub.Subscribe(ctx, topic)
+	if err != nil {
+		cancel()
+		t.Fatalf("Subscribe: %v", err)
+	}
+	c := brokertest.NewCollector()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m := range msgs {
+			c.Add(brokertest.FromMessage(m))
+			m.Ack()
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		sub.Close()
+		<-done
+	})
+	return c
+}
+
+func streamMsgs(t *testing.T, pub *natsjs.Publisher) uint64 {
+	t.Helper()
+	js, err := pub.Conn().JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := js.StreamInfo(natsjs.DefaultStreamName(topic))
+	if err != nil {
+		t.Fatalf("stream info: %v", err)
+	}
+	return info.State.Msgs
+}
+
+// TestRelayToJetStream: events committed on each database, published by
+// two relays through natsjs into an embedded JetStream server, all arrive
+// intact and in per-key order; relay re-sends are dropped by the stream.
+func TestRelayToJetStream(t *testing.T) {
+	brokertest.ForEachDialect(t, nil, func(t *testing.T, db *sql.DB, d dialect.Dialect) {
+		srv := startNATS(t, -1, t.TempDir())
+		url := srv.ClientURL()
+		pub := newPublisher(t, url, 2*time.Second)
+		w := brokertest.NewWriter(db, d, topic, keys...)
+		w.Write(t, 5) // a backlog before the relays start
+		rs := brokertest.StartRelays(t, db, d, 2, pub, relay.Options{})
+		w.Write(t, 5) // and events committed while they run
+		rs.Notify()
+
+		all := w.All()
+		n := len(all)
+		got := consume(t, url, "e2e")
+		got.WaitUnique(t, n, 30*time.Second)
+		brokertest.WaitSent(t, db, n, 10*time.Second)
+		if dups := brokertest.Check(t, all, got.Got()); dups > 0 {
+			t.Logf("%d duplicate deliveries (allowed: at-least-once)", dups)
+		}
+		if m := streamMsgs(t, pub); m != uint64(n) {
+			t.Fatalf("stream holds %d messages, want %d", m, n)
+		}
+
+		// Relay re-sends: make every row pending again, as a lost lease
+		// or a lost acknowledgement would; the relays publish them all a
+		// second time and JetStream drops every one as a duplicate.
+		if _, err := db.Exec("UPDATE " + brokertest.Table + " SET status = 0, sent_at = NULL"); err != nil {
+			t.Fatal(err)
+		}
+		rs.Notify()
+		brokertest.WaitSent(t, db, n, 10*time.Second)
+		if m := streamMsgs(t, pub); m != uint64(n) {
+			t.Fatalf("after re-publishing all %d events the stream holds %d messages: de-duplication by event id failed", n, m)
+		}
+		// The same through the publisher directly, and a control: a new
+		// id is stored.
+		dup := message.NewMessage(all[0].EventID, []byte(`{}`))
+		dup.Metadata.Set(relay.MetadataKey, all[0].Key)
+		if err := pub.Publish(topic, dup); err != nil {
+			t.Fatalf("re-publish: %v", err)
+		}
+		if m := streamMsgs(t, pub); m != uint64(n) {
+			t.Fatalf("re-publishing event %s grew the stream to %d", all[0].EventID, m)
+		}
+		if err := pub.Publish(topic, message.NewMessage("control-new-id", []byte(`{}`))); err != nil {
+			t.Fatalf("publish control: %v", err)
+		}
+		if m := streamMsgs(t, pub); m != uint64(n)+1 {
+			t.Fatalf("a new id left the stream at %d messages, want %d", m, n+1)
+		}
+	})
+}
+
+// TestBrokerOutage: the NATS server stops; events written meanwhile fail
+// to publish and are retried with the relay's backoff; the server restarts
+// on the same port and store; every event arrives, in per-key order, once
+// in the stream.
+func TestBrokerOutage(t *testing.T) {
+	brokertest.ForEachDialect(t, nil, func(t *testing.T, db *sql.DB, d dialect.Dialect) {
+		dir := t.TempDir()
+		srv := startNATS(t, -1, dir)
+		p := port(srv)
+		url := srv.ClientURL()
+		pub := newPublisher(t, url, 500*time.Millisecond)
+		counting := &countingPublisher{Publisher: pub}
+		w := brokertest.NewWriter(db, d, topic, keys...)
+		rs := brokertest.StartRelays(t, db, d, 2, counting, relay.Options{
+			Backoff:     relay.ExponentialBackoff(50*time.Millisecond, 400*time.Millisecond, 0.2),
+			MaxAttempts: 1000, // never FAILED during the outage
+		})
+		w.Write(t, 3)
+		rs.Notify()
+		brokertest.WaitSent(t, db, len(w.All()), 10*time.Second)
+
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		down := time.Now()
+		w.Write(t, 3) // written while the broker is down
+		rs.Notify()
+		brokertest.Eventually(t, 15*time.Second, "publish failures recorded and retried", func() bool {
+			return brokertest.MaxRetryCount(t, db) >= 3
+		})
+		time.Sleep(time.Second - time.Since(down)) // stay down at least 1s
+		// Backoff honoured, no hot loop: 12 rows, backoff 50ms doubling
+		// to 400ms, about 1s down: at most ~6 attempts a row.
+		failures := counting.failures.Load()
+		if rows := int64(3 * len(keys)); failures > rows*10 {
+			t.Fatalf("%d failed publishes for %d rows in %s: the relay does not back off", failures, rows, time.Since(down))
+		}
+		t.Logf("broker down %s: %d failed publishes, max retry_count %d", time.Since(down).Round(time.Millisecond), failures, brokertest.MaxRetryCount(t, db))
+		if n := brokertest.CountStatus(t, db, 2); n != 0 {
+			t.Fatalf("%d rows FAILED during the outage", n)
+		}
+		if sent, total := brokertest.CountStatus(t, db, 1), len(w.All()); sent == total {
+			t.Fatalf("all %d rows sent while the broker was down", total)
+		}
+
+		startNATS(t, p, dir)
+		w.Write(t, 2) // and after it is back
+		rs.Notify()
+		all := w.All()
+		brokertest.WaitSent(t, db, len(all), 30*time.Second)
+
+		got := consume(t, url, "") // ephemeral: reads the stream from the start
+		got.WaitUnique(t, len(all), 20*time.Second)
+		brokertest.Check(t, all, got.Got())
+		if m := streamMsgs(t, pub); m != uint64(len(all)) {
+			t.Fatalf("stream holds %d messages, want %d", m, len(all))
+		}
+	})
+}
+
+func TestValidateTopic(t *testing.T) {
+	for _, ok := range []string{"orders", "orders.paid", "a.b-c.d_e", "ORDERS.Paid"} {
+		if err := natsjs.ValidateTopic(ok); err != nil {
+			t.Errorf("ValidateTopic(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", ".orders", "orders.", "orders..paid", "orders.*", "orders.>", "orders paid", "orders\tpaid"} {
+		if err := natsjs.ValidateTopic(bad); err == nil {
+			t.Errorf("ValidateTopic(%q) = nil, want an error", bad)
+		}
+	}
+	if got := natsjs.DefaultStreamName("outbox.orders-paid"); got != "OUTBOX_OUTBOX_ORDERS-PAID" {
+		t.Errorf("DefaultStreamName = %q", got)
+	}
+	if got := natsjs.DurableName("billing", "orders.paid"); got != "billing_orders_paid" {
+		t.Errorf("DurableName = %q", got)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	err := natsjs.Config{PublishTimeout: -1}.Validate()
+	if err == nil {
+		t.Fatal("Validate of a zero Config = nil")
+	}
+	for _, want := range []string{"URL", "PublishTimeout", "DuplicateWindow"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate error %q does not mention %s", err, want)
+		}
+	}
+	if err := (natsjs.SubscriberConfig{URL: "nats://x", SubscribersCount: 2, AckWait: 1, DuplicateWindow: 1, CloseTimeout: 1}).Validate(); err == nil || !strings.Contains(err.Error(), "QueueGroup") {
+		t.Errorf("SubscribersCount 2 without QueueGroup: %v", err)
+	}
+}
+
+// TestPublishInvalidTopic: an invalid subject fails before the server,
+// so the relay records a clear error.
+func TestPublishInvalidTopic(t *testing.T) {
+	srv := startNATS(t, -1, t.TempDir())
+	pub := newPublisher(t, srv.ClientURL(), time.Second)
+	err := pub.Publish("orders.*", message.NewMessage("x", nil))
+	if err == nil || !strings.Contains(err.Error(), "wildcard") {
+		t.Fatalf("Publish to a wildcard subject: %v", err)
+	}
+	// Without provisioning, a subject no stream captures fails.
+	pub2, err := natsjs.NewPublisher(natsjs.Config{URL: srv.ClientURL(), PublishTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub2.Close()
+	if err := pub2.Publish("nobody.listens", message.NewMessage("y", nil)); !errors.Is(err, nats.ErrNoStreamResponse) {
+		t.Fatalf("publish without a stream: %v, want nats.ErrNoStreamResponse", err)
+	}
+}
+
+// countingPublisher counts failed publishes.
+type countingPublisher struct {
+	*natsjs.Publisher
+	failures atomic.Int64
+}
+
+func (p *countingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	err := p.Publisher.Publish(topic, msgs...)
+	if err != nil {
+		p.failures.Add(1)
+	}
+	return err
+}
+
+// TestReprovision: with AutoProvision, a stream deleted behind the
+// publisher's back is created again on the next publish.
+func TestReprovision(t *testing.T) {
+	srv := startNATS(t, -1, t.TempDir())
+	pub := newPublisher(t, srv.ClientURL(), time.Second)
+	if err := pub.Publish(topic, message.NewMessage("a", nil)); err != nil {
+		t.Fatal(err)
+	}
+	js, err := pub.Conn().JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(natsjs.DefaultStreamName(topic)); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish(topic, message.NewMessage("b", nil)); err != nil {
+		t.Fatalf("publish after the stream was deleted: %v", err)
+	}
+	if m := streamMsgs(t, pub); m != 1 {
+		t.Fatalf("re-created stream holds %d messages, want 1", m)
+	}
+}

@@ -1,0 +1,119 @@
+package dialect
+
+import (
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+func TestRelayQueriesBindAllMarkers(t *testing.T) {
+	for _, d := range All {
+		for _, unordered := range [][]string{nil, {"A", "B"}} {
+			q, err := NewRelayQueries(d, "outbox_event", unordered)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stmts := map[string][2]any{}
+			add := func(name, s string, args []any) { stmts[name] = [2]any{s, args} }
+			s, a := q.Claim("me", time.Second, 10)
+			add("claim", s, a)
+			s, a = q.ClaimOverdue("me", time.Second, 10, time.Minute)
+			add("overdue", s, a)
+			if !strings.Contains(s, "created_at <=") {
+				t.Errorf("%s: overdue claim without a created_at cutoff: %s", d, s)
+			}
+			if q.ClaimInTransaction() {
+				s, a = q.ClaimBlocked([]int64{1, 2})
+				add("blocked", s, a)
+				s, a = q.ClaimLease("me", time.Second, []int64{1})
+				add("lease", s, a)
+			}
+			s, a = q.MarkSent("me", []int64{1, 2, 3})
+			add("sent", s, a)
+			s, a = q.MarkRetry("me", 1, "x", time.Second, 5)
+			add("retry", s, a)
+			s, a = q.Release("me", []int64{1})
+			add("release", s, a)
+			s, a = q.Requeue([]int64{1})
+			add("requeue", s, a)
+			s, a = q.ListFailed(0, 5)
+			add("list", s, a)
+			for name, sa := range stmts {
+				s, args := sa[0].(string), sa[1].([]any)
+				for _, m := range []string{":owner", ":lease", ":limit", ":ids", ":u)", ":overdue"} {
+					if strings.Contains(s, m) {
+						t.Errorf("%s %s: marker %s left in %s", d, name, m, s)
+					}
+				}
+				n := strings.Count(s, "?")
+				if d == Postgres {
+					n = strings.Count(s, "$")
+				}
+				if n != len(args) {
+					t.Errorf("%s %s: %d placeholders, %d args: %s", d, name, n, len(args), s)
+				}
+			}
+		}
+	}
+	if _, err := NewRelayQueries(Postgres, "bad name", nil); err == nil {
+		t.Error("bad table name accepted")
+	}
+}
+
+func TestRelayQueriesArrayIDs(t *testing.T) {
+	q, err := NewRelayQueries(Postgres, "outbox_event", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := q.ArrayIDs()
+	ids := []int64{1, 2, 3}
+	for name, f := range map[string]func(q *RelayQueries) (string, []any){
+		"sent":    func(q *RelayQueries) (string, []any) { return q.MarkSent("me", ids) },
+		"release": func(q *RelayQueries) (string, []any) { return q.Release("me", ids) },
+		"requeue": func(q *RelayQueries) (string, []any) { return q.Requeue(ids) },
+	} {
+		s, args := f(a)
+		if !strings.Contains(s, "id = ANY($1)") || strings.Count(s, "$") != len(args) {
+			t.Errorf("%s: %s %v", name, s, args)
+		}
+		if _, ok := args[0].([]int64); !ok {
+			t.Errorf("%s: ids bound as %T", name, args[0])
+		}
+		if s2, _ := f(q); strings.Contains(s2, "ANY") {
+			t.Errorf("%s: ArrayIDs changed the original: %s", name, s2)
+		}
+	}
+	m, _ := NewRelayQueries(MySQL, "outbox_event", nil)
+	if m.ArrayIDs() != m {
+		t.Error("ArrayIDs must be a no-op off PostgreSQL")
+	}
+}
+
+func TestNotifyStatements(t *testing.T) {
+	if got := NotifyInsert("outbox_event"); got != "SELECT pg_notify('outbox_event_insert', '')" {
+		t.Fatal(got)
+	}
+	if got := Listen("outbox_event"); got != "LISTEN outbox_event_insert" {
+		t.Fatal(got)
+	}
+	long := strings.Repeat("x", 63)
+	if c := NotifyChannel(long); len(c) != 63 || !ValidIdentifier(c) {
+		t.Fatalf("channel %q", c)
+	}
+}
+
+func TestTruncateError(t *testing.T) {
+	if got := TruncateError("short"); got != "short" {
+		t.Fatal(got)
+	}
+	long := strings.Repeat("ab", 2000) + "€"
+	if got := TruncateError(long); len(got) != ErrorTextLimit {
+		t.Fatalf("len %d", len(got))
+	}
+	multi := strings.Repeat("€", 1000) // 3 bytes each
+	got := TruncateError(multi)
+	if len(got) > ErrorTextLimit || !utf8.ValidString(got) || len(got) < ErrorTextLimit-3 {
+		t.Fatalf("len %d valid %v", len(got), utf8.ValidString(got))
+	}
+}

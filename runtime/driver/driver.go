@@ -1,0 +1,161 @@
+// Package driver is the one storage interface of outboxgen's runtime: the
+// relay, sweeper, monitor and janitor talk to the outbox and inbox tables
+// only through a Driver, so they work the same on every database.
+//
+// Two implementations exist, as in river's riverdriver: package sqldriver
+// (database/sql: pgx stdlib, go-sql-driver/mysql, modernc.org/sqlite) and
+// package pgxdriver (a native pgx/v5 pool, PostgreSQL). Their SQL lives in
+// package dialect, one place per dialect; package drivertest is the
+// conformance suite every implementation passes against a real database.
+package driver
+
+import (
+	"context"
+	"time"
+
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+)
+
+// Tables names the outbox and inbox tables. Names are checked with
+// dialect.CheckIdentifier before they reach any SQL.
+type Tables struct {
+	Outbox string
+	Inbox  string
+}
+
+// DefaultTables are the tables events.yaml uses unless told otherwise.
+var DefaultTables = Tables{Outbox: "outbox_event", Inbox: "outbox_inbox"}
+
+// Check returns an error when a table name is not a safe identifier.
+func (t Tables) Check() error {
+	if err := dialect.CheckIdentifier("outbox table name", t.Outbox); err != nil {
+		return err
+	}
+	return dialect.CheckIdentifier("inbox table name", t.Inbox)
+}
+
+// Row is one claimed outbox row, everything the relay needs to publish it.
+type Row struct {
+	ID         int64
+	EventID    string // canonical lower-case UUID text
+	Type       string // biz_type
+	Key        string // biz_id
+	Topic      string
+	Version    int
+	Payload    []byte
+	Headers    []byte // a JSON object, or nil
+	RetryCount int    // failed attempts before this one
+	CreatedAt  time.Time
+}
+
+// ClaimParams says which rows to claim and for how long.
+type ClaimParams struct {
+	// Owner is the claiming instance's id; every later write to the rows
+	// is fenced by it.
+	Owner string
+	// Lease is how long the claim holds; after it, other instances may
+	// claim the rows again (the owner is presumed dead).
+	Lease time.Duration
+	// Limit is the most rows to claim (at most dialect.MaxInList).
+	Limit int
+	// Unordered lists event types exempt from per-key order. Rows of all
+	// other types are claimed only when every older unsent row of their
+	// key is sent or claimed in the same call.
+	Unordered []string
+	// OverdueAfter, when positive, restricts the claim to rows created at
+	// least that long ago: the sweeper's rescue pass.
+	OverdueAfter time.Duration
+}
+
+// Failure is a failed publish to record.
+type Failure struct {
+	// Row is the row as claimed; Row.RetryCount counts earlier failures.
+	Row Row
+	// Error is the publish error text (truncated to 2 KB when stored).
+	Error string
+	// Delay is the backoff before the next attempt.
+	Delay time.Duration
+}
+
+// FailedEvent is a FAILED row (status 2): it exhausted its attempts and
+// waits for an operator. FAILED rows are never deleted automatically.
+type FailedEvent struct {
+	ID         int64  // the row id (Requeue takes these)
+	EventID    string // the message UUID
+	Type       string // biz_type
+	Key        string // biz_id; later events of this key are held back
+	Topic      string
+	RetryCount int    // failed attempts
+	LastError  string // the last publish error (at most 2 KB)
+	CreatedAt  time.Time
+	UpdatedAt  time.Time // when it was marked failed
+}
+
+// Stats is a snapshot of the outbox table for monitoring.
+type Stats struct {
+	// Pending counts rows waiting to be published (status 0).
+	Pending int64
+	// OldestPendingAge is the age of the oldest pending row (0 when none).
+	OldestPendingAge time.Duration
+	// Stale counts pending rows older than the threshold asked for: the
+	// seed design's alarm ("committed but not sent after 10 minutes").
+	Stale int64
+	// Failed counts FAILED rows (status 2).
+	Failed int64
+	// ExpiredLeases counts pending rows whose lease lapsed: a relay died
+	// holding them.
+	ExpiredLeases int64
+}
+
+// Driver is the storage of one outbox (and inbox) table pair on one
+// database. Implementations are safe for concurrent use. Every method that
+// changes a claimed row is fenced by the lease owner and reports how many
+// rows it changed, so a relay that lost its lease changes nothing.
+type Driver interface {
+	// Dialect returns the SQL dialect.
+	Dialect() dialect.Dialect
+	// Tables returns the table names.
+	Tables() Tables
+
+	// Claim leases up to p.Limit claimable rows to p.Owner and returns
+	// them in id order. Claimable: pending, due (next_retry_time passed),
+	// not under a live lease, and (for ordered types) not behind an older
+	// unsent row of the same key. It holds row locks only for its own short
+	// transaction: no broker I/O happens while they are held.
+	Claim(ctx context.Context, p ClaimParams) ([]Row, error)
+	// MarkSent marks ids sent (status 1, sent_at now) and clears the lease.
+	MarkSent(ctx context.Context, owner string, ids []int64) (int64, error)
+	// MarkRetry records failures: retry_count+1, last_error, next_retry_time
+	// now+Delay, and status FAILED once retry_count reaches maxAttempts. It
+	// returns how many rows changed and the ids that became FAILED.
+	MarkRetry(ctx context.Context, owner string, fs []Failure, maxAttempts int) (changed int64, failed []int64, err error)
+	// Release gives ids back unpublished (the lease is cleared, nothing
+	// else changes).
+	Release(ctx context.Context, owner string, ids []int64) (int64, error)
+
+	// ListFailed lists FAILED rows with id > afterID in id order.
+	ListFailed(ctx context.Context, afterID int64, limit int) ([]FailedEvent, error)
+	// Requeue makes FAILED ids pending again, due now, with retry_count 0.
+	Requeue(ctx context.Context, ids []int64) (int64, error)
+
+	// Stats counts pending, stale (older than staleAfter), failed and
+	// expired-lease rows.
+	Stats(ctx context.Context, staleAfter time.Duration) (Stats, error)
+	// DeleteSent deletes at most limit sent rows whose sent_at is older
+	// than olderThan, oldest first, in one short statement.
+	DeleteSent(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
+	// ArchiveSent moves at most limit such rows into archive (a table with
+	// the outbox layout; see templates) in one short transaction.
+	ArchiveSent(ctx context.Context, archive string, olderThan time.Duration, limit int) (int64, error)
+	// DeleteInbox deletes at most limit inbox rows processed longer ago
+	// than olderThan.
+	DeleteInbox(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
+}
+
+// Notifier is implemented by drivers that can wait for new rows without
+// polling (PostgreSQL LISTEN/NOTIFY on the pgx driver).
+type Notifier interface {
+	// WaitForNotification blocks until a row may have been inserted, ctx
+	// is done, or an error occurs.
+	WaitForNotification(ctx context.Context) error
+}

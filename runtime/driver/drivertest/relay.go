@@ -1,0 +1,643 @@
+// Package drivertest is the conformance suite of driver.Driver, in the
+// style of river's riverdrivertest: every implementation runs it against
+// a real database from its own tests.
+//
+//	func TestRelay(t *testing.T) {
+//		drivertest.Run(t, func(t *testing.T) drivertest.Env { ... fresh database ... })
+//	}
+//
+// Run covers the relay's methods (Claim, MarkSent, MarkRetry, Release,
+// ListFailed, Requeue); RunOps covers the monitor's and janitor's.
+package drivertest
+
+// The relay's part of the suite. Rows are aged and leases expired by
+// moving timestamps with the database clock (OpsAgo), never by sleeping,
+// so no test depends on how fast it runs.
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/driver"
+)
+
+// Env is one fresh database for Run: a driver on it, with outboxgen's
+// schema applied for the driver's Tables, and a database/sql handle on the
+// same database for seeding and inspection.
+type Env struct {
+	Driver driver.Driver
+	DB     *sql.DB
+}
+
+// Run runs the relay conformance tests. open is called once per subtest
+// and must return a driver on a fresh database with the schema applied.
+func Run(t *testing.T, open func(t *testing.T) Env) {
+	tests := []struct {
+		name string
+		f    func(t *testing.T, e *env)
+	}{
+		{"ClaimOrderLimitAndFields", testClaimOrderLimitAndFields},
+		{"ClaimParamsChecked", testClaimParamsChecked},
+		{"LeaseFencing", testLeaseFencing},
+		{"LeaseExpiry", testLeaseExpiry},
+		{"Release", testRelease},
+		{"PerKeyOrderHotKey", testPerKeyOrderHotKey},
+		{"PerKeyOrderAcrossOwners", testPerKeyOrderAcrossOwners},
+		{"Unordered", testUnordered},
+		{"Backoff", testBackoff},
+		{"FailedAtMaxAttempts", testFailedAtMaxAttempts},
+		{"ListFailedPaging", testListFailedPaging},
+		{"Requeue", testRequeue},
+		{"OverdueAfter", testOverdueAfter},
+		{"LongIDLists", testLongIDLists},
+		{"ConcurrentClaims", testConcurrentClaims},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := open(t)
+			tc.f(t, &env{Env: ev, d: ev.Driver.Dialect(), table: ev.Driver.Tables().Outbox, ctx: context.Background()})
+		})
+	}
+}
+
+type env struct {
+	Env
+	d     dialect.Dialect
+	table string
+	ctx   context.Context
+}
+
+// seedEv is an event to insert; zero fields take defaults.
+type seedEv struct {
+	Type, Key string
+	Headers   string // a JSON object, or "" for NULL
+}
+
+// insert inserts evs in one transaction, in order, and returns their ids.
+func (e *env) insert(t *testing.T, evs ...seedEv) []int64 {
+	t.Helper()
+	tx, err := e.DB.BeginTx(e.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	ins := e.d.InsertEvent(e.table, false)
+	var uuids []string
+	for i, v := range evs {
+		if v.Type == "" {
+			v.Type = "ORDER_PAID"
+		}
+		if v.Key == "" {
+			v.Key = "k"
+		}
+		var headers any
+		if v.Headers != "" {
+			headers = v.Headers
+		}
+		id := newUUID()
+		if _, err := tx.ExecContext(e.ctx, ins, id, v.Type, v.Key, "topic."+v.Key, 2, fmt.Sprintf(`{"n":%d}`, i), headers); err != nil {
+			t.Fatalf("insert: %v", err)
+		}
+		uuids = append(uuids, id)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]int64, len(uuids))
+	for i, u := range uuids {
+		if err := e.DB.QueryRowContext(e.ctx, "SELECT id FROM "+e.table+" WHERE event_id = "+e.d.Placeholder(1), u).Scan(&ids[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ids
+}
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// set runs "UPDATE table SET <set> WHERE id IN (ids)".
+func (e *env) set(t *testing.T, set string, ids ...int64) {
+	t.Helper()
+	ps := make([]string, len(ids))
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		ps[i], args[i] = e.d.Placeholder(i+1), id
+	}
+	if _, err := e.DB.ExecContext(e.ctx, "UPDATE "+e.table+" SET "+set+" WHERE id IN ("+strings.Join(ps, ", ")+")", args...); err != nil {
+		t.Fatalf("set %s: %v", set, err)
+	}
+}
+
+// rowState is the relay-relevant state of a row.
+type rowState struct {
+	Status     int
+	RetryCount int
+	Owner      sql.NullString
+	LastError  sql.NullString
+	Due        bool // next_retry_time <= now
+	Sent       bool // sent_at is set
+}
+
+func (e *env) state(t *testing.T, id int64) rowState {
+	t.Helper()
+	var s rowState
+	var due, sent int
+	q := "SELECT status, retry_count, lease_owner, last_error, CASE WHEN next_retry_time <= " + e.d.Now() + " THEN 1 ELSE 0 END," +
+		" CASE WHEN sent_at IS NULL THEN 0 ELSE 1 END FROM " + e.table + " WHERE id = " + e.d.Placeholder(1)
+	if err := e.DB.QueryRowContext(e.ctx, q, id).Scan(&s.Status, &s.RetryCount, &s.Owner, &s.LastError, &due, &sent); err != nil {
+		t.Fatalf("state of row %d: %v", id, err)
+	}
+	s.Due, s.Sent = due == 1, sent == 1
+	return s
+}
+
+func claimP(owner string, limit int) driver.ClaimParams {
+	return driver.ClaimParams{Owner: owner, Lease: time.Hour, Limit: limit}
+}
+
+func (e *env) claim(t *testing.T, p driver.ClaimParams) []int64 {
+	t.Helper()
+	rows, err := e.Driver.Claim(e.ctx, p)
+	if err != nil {
+		t.Fatalf("Claim(%+v): %v", p, err)
+	}
+	return rowIDs(rows)
+}
+
+func rowIDs(rows []driver.Row) []int64 {
+	out := []int64{}
+	for _, r := range rows {
+		out = append(out, r.ID)
+	}
+	return out
+}
+
+func wantIDs(t *testing.T, what string, got, want []int64) {
+	t.Helper()
+	if want == nil {
+		want = []int64{}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s: ids %v, want %v", what, got, want)
+	}
+}
+
+func wantN(t *testing.T, what string, n int64, err error, want int64) {
+	t.Helper()
+	if err != nil || n != want {
+		t.Fatalf("%s = %d, %v; want %d", what, n, err, want)
+	}
+}
+
+// Claim returns the oldest claimable rows in id order, at most Limit,
+// with every column, and leases them; a second owner gets the rest.
+func testClaimOrderLimitAndFields(t *testing.T, e *env) {
+	if got := e.claim(t, claimP("a", 10)); len(got) != 0 {
+		t.Fatalf("claim on an empty table: %v", got)
+	}
+	ids := e.insert(t, seedEv{Key: "k1", Headers: `{"traceparent":"tp"}`}, seedEv{Key: "k2"}, seedEv{Key: "k3"}, seedEv{Key: "k4"}, seedEv{Key: "k5"})
+	rows, err := e.Driver.Claim(e.ctx, claimP("a", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantIDs(t, "first claim", rowIDs(rows), ids[:3])
+	r := rows[0]
+	if r.Type != "ORDER_PAID" || r.Key != "k1" || r.Topic != "topic.k1" || r.Version != 2 || r.RetryCount != 0 ||
+		len(r.EventID) != 36 || r.EventID != strings.ToLower(r.EventID) ||
+		strings.ReplaceAll(string(r.Payload), " ", "") != `{"n":0}` || !strings.Contains(string(r.Headers), `"traceparent"`) {
+		t.Fatalf("row fields: %+v (payload %s, headers %s)", r, r.Payload, r.Headers)
+	}
+	if len(rows[1].Headers) != 0 {
+		t.Fatalf("NULL headers scanned as %q", rows[1].Headers)
+	}
+	if r.CreatedAt.IsZero() || r.CreatedAt.Location() != time.UTC || time.Since(r.CreatedAt) > 24*time.Hour || time.Until(r.CreatedAt) > 24*time.Hour {
+		t.Fatalf("CreatedAt %v is not a recent UTC time", r.CreatedAt)
+	}
+	for _, id := range ids[:3] {
+		if s := e.state(t, id); s.Owner.String != "a" || s.Status != 0 {
+			t.Fatalf("claimed row %d: %+v, want leased to a", id, s)
+		}
+	}
+	wantIDs(t, "second owner", e.claim(t, claimP("b", 10)), ids[3:])
+	wantIDs(t, "nothing left", e.claim(t, claimP("c", 10)), nil)
+}
+
+// Invalid claim parameters are errors, not silent no-ops.
+func testClaimParamsChecked(t *testing.T, e *env) {
+	for name, p := range map[string]driver.ClaimParams{
+		"no owner":         {Lease: time.Hour, Limit: 1},
+		"no lease":         {Owner: "a", Limit: 1},
+		"limit 0":          {Owner: "a", Lease: time.Hour},
+		"limit too large":  {Owner: "a", Lease: time.Hour, Limit: dialect.MaxInList + 1},
+		"negative overdue": {Owner: "a", Lease: time.Hour, Limit: 1, OverdueAfter: -time.Second},
+	} {
+		if _, err := e.Driver.Claim(e.ctx, p); err == nil {
+			t.Errorf("%s: Claim(%+v) succeeded", name, p)
+		}
+	}
+	if _, err := e.Driver.ListFailed(e.ctx, 0, 0); err == nil {
+		t.Error("ListFailed with limit 0 succeeded")
+	}
+}
+
+// Writes of a stale or foreign owner change nothing; the owner's do, once.
+func testLeaseFencing(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "x"}, seedEv{Key: "y"})
+	rows, err := e.Driver.Claim(e.ctx, claimP("a", 10))
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("claim: %v %v", rows, err)
+	}
+	n, err := e.Driver.MarkSent(e.ctx, "b", ids)
+	wantN(t, "foreign MarkSent", n, err, 0)
+	n, failed, err := e.Driver.MarkRetry(e.ctx, "b", []driver.Failure{{Row: rows[0], Error: "late", Delay: time.Hour}}, 1)
+	wantN(t, "foreign MarkRetry", n, err, 0)
+	if len(failed) != 0 {
+		t.Fatalf("foreign MarkRetry reported FAILED ids %v", failed)
+	}
+	n, err = e.Driver.Release(e.ctx, "b", ids)
+	wantN(t, "foreign Release", n, err, 0)
+	for _, id := range ids {
+		if s := e.state(t, id); s.Owner.String != "a" || s.Status != 0 || s.RetryCount != 0 || s.LastError.Valid {
+			t.Fatalf("row %d changed by a foreign owner: %+v", id, s)
+		}
+	}
+	n, err = e.Driver.MarkSent(e.ctx, "a", ids)
+	wantN(t, "owner MarkSent", n, err, 2)
+	for _, id := range ids {
+		if s := e.state(t, id); s.Status != 1 || !s.Sent || s.Owner.Valid {
+			t.Fatalf("sent row %d: %+v, want status 1, sent_at set, lease cleared", id, s)
+		}
+	}
+	n, err = e.Driver.MarkSent(e.ctx, "a", ids)
+	wantN(t, "MarkSent of sent rows", n, err, 0)
+	n, _, err = e.Driver.MarkRetry(e.ctx, "a", []driver.Failure{{Row: rows[0], Error: "late"}}, 1)
+	wantN(t, "MarkRetry of a sent row", n, err, 0)
+	n, err = e.Driver.Release(e.ctx, "a", ids)
+	wantN(t, "Release of sent rows", n, err, 0)
+	if n, err := e.Driver.MarkSent(e.ctx, "a", nil); err != nil || n != 0 {
+		t.Fatalf("MarkSent(nil) = %d, %v", n, err)
+	}
+}
+
+// A live lease hides rows from other owners; once it expired they are
+// claimable again and the old owner is fenced off.
+func testLeaseExpiry(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "x"}, seedEv{Key: "x"}, seedEv{Key: "y"})
+	rows, err := e.Driver.Claim(e.ctx, claimP("dead", 10))
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("claim: %v %v", rows, err)
+	}
+	wantIDs(t, "claim under a live lease", e.claim(t, claimP("b", 10)), nil)
+	e.set(t, "lease_expires_at = "+OpsAgo(e.d, time.Minute), ids...)
+	wantIDs(t, "claim after expiry", e.claim(t, claimP("b", 10)), ids)
+	n, err := e.Driver.MarkSent(e.ctx, "dead", ids)
+	wantN(t, "expired owner MarkSent", n, err, 0)
+	_, failed, err := e.Driver.MarkRetry(e.ctx, "dead", []driver.Failure{{Row: rows[0], Error: "late"}}, 1)
+	if err != nil || len(failed) != 0 {
+		t.Fatalf("expired owner MarkRetry: %v %v", failed, err)
+	}
+	if s := e.state(t, ids[0]); s.Owner.String != "b" || s.RetryCount != 0 {
+		t.Fatalf("row taken over: %+v, want leased to b, untouched", s)
+	}
+	n, err = e.Driver.MarkSent(e.ctx, "b", ids)
+	wantN(t, "new owner MarkSent", n, err, 3)
+}
+
+// Release clears the lease and nothing else: the rows are claimable at
+// once, with their retry count unchanged.
+func testRelease(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "x"}, seedEv{Key: "x"})
+	e.claim(t, claimP("a", 10))
+	n, err := e.Driver.Release(e.ctx, "a", ids)
+	wantN(t, "Release", n, err, 2)
+	for _, id := range ids {
+		if s := e.state(t, id); s.Owner.Valid || s.Status != 0 || s.RetryCount != 0 || s.LastError.Valid || !s.Due {
+			t.Fatalf("released row %d: %+v", id, s)
+		}
+	}
+	wantIDs(t, "claim after release", e.claim(t, claimP("b", 10)), ids)
+}
+
+// A hot key is not limited to one row per claim, and a key never runs
+// ahead of its oldest unsent row, whatever the limit.
+func testPerKeyOrderHotKey(t *testing.T, e *env) {
+	var evs []seedEv
+	for i := range 12 {
+		evs = append(evs, seedEv{Key: "hot"})
+		if i%4 == 0 {
+			evs = append(evs, seedEv{Key: fmt.Sprintf("cold%d", i)})
+		}
+	}
+	ids := e.insert(t, evs...)
+	wantIDs(t, "one claim takes the hot key whole", e.claim(t, claimP("a", 100)), ids)
+
+	// The head of a key backing off or FAILED holds back that key only.
+	more := e.insert(t, seedEv{Key: "p"}, seedEv{Key: "q"}, seedEv{Key: "p"}, seedEv{Key: "r"}, seedEv{Key: "r"})
+	rows, err := e.Driver.Claim(e.ctx, claimP("b", 1))
+	if err != nil || len(rows) != 1 || rows[0].ID != more[0] {
+		t.Fatalf("claim limit 1: %v %v", rowIDs(rows), err)
+	}
+	if _, _, err := e.Driver.MarkRetry(e.ctx, "b", []driver.Failure{{Row: rows[0], Error: "down", Delay: time.Hour}}, 5); err != nil {
+		t.Fatal(err)
+	}
+	wantIDs(t, "p backing off", e.claim(t, claimP("c", 100)), []int64{more[1], more[3], more[4]})
+	e.set(t, "status = 2", more[0])
+	if n, err := e.Driver.Release(e.ctx, "c", []int64{more[1], more[3], more[4]}); err != nil || n != 3 {
+		t.Fatalf("release: %d %v", n, err)
+	}
+	wantIDs(t, "p FAILED", e.claim(t, claimP("d", 100)), []int64{more[1], more[3], more[4]})
+}
+
+// Rows of a key whose older row another owner holds are not claimable
+// until that row is sent; then they come in id order.
+func testPerKeyOrderAcrossOwners(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "k"}, seedEv{Key: "k"}, seedEv{Key: "j"}, seedEv{Key: "k"})
+	wantIDs(t, "a takes the head", e.claim(t, claimP("a", 1)), ids[:1])
+	wantIDs(t, "b skips k", e.claim(t, claimP("b", 100)), ids[2:3])
+	wantIDs(t, "c gets nothing", e.claim(t, claimP("c", 100)), nil)
+	n, err := e.Driver.MarkSent(e.ctx, "a", ids[:1])
+	wantN(t, "a MarkSent", n, err, 1)
+	wantIDs(t, "c after the head is sent", e.claim(t, claimP("c", 100)), []int64{ids[1], ids[3]})
+}
+
+// Types listed Unordered neither wait for nor hold back their key; the
+// driver serves several unordered sets at once.
+func testUnordered(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "k", Type: "VIEWED"}, seedEv{Key: "k", Type: "VIEWED"}, seedEv{Key: "k"}, seedEv{Key: "k"})
+	u := []string{"VIEWED", "OTHER"}
+	p := claimP("a", 1)
+	p.Unordered = u
+	wantIDs(t, "a", e.claim(t, p), ids[:1])
+	// Ordered-only view: everything of k waits behind the leased head.
+	wantIDs(t, "ordered claim", e.claim(t, claimP("b", 100)), nil)
+	p = claimP("b", 100)
+	p.Unordered = []string{"OTHER", "VIEWED", "VIEWED"} // same set, other spelling
+	wantIDs(t, "unordered claim", e.claim(t, p), ids[1:])
+
+	// An unordered row failing holds nothing back.
+	more := e.insert(t, seedEv{Key: "m", Type: "VIEWED"}, seedEv{Key: "m"})
+	p = claimP("c", 1)
+	p.Unordered = u
+	rows, err := e.Driver.Claim(e.ctx, p)
+	if err != nil || len(rows) != 1 || rows[0].ID != more[0] {
+		t.Fatalf("claim: %v %v", rowIDs(rows), err)
+	}
+	if _, _, err := e.Driver.MarkRetry(e.ctx, "c", []driver.Failure{{Row: rows[0], Error: "x", Delay: time.Hour}}, 5); err != nil {
+		t.Fatal(err)
+	}
+	p = claimP("d", 100)
+	p.Unordered = u
+	wantIDs(t, "behind a failed unordered row", e.claim(t, p), more[1:])
+}
+
+// A failure records retry_count+1, last_error and next_retry_time = now +
+// Delay and clears the lease; the row is not claimable before it is due.
+func testBackoff(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "x"}, seedEv{Key: "y"})
+	rows, err := e.Driver.Claim(e.ctx, claimP("a", 10))
+	if err != nil || len(rows) != 2 {
+		t.Fatal(rows, err)
+	}
+	long := strings.Repeat("é", 3000) // 6000 bytes: stored cut to 2 KB on a rune boundary
+	n, failed, err := e.Driver.MarkRetry(e.ctx, "a", []driver.Failure{
+		{Row: rows[0], Error: "down: " + long, Delay: time.Hour},
+		{Row: rows[1], Error: "blip", Delay: 0},
+	}, 5)
+	wantN(t, "MarkRetry", n, err, 2)
+	if len(failed) != 0 {
+		t.Fatalf("FAILED ids %v before max attempts", failed)
+	}
+	s := e.state(t, ids[0])
+	if s.Status != 0 || s.RetryCount != 1 || s.Owner.Valid || s.Due || !strings.HasPrefix(s.LastError.String, "down: é") ||
+		len(s.LastError.String) > dialect.ErrorTextLimit || !strings.HasSuffix(s.LastError.String, "é") {
+		t.Fatalf("backing-off row: status %d retry %d owner %v due %v error %d bytes", s.Status, s.RetryCount, s.Owner, s.Due, len(s.LastError.String))
+	}
+	// Delay 0 is due at once; the hour-long backoff is not.
+	rows, err = e.Driver.Claim(e.ctx, claimP("b", 10))
+	if err != nil || len(rows) != 1 || rows[0].ID != ids[1] || rows[0].RetryCount != 1 {
+		t.Fatalf("claim during backoff: %+v %v", rows, err)
+	}
+	e.set(t, "next_retry_time = "+OpsAgo(e.d, time.Second), ids[0])
+	rows, err = e.Driver.Claim(e.ctx, claimP("b", 10))
+	if err != nil || len(rows) != 1 || rows[0].ID != ids[0] || rows[0].RetryCount != 1 {
+		t.Fatalf("claim after backoff: %+v %v", rows, err)
+	}
+}
+
+// The failure that reaches maxAttempts turns the row FAILED (status 2) and
+// is reported in the failed ids; other failures of the batch are not.
+func testFailedAtMaxAttempts(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "x"}, seedEv{Key: "y"})
+	e.set(t, "retry_count = 2", ids[0])
+	rows, err := e.Driver.Claim(e.ctx, claimP("a", 10))
+	if err != nil || len(rows) != 2 || rows[0].RetryCount != 2 {
+		t.Fatal(rows, err)
+	}
+	n, failed, err := e.Driver.MarkRetry(e.ctx, "a", []driver.Failure{
+		{Row: rows[0], Error: "poison", Delay: 0},
+		{Row: rows[1], Error: "blip", Delay: 0},
+	}, 3)
+	wantN(t, "MarkRetry", n, err, 2)
+	wantIDs(t, "failed", failed, ids[:1])
+	if s := e.state(t, ids[0]); s.Status != 2 || s.RetryCount != 3 || s.Owner.Valid || s.LastError.String != "poison" {
+		t.Fatalf("FAILED row: %+v", s)
+	}
+	if s := e.state(t, ids[1]); s.Status != 0 || s.RetryCount != 1 {
+		t.Fatalf("other row: %+v", s)
+	}
+	wantIDs(t, "FAILED rows are not claimed", e.claim(t, claimP("b", 10)), ids[1:])
+}
+
+// ListFailed pages through FAILED rows only, in id order.
+func testListFailedPaging(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "a"}, seedEv{Key: "b"}, seedEv{Key: "c"}, seedEv{Key: "d"}, seedEv{Key: "e"}, seedEv{Key: "f"})
+	failedIDs := []int64{ids[0], ids[2], ids[3], ids[4], ids[5]}
+	e.set(t, "status = 2, retry_count = 5, last_error = 'boom', updated_at = "+e.d.Now(), failedIDs...)
+	e.set(t, "status = 1", ids[1])
+	var got []int64
+	after := int64(0)
+	for page := 0; ; page++ {
+		fs, err := e.Driver.ListFailed(e.ctx, after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fs) > 2 || page > 3 {
+			t.Fatalf("page %d has %d rows", page, len(fs))
+		}
+		if len(fs) == 0 {
+			break
+		}
+		for _, f := range fs {
+			if f.RetryCount != 5 || f.LastError != "boom" || f.Type != "ORDER_PAID" || f.Topic != "topic."+f.Key ||
+				len(f.EventID) != 36 || f.CreatedAt.IsZero() || f.UpdatedAt.IsZero() {
+				t.Fatalf("FailedEvent %+v", f)
+			}
+			got = append(got, f.ID)
+		}
+		after = fs[len(fs)-1].ID
+	}
+	wantIDs(t, "pages", got, failedIDs)
+	fs, err := e.Driver.ListFailed(e.ctx, ids[3], 100)
+	if err != nil || len(fs) != 2 || fs[0].ID != ids[4] || fs[0].Key != "e" {
+		t.Fatalf("ListFailed after %d: %+v %v", ids[3], fs, err)
+	}
+}
+
+// Requeue makes FAILED rows pending, due now, retry_count 0; last_error
+// stays; other rows are left alone.
+func testRequeue(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "k"}, seedEv{Key: "k"}, seedEv{Key: "j"})
+	e.set(t, "status = 2, retry_count = 5, last_error = 'boom', next_retry_time = "+OpsAgo(e.d, -time.Hour), ids[0])
+	wantIDs(t, "key held behind FAILED", e.claim(t, claimP("a", 10)), ids[2:])
+	n, err := e.Driver.Requeue(e.ctx, []int64{ids[0], ids[2], 1 << 40})
+	wantN(t, "Requeue", n, err, 1)
+	if s := e.state(t, ids[0]); s.Status != 0 || s.RetryCount != 0 || !s.Due || s.Owner.Valid || s.LastError.String != "boom" {
+		t.Fatalf("requeued row: %+v", s)
+	}
+	if s := e.state(t, ids[2]); s.Owner.String != "a" {
+		t.Fatalf("Requeue touched a pending row: %+v", s)
+	}
+	n, err = e.Driver.Requeue(e.ctx, ids[:1])
+	wantN(t, "second Requeue", n, err, 0)
+	wantIDs(t, "key flows again", e.claim(t, claimP("b", 10)), ids[:2])
+}
+
+// OverdueAfter claims only rows created at least that long ago (still
+// honouring leases, backoff and per-key order); younger rows are left.
+func testOverdueAfter(t *testing.T, e *env) {
+	ids := e.insert(t,
+		seedEv{Key: "old"},      // 0 old
+		seedEv{Key: "young"},    // 1 young
+		seedEv{Key: "mixed"},    // 2 old head
+		seedEv{Key: "mixed"},    // 3 young tail
+		seedEv{Key: "leased"},   // 4 old, live lease
+		seedEv{Key: "expired"},  // 5 old, expired lease
+		seedEv{Key: "backoff"},  // 6 old, backing off
+		seedEv{Key: "inverted"}, // 7 young head
+		seedEv{Key: "inverted"}, // 8 old tail: must not overtake 7
+	)
+	e.set(t, "created_at = "+OpsAgo(e.d, 2*time.Hour), ids[0], ids[2], ids[4], ids[5], ids[6], ids[8])
+	e.set(t, "lease_owner = 'other', lease_expires_at = "+OpsAgo(e.d, -time.Hour), ids[4])
+	e.set(t, "lease_owner = 'dead', lease_expires_at = "+OpsAgo(e.d, time.Minute), ids[5])
+	e.set(t, "retry_count = 1, next_retry_time = "+OpsAgo(e.d, -time.Hour), ids[6])
+	p := claimP("sweeper", 100)
+	p.OverdueAfter = time.Hour
+	wantIDs(t, "overdue claim", e.claim(t, p), []int64{ids[0], ids[2], ids[5]})
+	wantIDs(t, "again", e.claim(t, p), nil)
+	wantIDs(t, "the relay takes the young rows", e.claim(t, claimP("relay", 100)), []int64{ids[1], ids[7], ids[8]})
+}
+
+// Id lists longer than dialect.MaxInList work (drivers split or bind them
+// whole); unknown ids are ignored.
+func testLongIDLists(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "x"}, seedEv{Key: "y"})
+	e.claim(t, claimP("a", 10))
+	long := make([]int64, 0, 2*dialect.MaxInList+2)
+	for i := range 2 * dialect.MaxInList {
+		long = append(long, int64(1<<40+i))
+	}
+	long = append(long, ids...)
+	n, err := e.Driver.MarkSent(e.ctx, "a", long)
+	wantN(t, "MarkSent of a long list", n, err, 2)
+	e.set(t, "status = 2", ids...)
+	n, err = e.Driver.Requeue(e.ctx, long)
+	wantN(t, "Requeue of a long list", n, err, 2)
+	e.claim(t, claimP("b", 10))
+	n, err = e.Driver.Release(e.ctx, "b", long)
+	wantN(t, "Release of a long list", n, err, 2)
+}
+
+// Concurrent claimers never hold the same row, and per key they claim in
+// id order.
+func testConcurrentClaims(t *testing.T, e *env) {
+	var evs []seedEv
+	for i := range 60 {
+		evs = append(evs, seedEv{Key: fmt.Sprintf("k%d", i%5)})
+	}
+	ids := e.insert(t, evs...)
+	keyOf := map[int64]string{}
+	for i, id := range ids {
+		keyOf[id] = evs[i].Key
+	}
+	var mu sync.Mutex
+	held := map[int64]string{}
+	byKey := map[string][]int64{}
+	sent := 0
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	deadline := time.Now().Add(time.Minute) // a hang guard, not a timing
+	for w := range 4 {
+		owner := fmt.Sprintf("w%d", w)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for idle := 0; idle < 3; {
+				if time.Now().After(deadline) {
+					errs <- fmt.Errorf("%s: rows left unclaimable", owner)
+					return
+				}
+				rows, err := e.Driver.Claim(e.ctx, claimP(owner, 7))
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				for _, r := range rows {
+					if o, ok := held[r.ID]; ok {
+						mu.Unlock()
+						errs <- fmt.Errorf("row %d claimed by %s while %s holds it", r.ID, owner, o)
+						return
+					}
+					held[r.ID] = owner
+					byKey[keyOf[r.ID]] = append(byKey[keyOf[r.ID]], r.ID)
+				}
+				done := sent == len(ids)
+				mu.Unlock()
+				if len(rows) == 0 {
+					if done {
+						idle++
+					}
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				n, err := e.Driver.MarkSent(e.ctx, owner, rowIDs(rows))
+				if err != nil || n != int64(len(rows)) {
+					errs <- fmt.Errorf("MarkSent by %s: %d of %d, %v", owner, n, len(rows), err)
+					return
+				}
+				mu.Lock()
+				for _, r := range rows {
+					delete(held, r.ID)
+				}
+				sent += len(rows)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if sent != len(ids) {
+		t.Fatalf("%d rows sent, want %d", sent, len(ids))
+	}
+	for k, seq := range byKey {
+		if !slices.IsSorted(seq) {
+			t.Fatalf("key %s claimed out of id order: %v", k, seq)
+		}
+	}
+}

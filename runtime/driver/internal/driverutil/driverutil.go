@@ -1,0 +1,158 @@
+// Package driverutil holds what the driver implementations share: the
+// memoized relay statements, timestamp scanning and id-list chunking.
+package driverutil
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/driver"
+)
+
+// RelayQueries memoizes the relay statements of one outbox table per set
+// of unordered event types (a relay passes the same set on every claim; a
+// sweeper may pass another). The zero value is not usable: use
+// NewRelayQueries.
+type RelayQueries struct {
+	d      dialect.Dialect
+	table  string
+	arrays bool
+	m      sync.Map // sorted, joined unordered list -> *dialect.RelayQueries
+}
+
+// NewRelayQueries returns the memo for table in dialect d. With arrays,
+// the statements bind id lists as one PostgreSQL array (see
+// dialect.RelayQueries.ArrayIDs).
+func NewRelayQueries(d dialect.Dialect, table string, arrays bool) (*RelayQueries, error) {
+	// Build the ordered-only set now: it validates the table name and is
+	// the one every caller without unordered types uses.
+	q, err := dialect.NewRelayQueries(d, table, nil)
+	if err != nil {
+		return nil, err
+	}
+	r := &RelayQueries{d: d, table: table, arrays: arrays}
+	if arrays {
+		q = q.ArrayIDs()
+	}
+	r.m.Store("", q)
+	return r, nil
+}
+
+// Get returns the statements for the unordered event types (in any order,
+// duplicates allowed).
+func (r *RelayQueries) Get(unordered []string) (*dialect.RelayQueries, error) {
+	key := ""
+	if len(unordered) > 0 {
+		u := slices.Clone(unordered)
+		slices.Sort(u)
+		u = slices.Compact(u)
+		unordered = u
+		key = strings.Join(u, "\x00")
+	}
+	if q, ok := r.m.Load(key); ok {
+		return q.(*dialect.RelayQueries), nil
+	}
+	q, err := dialect.NewRelayQueries(r.d, r.table, unordered)
+	if err != nil {
+		return nil, err
+	}
+	if r.arrays {
+		q = q.ArrayIDs()
+	}
+	actual, _ := r.m.LoadOrStore(key, q)
+	return actual.(*dialect.RelayQueries), nil
+}
+
+// Claim returns the claim statement for p (Claim or ClaimOverdue).
+func Claim(q *dialect.RelayQueries, p driver.ClaimParams) (string, []any) {
+	if p.OverdueAfter > 0 {
+		return q.ClaimOverdue(p.Owner, p.Lease, p.Limit, p.OverdueAfter)
+	}
+	return q.Claim(p.Owner, p.Lease, p.Limit)
+}
+
+// CheckClaim validates claim parameters; what prefixes the error.
+func CheckClaim(what string, p driver.ClaimParams) error {
+	switch {
+	case p.Owner == "":
+		return fmt.Errorf("%s: claim: Owner is empty: name the claiming instance", what)
+	case p.Lease <= 0:
+		return fmt.Errorf("%s: claim: Lease is %s: use a positive duration", what, p.Lease)
+	case p.Limit < 1 || p.Limit > dialect.MaxInList:
+		return fmt.Errorf("%s: claim: Limit is %d: use 1 to %d", what, p.Limit, dialect.MaxInList)
+	case p.OverdueAfter < 0:
+		return fmt.Errorf("%s: claim: OverdueAfter is %s: use 0 (no restriction) or a positive duration", what, p.OverdueAfter)
+	}
+	return nil
+}
+
+// FailedID reports whether recording failure f (changed: the fenced
+// UPDATE changed its row) with maxAttempts turned the row FAILED.
+func FailedID(f driver.Failure, changed bool, maxAttempts int) bool {
+	return changed && f.Row.RetryCount+1 >= maxAttempts
+}
+
+// SortRows sorts claimed rows by id (UPDATE ... RETURNING has no order).
+func SortRows(rows []driver.Row) {
+	slices.SortFunc(rows, func(a, b driver.Row) int { return cmp.Compare(a.ID, b.ID) })
+}
+
+// Chunks calls f for consecutive slices of ids of at most
+// dialect.MaxInList.
+func Chunks(ids []int64, f func([]int64) error) error {
+	for len(ids) > 0 {
+		n := min(len(ids), dialect.MaxInList)
+		if err := f(ids[:n]); err != nil {
+			return err
+		}
+		ids = ids[n:]
+	}
+	return nil
+}
+
+// Time scans a timestamp whatever form the database/sql driver returns it
+// in: time.Time (pgx; go-sql-driver/mysql with parseTime=true; modernc
+// sqlite for DATETIME columns) or text (MySQL without parseTime, SQLite).
+// Text and MySQL DATETIME values are taken as UTC (run MySQL sessions in
+// UTC, as the DDL says). The result is in UTC; NULL scans as the zero time.
+type Time struct{ T time.Time }
+
+var timeLayouts = []string{
+	"2006-01-02 15:04:05.999999999",
+	"2006-01-02T15:04:05.999999999",
+	"2006-01-02 15:04:05.999999999Z07:00",
+	time.RFC3339Nano,
+	"2006-01-02 15:04:05.999999999 -0700 MST",
+}
+
+// Scan implements sql.Scanner.
+func (t *Time) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		t.T = time.Time{}
+		return nil
+	case time.Time:
+		t.T = v.UTC()
+		return nil
+	case []byte:
+		return t.parse(string(v))
+	case string:
+		return t.parse(v)
+	}
+	return fmt.Errorf("cannot scan %T into a timestamp", src)
+}
+
+func (t *Time) parse(s string) error {
+	for _, l := range timeLayouts {
+		if v, err := time.Parse(l, s); err == nil {
+			t.T = v.UTC()
+			return nil
+		}
+	}
+	return fmt.Errorf("cannot parse timestamp %q", s)
+}

@@ -1,0 +1,50 @@
+package driverutil
+
+import (
+	"testing"
+	"time"
+
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+)
+
+func TestTime(t *testing.T) {
+	want := time.Date(2024, 5, 6, 7, 8, 9, 123000000, time.UTC)
+	for _, src := range []any{want, want.In(time.FixedZone("x", 3600)), "2024-05-06 07:08:09.123", []byte("2024-05-06 07:08:09.123000"), "2024-05-06T07:08:09.123Z"} {
+		var v Time
+		if err := v.Scan(src); err != nil || !v.T.Equal(want) || v.T.Location() != time.UTC {
+			t.Errorf("Scan(%v) = %v, %v", src, v.T, err)
+		}
+	}
+	var v Time
+	if err := v.Scan(nil); err != nil || !v.T.IsZero() {
+		t.Errorf("Scan(nil) = %v, %v", v.T, err)
+	}
+	if err := v.Scan(42); err == nil {
+		t.Error("Scan(int) succeeded")
+	}
+}
+
+func TestChunks(t *testing.T) {
+	ids := make([]int64, 2*dialect.MaxInList+1)
+	var sizes []int
+	_ = Chunks(ids, func(p []int64) error { sizes = append(sizes, len(p)); return nil })
+	if len(sizes) != 3 || sizes[0] != dialect.MaxInList || sizes[2] != 1 {
+		t.Fatalf("chunk sizes %v", sizes)
+	}
+}
+
+func TestRelayQueriesMemo(t *testing.T) {
+	m, err := NewRelayQueries(dialect.Postgres, "outbox_event", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := m.Get([]string{"B", "A", "A"})
+	b, _ := m.Get([]string{"A", "B"})
+	c, _ := m.Get(nil)
+	if a != b || a == c {
+		t.Fatal("memo must key on the sorted set")
+	}
+	if _, err := NewRelayQueries(dialect.Postgres, "bad name", false); err == nil {
+		t.Fatal("bad table accepted")
+	}
+}

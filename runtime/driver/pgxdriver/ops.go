@@ -1,0 +1,94 @@
+package pgxdriver
+
+// The monitor's and janitor's methods: Stats, DeleteSent, ArchiveSent and
+// DeleteInbox, running package dialect's PostgreSQL statements (ops.go).
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/driver"
+)
+
+func (x *Driver) opsQueries() (*dialect.OpsQueries, error) {
+	// Cheap (no SQL is built up front); the names were checked by New.
+	return dialect.NewOpsQueries(dialect.Postgres, x.tables.Outbox, x.tables.Inbox)
+}
+
+// Stats counts pending, stale (pending and created longer than staleAfter
+// ago), failed and expired-lease rows, and the age of the oldest pending
+// row, in one statement; every age is measured by the database clock.
+func (x *Driver) Stats(ctx context.Context, staleAfter time.Duration) (driver.Stats, error) {
+	q, err := x.opsQueries()
+	if err != nil {
+		return driver.Stats{}, fmt.Errorf("pgxdriver: stats: %w", err)
+	}
+	query, args := q.Stats(staleAfter)
+	var st driver.Stats
+	var age float64
+	if err := x.pool.QueryRow(ctx, query, args...).Scan(&st.Pending, &age, &st.Stale, &st.Failed, &st.ExpiredLeases); err != nil {
+		return driver.Stats{}, fmt.Errorf("pgxdriver: stats: %w", err)
+	}
+	if age > 0 { // now() is the transaction start: clamp "younger than zero"
+		st.OldestPendingAge = time.Duration(age * float64(time.Second))
+	}
+	return st, nil
+}
+
+// DeleteSent deletes at most limit sent rows whose sent_at is older than
+// olderThan, lowest id first, in one short statement. FAILED and pending
+// rows are never deleted.
+func (x *Driver) DeleteSent(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	q, err := x.opsQueries()
+	if err != nil {
+		return 0, fmt.Errorf("pgxdriver: delete sent: %w", err)
+	}
+	if limit < 1 {
+		return 0, fmt.Errorf("pgxdriver: delete sent: limit is %d: use at least 1", limit)
+	}
+	query, args := q.DeleteSent(olderThan, limit)
+	return x.opsExec(ctx, "delete sent", query, args)
+}
+
+// ArchiveSent moves at most limit sent rows whose sent_at is older than
+// olderThan into table archive (the outbox layout), lowest id first, in one
+// statement (a DELETE ... RETURNING feeding an INSERT): every row moved is
+// in the archive and gone from the outbox, or nothing changed.
+func (x *Driver) ArchiveSent(ctx context.Context, archive string, olderThan time.Duration, limit int) (int64, error) {
+	q, err := x.opsQueries()
+	if err != nil {
+		return 0, fmt.Errorf("pgxdriver: archive sent: %w", err)
+	}
+	if limit < 1 {
+		return 0, fmt.Errorf("pgxdriver: archive sent: limit is %d: use at least 1", limit)
+	}
+	query, args, err := q.ArchiveMove(archive, olderThan, limit)
+	if err != nil {
+		return 0, fmt.Errorf("pgxdriver: archive sent: %w", err)
+	}
+	return x.opsExec(ctx, "archive sent", query, args)
+}
+
+// DeleteInbox deletes at most limit inbox rows processed longer ago than
+// olderThan, oldest first, in one short statement.
+func (x *Driver) DeleteInbox(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	q, err := x.opsQueries()
+	if err != nil {
+		return 0, fmt.Errorf("pgxdriver: delete inbox: %w", err)
+	}
+	if limit < 1 {
+		return 0, fmt.Errorf("pgxdriver: delete inbox: limit is %d: use at least 1", limit)
+	}
+	query, args := q.DeleteInbox(olderThan, limit)
+	return x.opsExec(ctx, "delete inbox", query, args)
+}
+
+func (x *Driver) opsExec(ctx context.Context, what, query string, args []any) (int64, error) {
+	tag, err := x.pool.Exec(ctx, query, args...)
+	if err != nil {
+		return 0, fmt.Errorf("pgxdriver: %s: %w", what, err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,38 @@
+package pgxdriver_test
+
+import (
+	"database/sql"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/outboxgen/outboxgen/internal/testdb"
+	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/driver/drivertest"
+	"github.com/outboxgen/outboxgen/runtime/driver/pgxdriver"
+	"github.com/outboxgen/outboxgen/templates"
+)
+
+// openPgx returns a pgx driver on a fresh database with the schema
+// applied, its pool, and a database/sql handle on the same database.
+func openPgx(t *testing.T) (*pgxdriver.Driver, *pgxpool.Pool, *sql.DB) {
+	t.Helper()
+	pool := testdb.PgxPool(t)
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { db.Close() })
+	testdb.ApplySchema(t, db, "postgres", templates.DefaultTables)
+	drv, err := pgxdriver.New(pool, driver.DefaultTables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return drv, pool, db
+}
+
+// TestRelay runs the relay conformance suite on a pgx pool.
+func TestRelay(t *testing.T) {
+	drivertest.Run(t, func(t *testing.T) drivertest.Env {
+		drv, _, db := openPgx(t)
+		return drivertest.Env{Driver: drv, DB: db}
+	})
+}

@@ -1,0 +1,188 @@
+package sqldriver
+
+// The monitor's and janitor's methods: Stats, DeleteSent, ArchiveSent and
+// DeleteInbox. Their SQL lives in package dialect (ops.go).
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/driver"
+)
+
+func (x *Driver) opsQueries() (*dialect.OpsQueries, error) {
+	// Cheap (no SQL is built up front); the names were checked by New.
+	return dialect.NewOpsQueries(x.d, x.tables.Outbox, x.tables.Inbox)
+}
+
+// Stats counts pending, stale (pending and created longer than staleAfter
+// ago), failed and expired-lease rows, and the age of the oldest pending
+// row, in one statement; every age is measured by the database clock.
+func (x *Driver) Stats(ctx context.Context, staleAfter time.Duration) (driver.Stats, error) {
+	q, err := x.opsQueries()
+	if err != nil {
+		return driver.Stats{}, fmt.Errorf("sqldriver: stats: %w", err)
+	}
+	query, args := q.Stats(staleAfter)
+	var st driver.Stats
+	var age float64
+	if err := x.db.QueryRowContext(ctx, query, args...).Scan(&st.Pending, &age, &st.Stale, &st.Failed, &st.ExpiredLeases); err != nil {
+		return driver.Stats{}, fmt.Errorf("sqldriver: stats: %w", err)
+	}
+	st.OldestPendingAge = opsSeconds(age)
+	return st, nil
+}
+
+// opsSeconds converts an age in seconds, clamped at 0 (PostgreSQL's
+// now() is the transaction start, so a row committed a moment later looks
+// younger than zero).
+func opsSeconds(s float64) time.Duration {
+	if s <= 0 {
+		return 0
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
+// DeleteSent deletes at most limit sent rows whose sent_at is older than
+// olderThan, lowest id first, in one short statement. FAILED and pending
+// rows are never deleted.
+func (x *Driver) DeleteSent(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	q, err := x.opsQueries()
+	if err != nil {
+		return 0, fmt.Errorf("sqldriver: delete sent: %w", err)
+	}
+	if limit < 1 {
+		return 0, fmt.Errorf("sqldriver: delete sent: limit is %d: use at least 1", limit)
+	}
+	query, args := q.DeleteSent(olderThan, limit)
+	return x.opsExec(ctx, "delete sent", query, args)
+}
+
+// DeleteInbox deletes at most limit inbox rows processed longer ago than
+// olderThan, oldest first, in one short statement.
+func (x *Driver) DeleteInbox(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	q, err := x.opsQueries()
+	if err != nil {
+		return 0, fmt.Errorf("sqldriver: delete inbox: %w", err)
+	}
+	if limit < 1 {
+		return 0, fmt.Errorf("sqldriver: delete inbox: limit is %d: use at least 1", limit)
+	}
+	query, args := q.DeleteInbox(olderThan, limit)
+	return x.opsExec(ctx, "delete inbox", query, args)
+}
+
+func (x *Driver) opsExec(ctx context.Context, what, query string, args []any) (int64, error) {
+	res, err := x.db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, fmt.Errorf("sqldriver: %s: %w", what, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("sqldriver: %s: rows affected: %w", what, err)
+	}
+	return n, nil
+}
+
+// ArchiveSent moves at most limit sent rows whose sent_at is older than
+// olderThan into table archive (the outbox layout), lowest id first, in one
+// short transaction: every row moved is in the archive and gone from the
+// outbox, or nothing changed.
+func (x *Driver) ArchiveSent(ctx context.Context, archive string, olderThan time.Duration, limit int) (int64, error) {
+	q, err := x.opsQueries()
+	if err != nil {
+		return 0, fmt.Errorf("sqldriver: archive sent: %w", err)
+	}
+	if limit < 1 {
+		return 0, fmt.Errorf("sqldriver: archive sent: limit is %d: use at least 1", limit)
+	}
+	if q.ArchiveInOneStatement() {
+		query, args, err := q.ArchiveMove(archive, olderThan, limit)
+		if err != nil {
+			return 0, fmt.Errorf("sqldriver: archive sent: %w", err)
+		}
+		return x.opsExec(ctx, "archive sent", query, args)
+	}
+	query, args, err := q.ArchivePick(archive, olderThan, limit)
+	if err != nil {
+		return 0, fmt.Errorf("sqldriver: archive sent: %w", err)
+	}
+	var opts *sql.TxOptions
+	if x.d == dialect.MySQL {
+		// No gap locks: the batch locks its own rows and nothing else.
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	tx, err := x.db.BeginTx(ctx, opts)
+	if err != nil {
+		return 0, fmt.Errorf("sqldriver: archive sent: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	ids, err := opsQueryIDs(ctx, tx, query, args)
+	if err != nil {
+		return 0, fmt.Errorf("sqldriver: archive sent: pick: %w", err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	for start := 0; start < len(ids); start += dialect.MaxInList {
+		chunk := ids[start:min(start+dialect.MaxInList, len(ids))]
+		if !q.ArchiveCopiesOnPick() {
+			query, args, err := q.ArchiveCopy(archive, chunk)
+			if err != nil {
+				return 0, fmt.Errorf("sqldriver: archive sent: %w", err)
+			}
+			if err := opsExecExactly(ctx, tx, "copy", query, args, len(chunk)); err != nil {
+				return 0, fmt.Errorf("sqldriver: archive sent: %w", err)
+			}
+		}
+		query, args := q.ArchiveDelete(chunk)
+		if err := opsExecExactly(ctx, tx, "delete", query, args, len(chunk)); err != nil {
+			return 0, fmt.Errorf("sqldriver: archive sent: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("sqldriver: archive sent: commit: %w", err)
+	}
+	return int64(len(ids)), nil
+}
+
+func opsQueryIDs(ctx context.Context, tx *sql.Tx, query string, args []any) ([]int64, error) {
+	rs, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var ids []int64
+	for rs.Next() {
+		var id int64
+		if err := rs.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, err
+	}
+	return ids, rs.Close()
+}
+
+// opsExecExactly runs a statement that must change want rows; any other count
+// aborts the batch (the caller rolls back), so no row is ever deleted
+// without its copy.
+func opsExecExactly(ctx context.Context, tx *sql.Tx, what, query string, args []any, want int) error {
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("%s: rows affected: %w", what, err)
+	}
+	if n != int64(want) {
+		return fmt.Errorf("%s changed %d rows, want %d: rolled back", what, n, want)
+	}
+	return nil
+}

@@ -1,0 +1,364 @@
+// Package inbox runs outboxgen consumers: watermill handlers that make an
+// at-least-once delivery take effect exactly once.
+//
+// Every delivery runs in one local transaction:
+//
+//  1. insert (consumer, event_id) into the inbox table; when the row exists
+//     the event was handled already: commit, ack, skip (counted as
+//     "duplicate");
+//  2. for events marked latest_only, advance the stale guard (the newest
+//     outbox sequence applied per consumer, event type and key); an older
+//     event is skipped (counted as "stale") — its inbox row is kept;
+//  3. decode the payload (checking its version) and call the typed handler
+//     with the transaction, then commit and ack.
+//
+// Any error rolls back the handler's writes and the inbox row together, so
+// the retry or redelivery runs again from scratch. The handler may write
+// follow-up events with the generated InsertX(ctx, tx, ...): they commit or
+// roll back with it.
+//
+// Failures: each delivery is tried Options.MaxAttempts times in-process
+// (watermill's Retry middleware) and then goes to the poison topic
+// (watermill's PoisonQueue middleware, which wraps Retry). Permanent
+// failures — an undecodable payload, an unknown payload version, malformed
+// outbox metadata, errors wrapped with Permanent — skip the retries. A panic
+// in a handler is recovered and treated as an error.
+//
+// Generated code calls Register (database/sql) or pgxinbox.Register (pgx/v5)
+// with one Route per event; applications call the generated RegisterX.
+//
+// Metrics: the counter outboxgen.inbox.deliveries, with attributes consumer,
+// event_type and outcome: processed, duplicate, stale, unhandled (a type on
+// the topic this consumer does not handle: acked), failed (one failed
+// attempt) and permanent (a permanent failure).
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
+)
+
+// ErrPermanent is matched (errors.Is) by failures that no retry can fix;
+// such messages go to the poison topic at once. Decode errors
+// (outbox.ErrUndecodable, outbox.ErrInvalidEvent) and malformed metadata are
+// permanent; a handler marks its own with Permanent.
+var ErrPermanent = errors.New("permanent failure")
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string        { return "inbox: permanent failure: " + e.err.Error() }
+func (e *permanentError) Unwrap() error        { return e.err }
+func (e *permanentError) Is(target error) bool { return target == ErrPermanent }
+
+// Permanent marks err as permanent: the message skips the remaining attempts
+// and goes to the poison topic. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil || errors.Is(err, ErrPermanent) {
+		return err
+	}
+	return &permanentError{err: err}
+}
+
+// Route is one event type a consumer handles; build it with On or OnLatest.
+// T is the transaction type handed to the handler (*sql.Tx or pgx.Tx).
+type Route[T any] struct {
+	// Type is the event type (outbox metadata "outbox_type").
+	Type string
+	// Topic is the topic the event arrives on.
+	Topic string
+	// LatestOnly switches the stale guard on for this event.
+	LatestOnly bool
+
+	call func(ctx context.Context, tx T, payload []byte, m outbox.Meta) error
+}
+
+// On routes events of eventType, arriving on topic, through decode to
+// handle. decode is the generated DecodeX; its errors are permanent.
+func On[T, E any](eventType, topic string, decode func(payload []byte, version int) (E, error), handle func(ctx context.Context, tx T, e E, m outbox.Meta) error) Route[T] {
+	return Route[T]{
+		Type:  eventType,
+		Topic: topic,
+		call: func(ctx context.Context, tx T, payload []byte, m outbox.Meta) error {
+			e, err := decode(payload, m.Version)
+			if err != nil {
+				return Permanent(err)
+			}
+			return handle(ctx, tx, e, m)
+		},
+	}
+}
+
+// OnLatest is On with the stale guard: an event whose outbox sequence is not
+// newer than the newest one applied for its key (per consumer and event
+// type) is skipped. Right for state events, where each event carries the
+// whole new state and the last writer wins; wrong for deltas (an increment,
+// an appended line), where skipping an older event loses its change.
+// Events without sequence or key metadata are permanent failures.
+func OnLatest[T, E any](eventType, topic string, decode func(payload []byte, version int) (E, error), handle func(ctx context.Context, tx T, e E, m outbox.Meta) error) Route[T] {
+	r := On(eventType, topic, decode, handle)
+	r.LatestOnly = true
+	return r
+}
+
+// Consumer names a consumer and lists the events it handles.
+type Consumer[T any] struct {
+	// Name is stored in the inbox table's consumer column: deliveries are
+	// deduplicated per consumer. Changing it makes every event new again.
+	Name   string
+	Routes []Route[T]
+}
+
+// Store is the transactional database a consumer runs on. SQLStore adapts a
+// *sql.DB; package pgxinbox adapts a pgx pool.
+type Store[T any] interface {
+	Begin(ctx context.Context) (T, error)
+	// Exec runs a statement in tx and returns the affected-row count.
+	Exec(ctx context.Context, tx T, query string, args ...any) (int64, error)
+	Commit(ctx context.Context, tx T) error
+	// Rollback ends tx; it must be harmless after a failed Commit.
+	Rollback(ctx context.Context, tx T) error
+}
+
+// Register adds the consumer's handlers to r, one per topic, reading from
+// sub, on database db. See RegisterStore.
+func Register(r *message.Router, sub message.Subscriber, db *sql.DB, c Consumer[*sql.Tx], opts ...Option) error {
+	if db == nil {
+		return errors.New("inbox: nil *sql.DB")
+	}
+	return RegisterStore(r, sub, SQLStore{DB: db}, c, opts...)
+}
+
+// RegisterStore adds the consumer's handlers to r: one watermill handler per
+// topic, named "<consumer>/<topic>", each wrapped (handler-level middleware)
+// in PoisonQueue around Retry. Router-level middleware added before it runs
+// outside those. When r is already running, call r.RunHandlers afterwards.
+func RegisterStore[T any](r *message.Router, sub message.Subscriber, s Store[T], c Consumer[T], opts ...Option) error {
+	if r == nil || sub == nil || s == nil {
+		return errors.New("inbox: router, subscriber and store must not be nil")
+	}
+	if c.Name == "" || len(c.Name) > 64 {
+		return fmt.Errorf("inbox: consumer name %q must have 1 to 64 characters", c.Name)
+	}
+	if len(c.Routes) == 0 {
+		return fmt.Errorf("inbox: consumer %s has no routes", c.Name)
+	}
+	var o Options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	o.setDefaults(c.Name)
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if o.Logger == nil {
+		o.Logger = r.Logger()
+	}
+	q, err := dialect.NewInboxQueries(o.Dialect, o.InboxTable)
+	if err != nil {
+		return err
+	}
+	counter, err := o.MeterProvider.Meter("github.com/outboxgen/outboxgen/runtime/inbox").Int64Counter(
+		"outboxgen.inbox.deliveries",
+		metric.WithDescription("Message deliveries handled by outboxgen consumers, by outcome."),
+		metric.WithUnit("{delivery}"),
+	)
+	if err != nil {
+		return fmt.Errorf("inbox: counter: %w", err)
+	}
+
+	byTopic := map[string]map[string]Route[T]{}
+	var topics []string
+	for _, rt := range c.Routes {
+		if rt.Type == "" || rt.Topic == "" || rt.call == nil {
+			return fmt.Errorf("inbox: consumer %s: route %q on topic %q is incomplete: build routes with inbox.On", c.Name, rt.Type, rt.Topic)
+		}
+		if byTopic[rt.Topic] == nil {
+			byTopic[rt.Topic] = map[string]Route[T]{}
+			topics = append(topics, rt.Topic)
+		}
+		if _, dup := byTopic[rt.Topic][rt.Type]; dup {
+			return fmt.Errorf("inbox: consumer %s routes event type %s twice", c.Name, rt.Type)
+		}
+		byTopic[rt.Topic][rt.Type] = rt
+	}
+
+	var mws []message.HandlerMiddleware
+	if !o.NoPoisonQueue {
+		poison, err := middleware.PoisonQueueWithFilter(o.PoisonPublisher, o.PoisonTopic, func(err error) bool {
+			// A shutdown is not the message's fault: nack, redeliver later.
+			return !errors.Is(err, context.Canceled)
+		})
+		if err != nil {
+			return fmt.Errorf("inbox: %w", err)
+		}
+		mws = append(mws, poison)
+	}
+	// Retry is added after PoisonQueue, so it runs inside it (watermill runs
+	// the first added middleware outermost): the poison queue sees only the
+	// error of the last attempt. The other order would poison every message
+	// after its first failure and never retry.
+	mws = append(mws, middleware.Retry{
+		MaxRetries:      o.MaxAttempts - 1,
+		InitialInterval: o.RetryInitialInterval,
+		MaxInterval:     o.RetryMaxInterval,
+		Multiplier:      2,
+		ShouldRetry: func(p middleware.RetryParams) bool {
+			return !errors.Is(p.Err, ErrPermanent) && !errors.Is(p.Err, context.Canceled)
+		},
+		Logger: o.Logger,
+	}.Middleware)
+
+	for _, topic := range topics {
+		h := &handler[T]{name: c.Name, store: s, q: q, routes: byTopic[topic], counter: counter}
+		wh := r.AddConsumerHandler(c.Name+"/"+topic, topic, sub, h.handle)
+		wh.AddMiddleware(mws...)
+	}
+	return nil
+}
+
+// handler handles the messages of one topic for one consumer.
+type handler[T any] struct {
+	name    string
+	store   Store[T]
+	q       *dialect.InboxQueries
+	routes  map[string]Route[T]
+	counter metric.Int64Counter
+}
+
+// Outcomes counted in outboxgen.inbox.deliveries.
+const (
+	OutcomeProcessed = "processed"
+	OutcomeDuplicate = "duplicate"
+	OutcomeStale     = "stale"
+	OutcomeUnhandled = "unhandled"
+	OutcomeFailed    = "failed"
+	OutcomePermanent = "permanent"
+)
+
+func (h *handler[T]) count(ctx context.Context, eventType, outcome string) {
+	h.counter.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(
+		attribute.String("consumer", h.name),
+		attribute.String("event_type", eventType),
+		attribute.String("outcome", outcome),
+	))
+}
+
+func (h *handler[T]) handle(msg *message.Message) (err error) {
+	ctx := msg.Context()
+	m, err := outbox.ParseMeta(msg.Metadata, msg.UUID)
+	if err != nil {
+		h.count(ctx, msg.Metadata.Get(outbox.MetadataType), OutcomePermanent)
+		return Permanent(err)
+	}
+	rt, ok := h.routes[m.Type]
+	if !ok {
+		// Another type sharing the topic: not this consumer's business.
+		h.count(ctx, m.Type, OutcomeUnhandled)
+		return nil
+	}
+	if rt.LatestOnly && (m.Sequence <= 0 || m.Key == "") {
+		h.count(ctx, m.Type, OutcomePermanent)
+		return Permanent(fmt.Errorf("inbox: %s event %s is latest_only but has no %q and %q metadata to order it by", m.Type, m.EventID, outbox.MetadataSequence, outbox.MetadataKey))
+	}
+	outcome, err := h.run(ctx, rt, msg.Payload, m)
+	if err != nil {
+		if errors.Is(err, ErrPermanent) {
+			outcome = OutcomePermanent
+		} else {
+			outcome = OutcomeFailed
+		}
+	}
+	h.count(ctx, m.Type, outcome)
+	return err
+}
+
+// run handles one delivery in one transaction and returns its outcome.
+func (h *handler[T]) run(ctx context.Context, rt Route[T], payload []byte, m outbox.Meta) (outcome string, err error) {
+	tx, err := h.store.Begin(ctx)
+	if err != nil {
+		return "", fmt.Errorf("inbox: %s: begin: %w", h.name, err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			// Roll back even when ctx is cancelled: the connection goes
+			// back to the pool clean.
+			_ = h.store.Rollback(context.WithoutCancel(ctx), tx)
+		}
+	}()
+	commit := func() error {
+		done = true
+		if err := h.store.Commit(ctx, tx); err != nil {
+			_ = h.store.Rollback(context.WithoutCancel(ctx), tx)
+			return fmt.Errorf("inbox: %s: commit %s %s: %w", h.name, m.Type, m.EventID, err)
+		}
+		return nil
+	}
+
+	query, args := h.q.Record(h.name, m.EventID, m.Type, m.Key)
+	n, err := h.store.Exec(ctx, tx, query, args...)
+	if err != nil {
+		return "", fmt.Errorf("inbox: %s: record %s %s in %s: %w", h.name, m.Type, m.EventID, h.q.Table(), err)
+	}
+	if n == 0 {
+		return OutcomeDuplicate, commit()
+	}
+	if rt.LatestOnly {
+		query, args := h.q.Guard(h.name, m.Type, m.Key, m.Sequence)
+		n, err := h.store.Exec(ctx, tx, query, args...)
+		if err != nil {
+			return "", fmt.Errorf("inbox: %s: stale guard of %s %s in %s: %w", h.name, m.Type, m.EventID, h.q.KeyTable(), err)
+		}
+		if n == 0 {
+			// Keep the inbox row: this event is settled as stale.
+			return OutcomeStale, commit()
+		}
+	}
+	if err := callSafely(ctx, rt, tx, payload, m); err != nil {
+		return "", err
+	}
+	return OutcomeProcessed, commit()
+}
+
+// callSafely calls the route's decoder and handler, turning a panic into an
+// error.
+func callSafely[T any](ctx context.Context, rt Route[T], tx T, payload []byte, m outbox.Meta) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("inbox: handler for %s %s panicked: %v\n%s", m.Type, m.EventID, r, debug.Stack())
+		}
+	}()
+	return rt.call(ctx, tx, payload, m)
+}
+
+// SQLStore runs a consumer on a database/sql database.
+type SQLStore struct{ DB *sql.DB }
+
+// Begin starts a transaction with the driver's default isolation level.
+func (s SQLStore) Begin(ctx context.Context) (*sql.Tx, error) { return s.DB.BeginTx(ctx, nil) }
+
+// Exec runs query in tx and returns the affected-row count.
+func (s SQLStore) Exec(ctx context.Context, tx *sql.Tx, query string, args ...any) (int64, error) {
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// Commit commits tx.
+func (s SQLStore) Commit(_ context.Context, tx *sql.Tx) error { return tx.Commit() }
+
+// Rollback rolls tx back; after Commit it is a no-op.
+func (s SQLStore) Rollback(_ context.Context, tx *sql.Tx) error { return tx.Rollback() }

@@ -1,0 +1,168 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
+)
+
+// runRouter runs a router with one always-failing handler on topic "in",
+// its middlewares added in the given order, publishes one message and
+// returns how often the handler ran before the message reached "poison".
+func runRouter(t *testing.T, order func(r *message.Router, poison, retry message.HandlerMiddleware)) int64 {
+	logger := watermill.NopLogger{}
+	ps := gochannel.NewGoChannel(gochannel.Config{}, logger)
+	defer ps.Close()
+	poisoned, err := ps.Subscribe(t.Context(), "poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := message.NewRouter(message.RouterConfig{}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poison, err := middleware.PoisonQueue(ps, "poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry := middleware.Retry{MaxRetries: 2, InitialInterval: time.Millisecond, MaxInterval: time.Millisecond, Multiplier: 1}.Middleware
+	var calls atomic.Int64
+	r.AddConsumerHandler("h", "in", ps, func(*message.Message) error {
+		calls.Add(1)
+		return errors.New("always fails")
+	})
+	order(r, poison, retry)
+	go func() { _ = r.Run(context.Background()) }()
+	defer r.Close()
+	<-r.Running()
+	if err := ps.Publish("in", message.NewMessage(watermill.NewUUID(), nil)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-poisoned:
+		m.Ack()
+	case <-time.After(time.Minute):
+		t.Fatal("nothing poisoned")
+	}
+	return calls.Load()
+}
+
+// Watermill runs the first added middleware outermost. PoisonQueue must be
+// added before Retry so that it wraps Retry: the message is tried
+// 1+MaxRetries times, then poisoned. The other order poisons it after the
+// first failure (PoisonQueue swallows the error, Retry sees success).
+// RegisterStore adds them in the right order; this pins watermill's rule.
+func TestWatermillMiddlewareOrder(t *testing.T) {
+	if n := runRouter(t, func(r *message.Router, poison, retry message.HandlerMiddleware) {
+		r.AddMiddleware(poison, retry)
+	}); n != 3 {
+		t.Errorf("AddMiddleware(poison, retry): handler ran %d times, want 3", n)
+	}
+	if n := runRouter(t, func(r *message.Router, poison, retry message.HandlerMiddleware) {
+		r.AddMiddleware(retry, poison)
+	}); n != 1 {
+		t.Errorf("AddMiddleware(retry, poison): handler ran %d times, want 1 (the pitfall)", n)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	var o Options
+	o.setDefaults("points")
+	if o.PoisonTopic != "points.poison" || o.InboxTable != DefaultInboxTable || o.MaxAttempts != DefaultMaxAttempts || o.MeterProvider == nil {
+		t.Errorf("defaults %+v", o)
+	}
+	err := o.Validate()
+	for _, want := range []string{"dialect", "poison queue"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to mention %q", err, want)
+		}
+	}
+	o.Dialect, o.NoPoisonQueue = dialect.Postgres, true
+	if err := o.Validate(); err != nil {
+		t.Errorf("Validate() = %v", err)
+	}
+	for name, bad := range map[string]func(*Options){
+		"table":    func(o *Options) { o.InboxTable = "inbox; DROP TABLE x" },
+		"long":     func(o *Options) { o.InboxTable = strings.Repeat("i", 61) },
+		"attempts": func(o *Options) { o.MaxAttempts = -1 },
+		"backoff":  func(o *Options) { o.RetryMaxInterval = o.RetryInitialInterval - 1 },
+	} {
+		c := o
+		bad(&c)
+		if c.Validate() == nil {
+			t.Errorf("%s: Validate() accepted %+v", name, c)
+		}
+	}
+}
+
+func TestPermanent(t *testing.T) {
+	if Permanent(nil) != nil {
+		t.Error("Permanent(nil) != nil")
+	}
+	base := errors.New("boom")
+	err := Permanent(base)
+	if !errors.Is(err, ErrPermanent) || !errors.Is(err, base) || Permanent(err) != err {
+		t.Errorf("Permanent(%v) = %v", base, err)
+	}
+	// Decode errors from On's decoder are permanent.
+	rt := On(outbox.MetadataType, "t", func([]byte, int) (int, error) {
+		return 0, &outbox.DecodeError{Type: "X", Reason: "bad"}
+	}, func(context.Context, struct{}, int, outbox.Meta) error { return nil })
+	if err := rt.call(context.Background(), struct{}{}, nil, outbox.Meta{}); !errors.Is(err, ErrPermanent) || !errors.Is(err, outbox.ErrUndecodable) {
+		t.Errorf("decode error = %v, want permanent and undecodable", err)
+	}
+	// A panic becomes an error.
+	rt = On("X", "t", func([]byte, int) (int, error) { return 1, nil }, func(context.Context, struct{}, int, outbox.Meta) error { panic("oops") })
+	if err := callSafely(context.Background(), rt, struct{}{}, nil, outbox.Meta{Type: "X"}); err == nil || !strings.Contains(err.Error(), "panicked: oops") {
+		t.Errorf("panic = %v", err)
+	}
+}
+
+func TestRegisterRejects(t *testing.T) {
+	logger := watermill.NopLogger{}
+	ps := gochannel.NewGoChannel(gochannel.Config{}, logger)
+	defer ps.Close()
+	r, err := message.NewRouter(message.RouterConfig{}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := On("X", "t", func([]byte, int) (int, error) { return 1, nil }, func(context.Context, struct{}, int, outbox.Meta) error { return nil })
+	s := fakeStore{}
+	opts := []Option{WithDialect(dialect.Postgres), WithoutPoisonQueue()}
+	for name, c := range map[string]Consumer[struct{}]{
+		"no name":   {Routes: []Route[struct{}]{route}},
+		"no routes": {Name: "c"},
+		"dup":       {Name: "c", Routes: []Route[struct{}]{route, route}},
+		"raw route": {Name: "c", Routes: []Route[struct{}]{{Type: "X", Topic: "t"}}},
+	} {
+		if err := RegisterStore(r, ps, s, c, opts...); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if err := RegisterStore(r, ps, s, Consumer[struct{}]{Name: "c", Routes: []Route[struct{}]{route}}, opts...); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Handlers()["c/t"]; !ok {
+		t.Errorf("handlers %v, want c/t", r.Handlers())
+	}
+}
+
+type fakeStore struct{}
+
+func (fakeStore) Begin(context.Context) (struct{}, error) { return struct{}{}, nil }
+func (fakeStore) Exec(context.Context, struct{}, string, ...any) (int64, error) {
+	return 1, nil
+}
+func (fakeStore) Commit(context.Context, struct{}) error   { return nil }
+func (fakeStore) Rollback(context.Context, struct{}) error { return nil }

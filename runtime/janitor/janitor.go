@@ -1,0 +1,194 @@
+// Package janitor keeps the outbox table small: it deletes sent rows older
+// than the retention (default 7 days), or moves them into an archive table,
+// and deletes old inbox (consumer deduplication) rows, so that the hot
+// table holds little more than pending and FAILED rows (the seed design's
+// "the outbox table must not grow forever").
+//
+// It never holds long locks: rows go in bounded batches, each one short
+// statement (or, for the archive on MySQL and SQLite, one short
+// transaction), oldest first, with a pause between batches; a run stops when
+// a batch comes back short. Pending and FAILED rows are never removed.
+//
+// Run cleans on a schedule inside the service; RunOnce cleans once, for a
+// Kubernetes CronJob.
+package janitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Store is what the janitor changes: any driver.Driver.
+type Store interface {
+	DeleteSent(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
+	ArchiveSent(ctx context.Context, archive string, olderThan time.Duration, limit int) (int64, error)
+	DeleteInbox(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
+}
+
+// Target names what a batch cleaned.
+type Target string
+
+// The targets.
+const (
+	// Outbox: sent outbox rows (deleted or archived).
+	Outbox Target = "outbox"
+	// Inbox: inbox rows.
+	Inbox Target = "inbox"
+)
+
+// Batch is one batch that removed rows, passed to Options.OnBatch.
+type Batch struct {
+	Target   Target
+	Rows     int64
+	Archived bool // the rows were moved into Options.ArchiveTable
+}
+
+// Result counts what one run removed.
+type Result struct {
+	// Sent is the number of sent outbox rows deleted (or archived, when
+	// Archived), in SentBatches batches.
+	Sent        int64
+	SentBatches int
+	Archived    bool
+	// Inbox is the number of inbox rows deleted, in InboxBatches batches.
+	Inbox        int64
+	InboxBatches int
+}
+
+// Janitor removes old rows. Create it with New. RunOnce may be called
+// concurrently (batches of concurrent runs do not wait for each other on
+// PostgreSQL, and at worst end a run early elsewhere), but one Run per
+// table is all a service needs.
+type Janitor struct {
+	store Store
+	opts  Options
+	log   *slog.Logger
+	runMu sync.Mutex
+}
+
+// New returns a janitor for store (a driver.Driver) with opts.
+func New(store Store, opts Options) (*Janitor, error) {
+	if store == nil {
+		return nil, errors.New("janitor: store is nil: pass the outbox's driver.Driver")
+	}
+	opts.setDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	return &Janitor{store: store, opts: opts, log: opts.Logger.With(slog.String("component", "outboxgen.janitor"))}, nil
+}
+
+// Options returns the options in effect (defaults applied).
+func (j *Janitor) Options() Options { return j.opts }
+
+// RunOnce removes sent outbox rows older than Retention, then inbox rows
+// older than InboxRetention, in batches, until a batch comes back short or
+// ctx is done. It returns what it removed, also on error.
+func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
+	var res Result
+	res.Archived = j.opts.ArchiveTable != ""
+	start := time.Now()
+	sent := func(ctx context.Context) (int64, error) {
+		if res.Archived {
+			return j.store.ArchiveSent(ctx, j.opts.ArchiveTable, j.opts.Retention, j.opts.BatchSize)
+		}
+		return j.store.DeleteSent(ctx, j.opts.Retention, j.opts.BatchSize)
+	}
+	var err error
+	res.Sent, res.SentBatches, err = j.drain(ctx, Outbox, res.Archived, sent)
+	if err == nil && j.opts.InboxRetention > 0 {
+		res.Inbox, res.InboxBatches, err = j.drain(ctx, Inbox, false, func(ctx context.Context) (int64, error) {
+			return j.store.DeleteInbox(ctx, j.opts.InboxRetention, j.opts.BatchSize)
+		})
+	}
+	attrs := []any{
+		slog.Int64("sent_rows", res.Sent), slog.Int("sent_batches", res.SentBatches), slog.Bool("archived", res.Archived),
+		slog.Int64("inbox_rows", res.Inbox), slog.Int("inbox_batches", res.InboxBatches), slog.Duration("took", time.Since(start)),
+	}
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			j.log.InfoContext(ctx, "janitor run interrupted", attrs...)
+		} else {
+			j.log.ErrorContext(ctx, "janitor run failed", append(attrs, slog.Any("error", err))...)
+		}
+		return res, err
+	}
+	j.log.InfoContext(ctx, "janitor run done", attrs...)
+	return res, nil
+}
+
+// drain runs batch until one removes fewer than BatchSize rows, pausing
+// between batches.
+func (j *Janitor) drain(ctx context.Context, target Target, archived bool, batch func(context.Context) (int64, error)) (total int64, batches int, err error) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, batches, fmt.Errorf("janitor: %s: %w", target, err)
+		}
+		n, err := batch(ctx)
+		if err != nil {
+			return total, batches, fmt.Errorf("janitor: %s: %w", target, err)
+		}
+		if n > 0 {
+			total += n
+			batches++
+			j.log.DebugContext(ctx, "janitor batch", slog.String("target", string(target)), slog.Int64("rows", n), slog.Bool("archived", archived))
+			if j.opts.OnBatch != nil {
+				j.opts.OnBatch(Batch{Target: target, Rows: n, Archived: archived})
+			}
+		}
+		if n < int64(j.opts.BatchSize) {
+			return total, batches, nil
+		}
+		if j.opts.BatchPause > 0 {
+			if timer == nil {
+				timer = time.NewTimer(j.opts.BatchPause)
+			} else {
+				timer.Reset(j.opts.BatchPause)
+			}
+			select {
+			case <-ctx.Done():
+				return total, batches, fmt.Errorf("janitor: %s: %w", target, ctx.Err())
+			case <-timer.C:
+			}
+		}
+	}
+}
+
+// Run cleans at once and then every Interval after the previous run ended
+// (fixed delay) until ctx is done; it then returns nil. A failed run is
+// logged and retried at the next interval. Run one Run per Janitor at a
+// time.
+func (j *Janitor) Run(ctx context.Context) error {
+	if !j.runMu.TryLock() {
+		return errors.New("janitor: Run is already running on this Janitor: run one Run per Janitor")
+	}
+	defer j.runMu.Unlock()
+	j.log.InfoContext(ctx, "janitor started", slog.Duration("interval", j.opts.Interval), slog.Duration("retention", j.opts.Retention),
+		slog.Duration("inbox_retention", j.opts.InboxRetention), slog.String("archive_table", j.opts.ArchiveTable), slog.Int("batch_size", j.opts.BatchSize))
+	timer := time.NewTimer(j.opts.Interval)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		if ctx.Err() != nil {
+			j.log.Info("janitor stopped")
+			return nil
+		}
+		_, _ = j.RunOnce(ctx) // RunOnce logs its outcome
+		timer.Reset(j.opts.Interval)
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}

@@ -1,0 +1,145 @@
+package janitor_test
+
+import (
+	"context"
+	"database/sql"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/outboxgen/outboxgen/internal/testdb"
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/driver/drivertest"
+	"github.com/outboxgen/outboxgen/runtime/driver/pgxdriver"
+	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
+	"github.com/outboxgen/outboxgen/runtime/janitor"
+	"github.com/outboxgen/outboxgen/templates"
+)
+
+type dbEnv struct {
+	db    *sql.DB
+	d     dialect.Dialect
+	store janitor.Store
+}
+
+// eachDatabase runs f on a fresh database with the schema for every
+// dialect through database/sql, and on PostgreSQL through pgx.
+func eachDatabase(t *testing.T, f func(t *testing.T, env dbEnv)) {
+	for _, name := range testdb.Dialects() {
+		t.Run(name, func(t *testing.T) {
+			d, err := dialect.Parse(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db := testdb.Open(t, name)
+			testdb.ApplySchema(t, db, name, templates.DefaultTables)
+			drv, err := sqldriver.New(db, d, driver.DefaultTables)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f(t, dbEnv{db: db, d: d, store: drv})
+		})
+	}
+	t.Run("pgx", func(t *testing.T) {
+		pool := testdb.PgxPool(t)
+		db := stdlib.OpenDBFromPool(pool)
+		t.Cleanup(func() { db.Close() })
+		testdb.ApplySchema(t, db, "postgres", templates.DefaultTables)
+		drv, err := pgxdriver.New(pool, driver.DefaultTables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(t, dbEnv{db: db, d: dialect.Postgres, store: drv})
+	})
+}
+
+const day = 24 * time.Hour
+
+// seedMixed seeds oldSent removable rows and rows the janitor must keep;
+// FAILED and pending rows carry an old sent_at too, to prove the status
+// guard. It returns the old sent ids and the ids to keep.
+func seedMixed(t *testing.T, env dbEnv, oldSent int) (old, keep []int64) {
+	t.Helper()
+	tb := driver.DefaultTables
+	ids := drivertest.OpsSeed(t, env.db, env.d, tb.Outbox,
+		drivertest.OpsSeedRow{Count: oldSent, Status: 1, CreatedAgo: 9 * day, SentAgo: 8 * day},
+		drivertest.OpsSeedRow{Count: 3, Status: 1, CreatedAgo: 2 * day, SentAgo: day},       // young sent
+		drivertest.OpsSeedRow{Count: 2, Status: 2, CreatedAgo: 60 * day, SentAgo: 60 * day}, // old failed
+		drivertest.OpsSeedRow{Count: 2, Status: 0, CreatedAgo: 60 * day, SentAgo: 60 * day}, // old pending
+	)
+	drivertest.OpsSeedInbox(t, env.db, env.d, tb.Inbox, 4, 8*day) // old inbox
+	drivertest.OpsSeedInbox(t, env.db, env.d, tb.Inbox, 2, day)   // young inbox
+	keep = slices.Concat(ids[1], ids[2], ids[3])
+	slices.Sort(keep)
+	return ids[0], keep
+}
+
+func TestJanitorDeletesOnDatabases(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, env dbEnv) {
+		_, keep := seedMixed(t, env, 2500)
+		var batches []janitor.Batch
+		j, err := janitor.New(env.store, janitor.Options{Logger: quiet, BatchSize: 1000, BatchPause: time.Millisecond,
+			OnBatch: func(b janitor.Batch) { batches = append(batches, b) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := j.RunOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := janitor.Result{Sent: 2500, SentBatches: 3, Inbox: 4, InboxBatches: 1}
+		if res != want {
+			t.Errorf("result %+v, want %+v", res, want)
+		}
+		wantBatches := []janitor.Batch{{Target: janitor.Outbox, Rows: 1000}, {Target: janitor.Outbox, Rows: 1000}, {Target: janitor.Outbox, Rows: 500}, {Target: janitor.Inbox, Rows: 4}}
+		if !reflect.DeepEqual(batches, wantBatches) {
+			t.Errorf("batches %+v, want %+v", batches, wantBatches)
+		}
+		if got := drivertest.OpsIDs(t, env.db, driver.DefaultTables.Outbox); !reflect.DeepEqual(got, keep) {
+			t.Errorf("outbox ids %v, want %v (young sent, old failed, old pending)", got, keep)
+		}
+		if n := drivertest.OpsCount(t, env.db, driver.DefaultTables.Inbox, ""); n != 2 {
+			t.Errorf("inbox rows %d, want the 2 young ones", n)
+		}
+		// Nothing left to do: a second run removes nothing.
+		res, err = j.RunOnce(context.Background())
+		if err != nil || res != (janitor.Result{}) {
+			t.Errorf("second run = %+v, %v; want nothing removed", res, err)
+		}
+	})
+}
+
+func TestJanitorArchivesOnDatabases(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, env dbEnv) {
+		const archive = "outbox_event_archive"
+		drivertest.CreateArchiveTable(t, env.db, env.d, driver.DefaultTables, archive)
+		old, keep := seedMixed(t, env, 25)
+		before := drivertest.OpsRows(t, env.db, driver.DefaultTables.Outbox, old)
+		j, err := janitor.New(env.store, janitor.Options{Logger: quiet, BatchSize: 10, BatchPause: -1, ArchiveTable: archive})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := j.RunOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := janitor.Result{Sent: 25, SentBatches: 3, Archived: true, Inbox: 4, InboxBatches: 1}
+		if res != want {
+			t.Errorf("result %+v, want %+v", res, want)
+		}
+		if got := drivertest.OpsIDs(t, env.db, driver.DefaultTables.Outbox); !reflect.DeepEqual(got, keep) {
+			t.Errorf("outbox ids %v, want %v", got, keep)
+		}
+		after := drivertest.OpsRows(t, env.db, archive, old)
+		if len(after) != len(old) || !reflect.DeepEqual(before, after) {
+			t.Errorf("archived rows differ from the originals:\n before %v\n after  %v", before, after)
+		}
+		if n := drivertest.OpsCount(t, env.db, archive, "archived_at IS NULL"); n != 0 {
+			t.Errorf("%d archived rows without archived_at", n)
+		}
+	})
+}

@@ -1,0 +1,327 @@
+// Package monitor watches an outbox table and tells people when events are
+// not going out: the seed design's monitor ("count rows older than 10
+// minutes and not sent; alert while the count stays above zero"). The
+// sweeper repairs data; the monitor tells people.
+//
+// Each check reads one snapshot (driver.Stats: pending count, age of the
+// oldest pending row, stale rows, FAILED rows, expired leases) in a single
+// cheap statement through the driver, measured by the database clock.
+//
+//   - Alerts: Options.OnAlert is called once when a threshold is crossed
+//     and Options.OnResolve once when it clears, not on every check.
+//   - Metrics, through the OpenTelemetry metrics API (a no-op unless the
+//     application installs a meter provider), as observable gauges that
+//     report the last snapshot (the database is never queried from the
+//     metrics callback):
+//     outboxgen.outbox.pending, outboxgen.outbox.stale,
+//     outboxgen.outbox.failed, outboxgen.outbox.expired_leases ({row}),
+//     outboxgen.outbox.oldest_pending_age (s); plus the counter
+//     outboxgen.monitor.check_errors.
+//
+// Run checks on a schedule inside the service; Check does one check for a
+// Kubernetes CronJob or a health endpoint.
+package monitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/outboxgen/outboxgen/runtime/driver"
+)
+
+// Source is what the monitor reads: any driver.Driver.
+type Source interface {
+	Stats(ctx context.Context, staleAfter time.Duration) (driver.Stats, error)
+}
+
+// Kind names an alert.
+type Kind string
+
+// The alerts, one per threshold.
+const (
+	// Stale: pending rows older than StaleAfter (the seed's alarm).
+	Stale Kind = "stale"
+	// OldestPending: the oldest pending row is older than its threshold.
+	OldestPending Kind = "oldest_pending_age"
+	// Failed: FAILED rows wait for an operator (list and requeue them).
+	Failed Kind = "failed"
+	// ExpiredLeases: a relay died holding rows.
+	ExpiredLeases Kind = "expired_leases"
+)
+
+// Kinds lists every Kind in a stable order.
+var Kinds = []Kind{Stale, OldestPending, Failed, ExpiredLeases}
+
+// Alert is a crossed threshold.
+type Alert struct {
+	Kind Kind
+	// Stats is the snapshot that crossed (or, for OnResolve, cleared) the
+	// threshold.
+	Stats driver.Stats
+	// Resolved is set on the Alert passed to OnResolve.
+	Resolved bool
+	// Message says what is wrong and what to look at.
+	Message string
+}
+
+// Monitor checks an outbox table. Create it with New; it is safe for
+// concurrent use.
+type Monitor struct {
+	src   Source
+	opts  Options
+	log   *slog.Logger
+	attrs metric.MeasurementOption
+	reg   metric.Registration
+	errs  metric.Int64Counter
+
+	mu     sync.Mutex
+	last   driver.Stats
+	lastAt time.Time
+	have   bool
+
+	active map[Kind]bool // only touched by Run's goroutine (tick)
+	runMu  sync.Mutex    // one Run at a time
+}
+
+// New returns a monitor reading src (a driver.Driver) with opts. It
+// registers the metrics callback; Close unregisters it.
+func New(src Source, opts Options) (*Monitor, error) {
+	if src == nil {
+		return nil, errors.New("monitor: source is nil: pass the outbox's driver.Driver")
+	}
+	opts.setDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	kv := make([]attribute.KeyValue, 0, len(opts.Attributes)+1)
+	if t, ok := src.(interface{ Tables() driver.Tables }); ok {
+		kv = append(kv, attribute.String("outboxgen.table", t.Tables().Outbox))
+	}
+	for _, a := range opts.Attributes {
+		kv = append(kv, attribute.String(a.Key, a.Value))
+	}
+	m := &Monitor{
+		src:    src,
+		opts:   opts,
+		log:    opts.Logger.With(slog.String("component", "outboxgen.monitor")),
+		attrs:  metric.WithAttributeSet(attribute.NewSet(kv...)),
+		active: map[Kind]bool{},
+	}
+	if err := m.register(); err != nil {
+		return nil, fmt.Errorf("monitor: metrics: %w", err)
+	}
+	return m, nil
+}
+
+func (m *Monitor) register() error {
+	mt := m.opts.Meter
+	pending, err := mt.Int64ObservableGauge("outboxgen.outbox.pending", metric.WithUnit("{row}"),
+		metric.WithDescription("Outbox rows waiting to be published (status 0)."))
+	if err != nil {
+		return err
+	}
+	age, err := mt.Float64ObservableGauge("outboxgen.outbox.oldest_pending_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest pending outbox row, by the database clock (0 when none)."))
+	if err != nil {
+		return err
+	}
+	stale, err := mt.Int64ObservableGauge("outboxgen.outbox.stale", metric.WithUnit("{row}"),
+		metric.WithDescription("Pending outbox rows older than the monitor's StaleAfter."))
+	if err != nil {
+		return err
+	}
+	failed, err := mt.Int64ObservableGauge("outboxgen.outbox.failed", metric.WithUnit("{row}"),
+		metric.WithDescription("FAILED outbox rows (status 2) waiting for an operator."))
+	if err != nil {
+		return err
+	}
+	expired, err := mt.Int64ObservableGauge("outboxgen.outbox.expired_leases", metric.WithUnit("{row}"),
+		metric.WithDescription("Pending outbox rows whose relay lease expired (the relay died)."))
+	if err != nil {
+		return err
+	}
+	m.errs, err = mt.Int64Counter("outboxgen.monitor.check_errors", metric.WithUnit("{check}"),
+		metric.WithDescription("Monitor checks that could not read the outbox table."))
+	if err != nil {
+		return err
+	}
+	m.reg, err = mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st, _, ok := m.Snapshot()
+		if !ok {
+			return nil // nothing measured yet: report nothing rather than zeros
+		}
+		o.ObserveInt64(pending, st.Pending, m.attrs)
+		o.ObserveFloat64(age, st.OldestPendingAge.Seconds(), m.attrs)
+		o.ObserveInt64(stale, st.Stale, m.attrs)
+		o.ObserveInt64(failed, st.Failed, m.attrs)
+		o.ObserveInt64(expired, st.ExpiredLeases, m.attrs)
+		return nil
+	}, pending, age, stale, failed, expired)
+	return err
+}
+
+// Close unregisters the metrics callback. The monitor must not be used
+// afterwards.
+func (m *Monitor) Close() error {
+	if m.reg == nil {
+		return nil
+	}
+	return m.reg.Unregister()
+}
+
+// Options returns the options in effect (defaults applied).
+func (m *Monitor) Options() Options { return m.opts }
+
+// Snapshot returns the last snapshot read by Check or Run, when it was
+// taken (the local clock), and whether there is one.
+func (m *Monitor) Snapshot() (driver.Stats, time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.last, m.lastAt, m.have
+}
+
+// Check reads one snapshot, records it for the metrics, and returns it with
+// the alerts it crosses, in Kinds order. It calls neither OnAlert nor
+// OnResolve: a one-off check (a CronJob, a health endpoint) acts on the
+// returned alerts itself.
+func (m *Monitor) Check(ctx context.Context) (driver.Stats, []Alert, error) {
+	st, err := m.src.Stats(ctx, m.opts.StaleAfter)
+	if err != nil {
+		m.errs.Add(ctx, 1, m.attrs)
+		return driver.Stats{}, nil, fmt.Errorf("monitor: read outbox stats: %w", err)
+	}
+	m.mu.Lock()
+	m.last, m.lastAt, m.have = st, time.Now(), true
+	m.mu.Unlock()
+	var alerts []Alert
+	for _, k := range Kinds {
+		if m.crossed(k, st) {
+			alerts = append(alerts, m.alert(k, st, false))
+		}
+	}
+	return st, alerts, nil
+}
+
+// crossed reports whether st crosses k's threshold.
+func (m *Monitor) crossed(k Kind, st driver.Stats) bool {
+	th := m.opts.Thresholds
+	switch k {
+	case Stale:
+		return th.Stale >= 0 && st.Stale > th.Stale
+	case OldestPending:
+		return th.OldestPendingAge >= 0 && st.Pending > 0 && st.OldestPendingAge > th.OldestPendingAge
+	case Failed:
+		return th.Failed >= 0 && st.Failed > th.Failed
+	case ExpiredLeases:
+		return th.ExpiredLeases >= 0 && st.ExpiredLeases > th.ExpiredLeases
+	}
+	return false
+}
+
+func (m *Monitor) alert(k Kind, st driver.Stats, resolved bool) Alert {
+	a := Alert{Kind: k, Stats: st, Resolved: resolved}
+	th := m.opts.Thresholds
+	if resolved {
+		switch k {
+		case Stale:
+			a.Message = fmt.Sprintf("resolved: %d pending outbox rows older than %s (threshold %d)", st.Stale, m.opts.StaleAfter, th.Stale)
+		case OldestPending:
+			a.Message = fmt.Sprintf("resolved: oldest pending outbox row is %s old (threshold %s)", st.OldestPendingAge.Round(time.Second), th.OldestPendingAge)
+		case Failed:
+			a.Message = fmt.Sprintf("resolved: %d FAILED outbox rows (threshold %d)", st.Failed, th.Failed)
+		case ExpiredLeases:
+			a.Message = fmt.Sprintf("resolved: %d outbox rows with an expired relay lease (threshold %d)", st.ExpiredLeases, th.ExpiredLeases)
+		}
+		return a
+	}
+	switch k {
+	case Stale:
+		a.Message = fmt.Sprintf("%d pending outbox rows are older than %s (threshold %d): committed events are not going out; check that a relay and the sweeper are running and the broker is reachable", st.Stale, m.opts.StaleAfter, th.Stale)
+	case OldestPending:
+		a.Message = fmt.Sprintf("the oldest pending outbox row is %s old (threshold %s): check that a relay is running and the broker is reachable", st.OldestPendingAge.Round(time.Second), th.OldestPendingAge)
+	case Failed:
+		a.Message = fmt.Sprintf("%d outbox rows are FAILED (threshold %d): they exhausted their attempts and hold back later events of their key; inspect last_error, fix the cause and requeue them", st.Failed, th.Failed)
+	case ExpiredLeases:
+		a.Message = fmt.Sprintf("%d pending outbox rows carry an expired relay lease (threshold %d): a relay died holding them; another relay or the sweeper takes them over, a count that stays up means none is running", st.ExpiredLeases, th.ExpiredLeases)
+	}
+	return a
+}
+
+// tick runs one scheduled check and reports threshold transitions: OnAlert
+// for each newly crossed threshold, OnResolve for each cleared one. A
+// failed check changes no alert state.
+func (m *Monitor) tick(ctx context.Context) error {
+	st, alerts, err := m.Check(ctx)
+	if err != nil {
+		return err
+	}
+	now := map[Kind]bool{}
+	for _, a := range alerts {
+		now[a.Kind] = true
+		if m.active[a.Kind] {
+			continue
+		}
+		m.active[a.Kind] = true
+		m.log.WarnContext(ctx, "outbox alert", slog.String("kind", string(a.Kind)), slog.String("message", a.Message), statsAttr(st))
+		if m.opts.OnAlert != nil {
+			m.opts.OnAlert(a)
+		}
+	}
+	for _, k := range Kinds {
+		if !m.active[k] || now[k] {
+			continue
+		}
+		delete(m.active, k)
+		a := m.alert(k, st, true)
+		m.log.InfoContext(ctx, "outbox alert resolved", slog.String("kind", string(k)), statsAttr(st))
+		if m.opts.OnResolve != nil {
+			m.opts.OnResolve(a)
+		}
+	}
+	m.log.DebugContext(ctx, "outbox checked", statsAttr(st))
+	return nil
+}
+
+func statsAttr(st driver.Stats) slog.Attr {
+	return slog.Group("stats",
+		slog.Int64("pending", st.Pending), slog.Duration("oldest_pending_age", st.OldestPendingAge),
+		slog.Int64("stale", st.Stale), slog.Int64("failed", st.Failed), slog.Int64("expired_leases", st.ExpiredLeases))
+}
+
+// Run checks at once and then every Interval after the previous check
+// ended (fixed delay) until ctx is done; it then returns nil. A failed
+// check is logged (and counted in outboxgen.monitor.check_errors) and
+// retried at the next interval; alert state carries over. Run one Run per
+// Monitor at a time.
+func (m *Monitor) Run(ctx context.Context) error {
+	if !m.runMu.TryLock() {
+		return errors.New("monitor: Run is already running on this Monitor: run one Run per Monitor")
+	}
+	defer m.runMu.Unlock()
+	m.log.InfoContext(ctx, "monitor started", slog.Duration("interval", m.opts.Interval), slog.Duration("stale_after", m.opts.StaleAfter))
+	timer := time.NewTimer(m.opts.Interval)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		if ctx.Err() != nil {
+			m.log.Info("monitor stopped")
+			return nil
+		}
+		if err := m.tick(ctx); err != nil && ctx.Err() == nil {
+			m.log.ErrorContext(ctx, "monitor check failed", slog.Any("error", err))
+		}
+		timer.Reset(m.opts.Interval)
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}

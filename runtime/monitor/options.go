@@ -1,0 +1,124 @@
+package monitor
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Defaults of Options.
+const (
+	// DefaultInterval is the delay between the end of one check and the
+	// start of the next.
+	DefaultInterval = time.Minute
+	// DefaultStaleAfter is the seed design's alarm: a row committed but not
+	// sent after 10 minutes means the relay is not doing its job.
+	DefaultStaleAfter = 10 * time.Minute
+	// MeterName is the instrumentation scope of the default meter.
+	MeterName = "github.com/outboxgen/outboxgen/runtime/monitor"
+)
+
+// Never, as a threshold, turns that alert off.
+const Never = -1
+
+// Thresholds say when to alert. Each alert fires when its value is
+// strictly greater than its threshold. The zero value alerts on any stale,
+// FAILED or expired-lease row and on a pending row older than StaleAfter.
+// A negative threshold (Never) turns that alert off.
+type Thresholds struct {
+	// Stale: pending rows created longer than StaleAfter ago (default 0:
+	// any such row alerts).
+	Stale int64
+	// Failed: FAILED rows waiting for an operator (default 0).
+	Failed int64
+	// ExpiredLeases: pending rows whose relay died holding them (default
+	// 0). Such rows come back by themselves once the sweeper or a relay
+	// claims them; a count that stays up means no relay is running.
+	ExpiredLeases int64
+	// OldestPendingAge: the age of the oldest pending row (default
+	// StaleAfter).
+	OldestPendingAge time.Duration
+}
+
+// Options configure a Monitor. The zero value of every field means "use
+// the default".
+type Options struct {
+	// Interval is the delay between the end of one check and the start of
+	// the next (fixed delay; default 1 minute). Run checks once at start.
+	Interval time.Duration
+	// StaleAfter is the age after which a pending row counts as stale
+	// (default 10 minutes).
+	StaleAfter time.Duration
+	// Thresholds say when to alert; see Thresholds.
+	Thresholds Thresholds
+
+	// OnAlert is called once when a threshold is crossed, not on every
+	// check while it stays crossed. It runs on Run's goroutine: it must not
+	// block for long.
+	OnAlert func(Alert)
+	// OnResolve is called once when a crossed threshold clears, with the
+	// Alert of the same Kind (Resolved set).
+	OnResolve func(Alert)
+
+	// Meter makes the observable gauges (see the package documentation).
+	// Default: otel.GetMeterProvider().Meter(MeterName), a no-op unless the
+	// application installs a meter provider.
+	Meter metric.Meter
+	// Attributes are added to every measurement, e.g. the service name
+	// when one process watches several outbox tables. The outbox table
+	// name is added by itself when the source has a Tables method.
+	Attributes []Attribute
+
+	// Logger receives structured logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Attribute is a string attribute for the monitor's measurements.
+type Attribute struct{ Key, Value string }
+
+func (o *Options) setDefaults() {
+	if o.Interval == 0 {
+		o.Interval = DefaultInterval
+	}
+	if o.StaleAfter == 0 {
+		o.StaleAfter = DefaultStaleAfter
+	}
+	if o.Thresholds.OldestPendingAge == 0 {
+		o.Thresholds.OldestPendingAge = o.StaleAfter
+	}
+	if o.Meter == nil {
+		o.Meter = otel.GetMeterProvider().Meter(MeterName)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate reports every invalid setting, saying how to fix it. It checks
+// the options as given; New applies the defaults first.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Interval <= 0 {
+		errs = append(errs, fmt.Errorf("monitor: Options.Interval is %s: use a positive duration (or 0 for %s)", o.Interval, DefaultInterval))
+	}
+	if o.StaleAfter <= 0 {
+		errs = append(errs, fmt.Errorf("monitor: Options.StaleAfter is %s: use a positive duration (or 0 for %s)", o.StaleAfter, DefaultStaleAfter))
+	}
+	if o.Meter == nil {
+		errs = append(errs, errors.New("monitor: Options.Meter is nil: set it, or leave it nil before New to use the global meter provider"))
+	}
+	if o.Logger == nil {
+		errs = append(errs, errors.New("monitor: Options.Logger is nil: set it, or leave it nil before New to use slog.Default()"))
+	}
+	for _, a := range o.Attributes {
+		if a.Key == "" {
+			errs = append(errs, errors.New("monitor: Options.Attributes has an empty key: name every attribute"))
+			break
+		}
+	}
+	return errors.Join(errs...)
+}

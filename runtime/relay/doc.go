@@ -1,0 +1,72 @@
+// Package relay publishes the rows of outboxgen's outbox table to a
+// watermill message.Publisher: the half of the transactional outbox that
+// keeps the promise "committed ⇒ published (at least once), rolled back ⇒
+// never published".
+//
+//	drv, err := sqldriver.New(db, dialect.Postgres, driver.DefaultTables) // or pgxdriver.New(pool, ...)
+//	...
+//	r, err := relay.New(drv, relay.Options{Publisher: pub})
+//	...
+//	go r.Run(ctx) // returns after in-flight results are recorded
+//
+// The relay reaches the database only through a driver.Driver (package
+// runtime/driver), which owns the table names and the SQL.
+//
+// # How a poll works
+//
+// Each poll claims up to BatchSize pending, due rows in id order and leases
+// them to this instance (lease_owner, lease_expires_at = now + LeaseDuration),
+// publishes them, then records the results in batches. PostgreSQL and
+// MySQL/MariaDB claim with SELECT ... FOR UPDATE SKIP LOCKED in one short
+// statement or transaction, so several relay instances share the work with
+// no external lock service; SQLite (one writer) claims with a single
+// compare-and-set UPDATE ... RETURNING. The claim transaction commits before
+// anything is published: broker I/O never runs inside a transaction that
+// holds row locks, because a slow or hung broker would then hold those locks
+// (blocking writers' updates of the same rows, the janitor and other relays)
+// and keep a connection and a long transaction open (bloat on PostgreSQL,
+// undo history on InnoDB). The lease, not a lock, protects rows while they
+// are published; every result is written WHERE lease_owner = this instance,
+// so a relay that lost its lease (it took longer than LeaseDuration, or was
+// presumed dead) changes nothing: the row is published again by the new
+// owner. Delivery is therefore at-least-once; consumers deduplicate by the
+// message UUID (the event_id).
+//
+// All timestamps are taken from the database clock, never the relay's.
+//
+// # Latency
+//
+// A relay polls every PollInterval (fixed delay) and at once after a full
+// batch. Relay.Notify wakes it early: call it after committing events in
+// the same process. On a pgxdriver the relay also listens with PostgreSQL
+// LISTEN/NOTIFY and wakes when a writer in any process ran
+// pgxdriver.Notify (or sqldriver.Notify) in its transaction; that NOTIFY
+// is opt-in because PostgreSQL serialises the commits of notifying
+// transactions.
+//
+// # Per-key order
+//
+// Events of an ordered event type (outbox.EventType.Ordered; types the
+// relay does not know are ordered) with the same key (biz_id) are published
+// in id order, across retries and instances: a row is claimed only when
+// every older unsent row of its key is sent or claimed in the same batch,
+// and within a batch a key's rows are published one after another, stopping
+// at the key's first failure (the rest of that key is released unpublished).
+// A key whose oldest event is retrying or FAILED holds back that key only;
+// other keys keep flowing and are published concurrently (Concurrency). A
+// hot key is not limited to one event per poll.
+//
+// The guarantee holds when the ids of one key are committed in id order,
+// which is the case when the business transaction locks the aggregate row
+// (e.g. SELECT ... FOR UPDATE on the order) before inserting its event. Two
+// transactions that insert events of the same key without such a lock may
+// commit out of id order, and the relay may publish the later id first.
+//
+// # Failures
+//
+// A failed publish increments retry_count, stores last_error (at most
+// 2 KB) and sets next_retry_time = now + Backoff(retry_count); when
+// retry_count reaches MaxAttempts the row becomes FAILED (status 2). FAILED
+// rows stay until an operator requeues them (Relay.Requeue) and are listed
+// by Relay.ListFailed.
+package relay

@@ -1,0 +1,234 @@
+package relay
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mathrand "math/rand/v2"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
+)
+
+// Defaults of Options.
+const (
+	DefaultBatchSize       = 100
+	DefaultPollInterval    = 2 * time.Second
+	DefaultLeaseDuration   = 30 * time.Second
+	DefaultConcurrency     = 8
+	DefaultMaxAttempts     = 5
+	DefaultShutdownTimeout = 10 * time.Second
+
+	// DefaultBackoffInitial, DefaultBackoffMax and DefaultBackoffJitter
+	// parameterise DefaultBackoff: 1, 2, 4, ... minutes, capped at 64, ±20%.
+	DefaultBackoffInitial = time.Minute
+	DefaultBackoffMax     = 64 * time.Minute
+	DefaultBackoffJitter  = 0.2
+
+	// MaxBatchSize bounds BatchSize (it is also the length of the id lists
+	// the relay binds).
+	MaxBatchSize = dialect.MaxInList
+	// MaxInstanceID is the longest InstanceID (the lease_owner column).
+	MaxInstanceID = 64
+)
+
+// Options configures a Relay. The zero value of every field but Publisher
+// means "use the default".
+type Options struct {
+	// Publisher receives every event. Required. Any watermill publisher
+	// works (Kafka, NATS JetStream, AMQP, Redis Streams, GoChannel, ...).
+	Publisher message.Publisher
+
+	// EventTypes lists the event types with their settings (the generated
+	// EventTypes variable). Only Ordered is read: types listed with
+	// Ordered false are published without per-key order. Types not listed
+	// are ordered.
+	EventTypes []outbox.EventType
+
+	// BatchSize is the most rows claimed per poll (default 100, at most
+	// 1000). A full batch is followed by an immediate re-poll.
+	BatchSize int
+
+	// PollInterval is the delay between the end of one poll and the start
+	// of the next (fixed delay, so a slow poll never piles up; default
+	// 2s). Notify wakes the relay early.
+	PollInterval time.Duration
+
+	// LeaseDuration is how long claimed rows stay reserved for this
+	// instance (default 30s). It must exceed the time a batch takes to
+	// publish and record: when it runs out, another instance may claim and
+	// publish the same rows again (a duplicate, never a loss). It is also
+	// how long the rows of a crashed instance wait before another takes
+	// them.
+	LeaseDuration time.Duration
+
+	// Concurrency is the number of keys published at once (default 8).
+	// Events of one ordered key are always published one at a time.
+	Concurrency int
+
+	// MaxAttempts is the number of failed publishes after which a row is
+	// marked FAILED (status 2) and waits for an operator (default 5).
+	MaxAttempts int
+
+	// Backoff returns the delay before the next attempt after the
+	// attempt-th failed publish of a row (attempt starts at 1). Default:
+	// DefaultBackoff (1 min doubling to a 64 min cap, ±20% jitter).
+	Backoff func(attempt int) time.Duration
+
+	// ShutdownTimeout bounds how long Run keeps publishing the current
+	// batch after its context is cancelled (default 10s). It must be
+	// shorter than LeaseDuration. Results are recorded afterwards in any
+	// case.
+	ShutdownTimeout time.Duration
+
+	// InstanceID names this relay in lease_owner and logs (default
+	// hostname-pid-random; at most 64 bytes). It must be unique among the
+	// relays sharing a table.
+	InstanceID string
+
+	// OverdueAfter, when positive, restricts every claim to rows created
+	// at least this long ago (by the database clock), leaving younger rows
+	// to the regular relays: the sweeper's rescue pass (package sweeper).
+	// Zero (the default) claims every claimable row.
+	OverdueAfter time.Duration
+
+	// OnFailed, if set, is called once for each row this relay marks
+	// FAILED, after the result is recorded (e.g. to alert a human). It
+	// must not block for long.
+	OnFailed func(FailedEvent)
+
+	// Logger receives structured logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.BatchSize == 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.Backoff == nil {
+		o.Backoff = DefaultBackoff
+	}
+	if o.ShutdownTimeout == 0 {
+		o.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if o.InstanceID == "" {
+		o.InstanceID = defaultInstanceID()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first invalid setting, saying how to fix it. It
+// checks the options as given; New applies the defaults first.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Publisher == nil {
+		errs = append(errs, errors.New("relay: Options.Publisher is nil: set it to a watermill message.Publisher"))
+	}
+	if o.BatchSize < 1 || o.BatchSize > MaxBatchSize {
+		errs = append(errs, fmt.Errorf("relay: Options.BatchSize is %d: use 1 to %d (or 0 for %d)", o.BatchSize, MaxBatchSize, DefaultBatchSize))
+	}
+	if o.PollInterval <= 0 {
+		errs = append(errs, fmt.Errorf("relay: Options.PollInterval is %s: use a positive duration (or 0 for %s)", o.PollInterval, DefaultPollInterval))
+	}
+	if o.LeaseDuration <= 0 {
+		errs = append(errs, fmt.Errorf("relay: Options.LeaseDuration is %s: use a positive duration longer than a batch takes to publish (or 0 for %s)", o.LeaseDuration, DefaultLeaseDuration))
+	}
+	if o.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("relay: Options.Concurrency is %d: use at least 1 (or 0 for %d)", o.Concurrency, DefaultConcurrency))
+	}
+	if o.MaxAttempts < 1 {
+		errs = append(errs, fmt.Errorf("relay: Options.MaxAttempts is %d: use at least 1 (or 0 for %d)", o.MaxAttempts, DefaultMaxAttempts))
+	}
+	if o.Backoff == nil {
+		errs = append(errs, errors.New("relay: Options.Backoff is nil: set it, or leave it nil before New to use DefaultBackoff"))
+	}
+	if o.ShutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("relay: Options.ShutdownTimeout is %s: use a positive duration (or 0 for %s)", o.ShutdownTimeout, DefaultShutdownTimeout))
+	} else if o.LeaseDuration > 0 && o.ShutdownTimeout >= o.LeaseDuration {
+		errs = append(errs, fmt.Errorf("relay: Options.ShutdownTimeout (%s) must be shorter than Options.LeaseDuration (%s): publishing past the lease lets another instance publish the same rows", o.ShutdownTimeout, o.LeaseDuration))
+	}
+	if o.OverdueAfter < 0 {
+		errs = append(errs, fmt.Errorf("relay: Options.OverdueAfter is %s: use 0 (claim every row) or a positive duration", o.OverdueAfter))
+	}
+	if o.InstanceID == "" || len(o.InstanceID) > MaxInstanceID {
+		errs = append(errs, fmt.Errorf("relay: Options.InstanceID %q must be 1 to %d bytes (leave it empty for hostname-pid-random)", o.InstanceID, MaxInstanceID))
+	}
+	if o.Logger == nil {
+		errs = append(errs, errors.New("relay: Options.Logger is nil: set it, or leave it nil before New to use slog.Default()"))
+	}
+	return errors.Join(errs...)
+}
+
+// unorderedTypes returns the names of the event types listed unordered.
+func (o *Options) unorderedTypes() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, et := range o.EventTypes {
+		if !et.Ordered && !seen[et.Name] {
+			seen[et.Name] = true
+			out = append(out, et.Name)
+		}
+	}
+	return out
+}
+
+// DefaultBackoff is the seed design's schedule: 1, 2, 4, ... minutes after
+// the 1st, 2nd, 3rd ... failure, capped at 64 minutes, with ±20% jitter so
+// that rows failed together do not retry together.
+func DefaultBackoff(attempt int) time.Duration {
+	return ExponentialBackoff(DefaultBackoffInitial, DefaultBackoffMax, DefaultBackoffJitter)(attempt)
+}
+
+// ExponentialBackoff returns a Backoff: initial after the first failure,
+// doubling per failure up to max, each multiplied by a random factor in
+// [1-jitter, 1+jitter] (jitter in [0, 1)).
+func ExponentialBackoff(initial, max time.Duration, jitter float64) func(attempt int) time.Duration {
+	return func(attempt int) time.Duration {
+		d := initial
+		for i := 1; i < attempt && d < max; i++ {
+			d *= 2
+		}
+		if d > max {
+			d = max
+		}
+		if jitter > 0 {
+			d = time.Duration(float64(d) * (1 - jitter + 2*jitter*mathrand.Float64()))
+		}
+		return d
+	}
+}
+
+func defaultInstanceID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "relay"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	suffix := "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+	if len(host)+len(suffix) > MaxInstanceID {
+		host = host[:MaxInstanceID-len(suffix)]
+	}
+	return host + suffix
+}

@@ -1,0 +1,193 @@
+// Package sweeper is the seed design's compensation job: it publishes the
+// outbox rows the relays left behind, such as rows written while no relay
+// ran (the relay process was stopped, crashed, or stuck in a long pause),
+// and rows whose lease expired because the relay holding them died.
+//
+// A sweeper claims only rows that are overdue (created at least
+// OverdueAfter ago) and claimable: pending, due (a row backing off keeps
+// its backoff) and not under a live lease. Everything else about it is a
+// relay's: it claims with the same SKIP LOCKED and lease, keeps per-key
+// order, publishes through the same watermill publisher, and records
+// results the same way (retry_count, backoff, FAILED after MaxAttempts).
+// Relays and sweepers can therefore run side by side on one table, any
+// number of each: a row is leased to one of them at a time.
+//
+// Run it in process on its own schedule:
+//
+//	s, err := sweeper.New(drv, sweeper.Options{Publisher: pub})
+//	go s.Run(ctx) // every Interval (fixed delay)
+//
+// or once per invocation, from a Kubernetes CronJob:
+//
+//	n, err := s.RunOnce(ctx)
+package sweeper
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
+	"github.com/outboxgen/outboxgen/runtime/relay"
+)
+
+// Defaults of Options.
+const (
+	DefaultOverdueAfter = time.Minute
+	DefaultInterval     = time.Minute
+)
+
+// Options configures a Sweeper. The zero value of every field but
+// Publisher means "use the default"; fields shared with relay.Options
+// have the relay's defaults.
+type Options struct {
+	// Publisher receives every rescued event. Required.
+	Publisher message.Publisher
+
+	// OverdueAfter is the age (by the database clock) from which a pending
+	// row counts as stuck (default 1 minute). Younger rows are left to
+	// the relays. Keep it well above the relays' PollInterval, so that a
+	// healthy relay normally gets there first.
+	OverdueAfter time.Duration
+
+	// Interval is the delay between the end of one sweep and the start of
+	// the next in Run (fixed delay; default 1 minute).
+	Interval time.Duration
+
+	// EventTypes, BatchSize, LeaseDuration, Concurrency, MaxAttempts,
+	// Backoff, ShutdownTimeout and OnFailed work as in relay.Options.
+	EventTypes      []outbox.EventType
+	BatchSize       int
+	LeaseDuration   time.Duration
+	Concurrency     int
+	MaxAttempts     int
+	Backoff         func(attempt int) time.Duration
+	ShutdownTimeout time.Duration
+	OnFailed        func(relay.FailedEvent)
+
+	// InstanceID names the sweeper in lease_owner and logs (default
+	// sweeper-hostname-pid-random; at most 64 bytes).
+	InstanceID string
+
+	// Logger receives structured logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Sweeper rescues overdue outbox rows. Create it with New.
+type Sweeper struct {
+	relay    *relay.Relay
+	interval time.Duration
+	overdue  time.Duration
+	log      *slog.Logger
+}
+
+// New returns a sweeper over the outbox table of drv. opts is completed
+// with defaults and validated.
+func New(drv driver.Driver, opts Options) (*Sweeper, error) {
+	if drv == nil {
+		return nil, errors.New("sweeper: driver is nil: pass sqldriver.New(db, dialect, tables) or pgxdriver.New(pool, tables)")
+	}
+	if opts.OverdueAfter == 0 {
+		opts.OverdueAfter = DefaultOverdueAfter
+	}
+	if opts.Interval == 0 {
+		opts.Interval = DefaultInterval
+	}
+	if opts.InstanceID == "" {
+		opts.InstanceID = defaultInstanceID()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	var errs []error
+	if opts.OverdueAfter < 0 {
+		errs = append(errs, fmt.Errorf("sweeper: Options.OverdueAfter is %s: use a positive duration (or 0 for %s)", opts.OverdueAfter, DefaultOverdueAfter))
+	}
+	if opts.Interval < 0 {
+		errs = append(errs, fmt.Errorf("sweeper: Options.Interval is %s: use a positive duration (or 0 for %s)", opts.Interval, DefaultInterval))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	log := opts.Logger.With(slog.String("component", "sweeper"))
+	r, err := relay.New(drv, relay.Options{
+		Publisher:       opts.Publisher,
+		EventTypes:      opts.EventTypes,
+		BatchSize:       opts.BatchSize,
+		PollInterval:    opts.Interval,
+		LeaseDuration:   opts.LeaseDuration,
+		Concurrency:     opts.Concurrency,
+		MaxAttempts:     opts.MaxAttempts,
+		Backoff:         opts.Backoff,
+		ShutdownTimeout: opts.ShutdownTimeout,
+		InstanceID:      opts.InstanceID,
+		OverdueAfter:    opts.OverdueAfter,
+		OnFailed:        opts.OnFailed,
+		Logger:          log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sweeper: %w", err)
+	}
+	return &Sweeper{relay: r, interval: opts.Interval, overdue: opts.OverdueAfter, log: log}, nil
+}
+
+// RunOnce sweeps once: it publishes every overdue claimable row, batch
+// after batch, until none is left, and returns how many it published.
+// Rows whose publish fails are recorded with their backoff and left for a
+// later sweep. When ctx is done it finishes the batch in hand and returns
+// ctx's error; a database error ends the sweep and is returned.
+func (s *Sweeper) RunOnce(ctx context.Context) (int, error) {
+	n, err := s.relay.RunOnce(ctx)
+	if n > 0 {
+		// Rows the relays should have published: worth an operator's look.
+		s.log.WarnContext(ctx, "sweeper published overdue events", slog.Int("published", n), slog.Duration("overdue_after", s.overdue))
+	}
+	return n, err
+}
+
+// Run sweeps every Interval (fixed delay: the next sweep starts Interval
+// after the previous one ended) until ctx is done, then returns nil after
+// recording the batch in hand. Database errors are logged and retried at
+// the next sweep.
+func (s *Sweeper) Run(ctx context.Context) error {
+	s.log.InfoContext(ctx, "sweeper started", slog.Duration("interval", s.interval), slog.Duration("overdue_after", s.overdue))
+	timer := time.NewTimer(s.interval)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		if _, err := s.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			s.log.ErrorContext(ctx, "sweep failed", slog.Any("error", err))
+		}
+		timer.Reset(s.interval)
+		select {
+		case <-ctx.Done():
+			s.log.Info("sweeper stopped")
+			return nil
+		case <-timer.C:
+		}
+	}
+}
+
+func defaultInstanceID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "host"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	suffix := "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+	const prefix = "sweeper-"
+	if n := relay.MaxInstanceID - len(prefix) - len(suffix); len(host) > n {
+		host = host[:n]
+	}
+	return prefix + host + suffix
+}

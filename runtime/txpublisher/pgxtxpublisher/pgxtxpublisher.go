@@ -1,0 +1,50 @@
+// Package pgxtxpublisher binds a txpublisher.Publisher to a native pgx/v5
+// transaction. It is a separate package so that database/sql users of
+// txpublisher never compile pgx.
+//
+//	tx, _ := pool.Begin(ctx)
+//	pub := pgxtxpublisher.New(tx, events) // events: an outbox.Postgres writer
+//	err = pub.Publish("orders", msg)
+//	err = tx.Commit(ctx)
+package pgxtxpublisher
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxgen/outboxgen/runtime/outbox"
+	"github.com/outboxgen/outboxgen/runtime/txpublisher"
+)
+
+// New returns a watermill message.Publisher writing into w's outbox table
+// inside tx; w must be a Postgres writer. It panics when tx or w is nil.
+// See package txpublisher for the behaviour and the options.
+func New(tx pgx.Tx, w *outbox.Writer, opts ...txpublisher.Option) *txpublisher.Publisher {
+	if tx == nil {
+		panic("pgxtxpublisher: New: nil pgx.Tx")
+	}
+	return txpublisher.NewTx(pgxTx{tx}, w, opts...)
+}
+
+type pgxTx struct{ tx pgx.Tx }
+
+func (t pgxTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := t.tx.Exec(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+func (t pgxTx) QueryString(ctx context.Context, query string, args ...any) (string, bool, error) {
+	var s string
+	err := t.tx.QueryRow(ctx, query, args...).Scan(&s)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	return s, err == nil, err
+}
+
+func (t pgxTx) IsTxDone(err error) bool { return errors.Is(err, pgx.ErrTxClosed) }

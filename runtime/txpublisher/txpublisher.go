@@ -1,0 +1,455 @@
+package txpublisher
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
+)
+
+// Default metadata keys read into columns. They are the keys the relay sets
+// on the messages it publishes (outbox.MetadataType, MetadataPartitionKey,
+// MetadataVersion), so a message consumed from the relay and published
+// again keeps its type, key and version.
+const (
+	DefaultTypeMetadata    = outbox.MetadataType
+	DefaultKeyMetadata     = outbox.MetadataPartitionKey
+	DefaultVersionMetadata = outbox.MetadataVersion
+)
+
+// Headers the publisher itself may add to a row.
+const (
+	// HeaderMessageUUID keeps the message's original UUID when
+	// WithDerivedEventIDs replaced it with a derived event id.
+	HeaderMessageUUID = "outbox_message_uuid"
+	// HeaderPayloadEncoding marks a payload stored by WithBinaryPayloads:
+	// its value is PayloadEncodingBase64. See DecodePayload.
+	HeaderPayloadEncoding = "outbox_payload_encoding"
+	// PayloadEncodingBase64 means the payload column holds a JSON string of
+	// the standard base64 encoding (RFC 4648, padded) of the message bytes.
+	PayloadEncodingBase64 = "base64"
+)
+
+// relaySet are the metadata keys the relay sets on every message from the
+// row's columns (they win over stored headers), so they are not stored:
+// a value from an earlier hop (another producer's outbox_seq, say) would
+// only mislead.
+var relaySet = map[string]bool{
+	outbox.MetadataType:         true,
+	outbox.MetadataKey:          true,
+	outbox.MetadataVersion:      true,
+	outbox.MetadataCreatedAt:    true,
+	outbox.MetadataEventID:      true,
+	outbox.MetadataSequence:     true,
+	outbox.MetadataPartitionKey: true,
+}
+
+// Column limits of the outbox table, in characters, checked before any SQL
+// runs so that a too-long value never aborts the caller's transaction.
+const (
+	maxType  = 64
+	maxKey   = 128
+	maxTopic = 255
+)
+
+// Errors matched with errors.Is. A Publish that fails with one of the first
+// three ran no SQL: the transaction is untouched.
+var (
+	// ErrInvalidMessageID: the message UUID is not a UUID (or is the nil
+	// UUID) and WithDerivedEventIDs is not set.
+	ErrInvalidMessageID = errors.New("message UUID is not a UUID")
+	// ErrPayloadNotJSON: the payload is not valid UTF-8 JSON and
+	// WithBinaryPayloads is not set.
+	ErrPayloadNotJSON = errors.New("message payload is not JSON")
+	// ErrInvalidMessage: another property of the message does not fit the
+	// outbox table (empty or too long topic, type or key, a bad version,
+	// metadata that is not UTF-8).
+	ErrInvalidMessage = errors.New("message does not fit the outbox table")
+	// ErrDuplicateEventID: a row with the message's event id already exists
+	// for another topic.
+	ErrDuplicateEventID = errors.New("event id already used for another topic")
+	// ErrTxDone: the transaction was already committed or rolled back. The
+	// error also wraps the driver's (sql.ErrTxDone, pgx.ErrTxClosed).
+	ErrTxDone = errors.New("transaction already committed or rolled back")
+)
+
+// Option configures a Publisher.
+type Option func(*config)
+
+type config struct {
+	typeKey    string
+	keyKey     string
+	versionKey string
+	derive     bool
+	binary     bool
+}
+
+// WithTypeMetadata reads biz_type (the event type) from metadata key instead
+// of DefaultTypeMetadata. A message without it gets the topic as its type;
+// "" always uses the topic.
+func WithTypeMetadata(key string) Option { return func(c *config) { c.typeKey = key } }
+
+// WithKeyMetadata reads biz_id (the ordering key: messages with the same key
+// are published in order) from metadata key instead of DefaultKeyMetadata. A
+// message without it is keyed by its own event id, i.e. unordered; ""
+// makes every message unordered.
+func WithKeyMetadata(key string) Option { return func(c *config) { c.keyKey = key } }
+
+// WithVersionMetadata reads payload_version from metadata key instead of
+// DefaultVersionMetadata; its value must be a positive decimal integer. A
+// message without it gets version 1; "" always uses 1.
+func WithVersionMetadata(key string) Option { return func(c *config) { c.versionKey = key } }
+
+// WithDerivedEventIDs accepts messages whose UUID is not a UUID (e.g. a
+// watermill.NewULID or NewShortUUID): the event id becomes
+// DerivedEventID(msg.UUID), deterministic so that publishing the same
+// message again stays idempotent, and the original is kept in header
+// HeaderMessageUUID (the relay publishes the row with UUID = event id).
+// A message with an empty UUID gets a fresh UUIDv7, with no idempotency.
+func WithDerivedEventIDs() Option { return func(c *config) { c.derive = true } }
+
+// WithBinaryPayloads treats payloads as opaque bytes (protobuf, Avro,
+// anything): every payload is stored as a JSON string of its base64 encoding
+// with header HeaderPayloadEncoding = PayloadEncodingBase64, and the relay
+// decodes it back to the exact bytes (see DecodePayload). Without it a
+// payload must be JSON and is stored as is: byte for byte on PostgreSQL and
+// SQLite, normalised by MySQL's JSON type (same value, maybe other spacing
+// and key order). Base64 costs a third more space and hides the payload from
+// SQL queries on the table.
+func WithBinaryPayloads() Option { return func(c *config) { c.binary = true } }
+
+// Tx is what a Publisher needs from a transaction. New and
+// pgxtxpublisher.New adapt *sql.Tx and pgx.Tx; implement it only to support
+// another driver, and always over a transaction, never a pool: a pool
+// commits each row on its own, which defeats the outbox.
+type Tx interface {
+	// Exec runs a statement and returns the number of rows it affected.
+	Exec(ctx context.Context, query string, args ...any) (int64, error)
+	// QueryString runs a query selecting one text column and returns the
+	// first row's value, or found = false when there is no row.
+	QueryString(ctx context.Context, query string, args ...any) (value string, found bool, err error)
+	// IsTxDone reports whether err says the transaction already ended.
+	IsTxDone(err error) bool
+}
+
+// Publisher is a watermill message.Publisher that inserts messages into an
+// outbox table inside one transaction. Create one per transaction.
+type Publisher struct {
+	tx     Tx
+	w      *outbox.Writer
+	cfg    config
+	insert string
+	lookup string
+
+	mu sync.Mutex // a transaction runs one statement at a time
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// New returns a Publisher writing into w's outbox table inside tx. w's
+// dialect must be that of tx's database. It panics when tx or w is nil.
+func New(tx *sql.Tx, w *outbox.Writer, opts ...Option) *Publisher {
+	if tx == nil {
+		panic("txpublisher: New: nil *sql.Tx")
+	}
+	return NewTx(sqlTx{tx}, w, opts...)
+}
+
+// NewTx returns a Publisher writing into w's outbox table through tx, an
+// adapter of another driver's transaction. It panics when tx or w is nil.
+func NewTx(tx Tx, w *outbox.Writer, opts ...Option) *Publisher {
+	if tx == nil {
+		panic("txpublisher: nil transaction")
+	}
+	if w == nil {
+		panic("txpublisher: nil *outbox.Writer")
+	}
+	cfg := config{typeKey: DefaultTypeMetadata, keyKey: DefaultKeyMetadata, versionKey: DefaultVersionMetadata}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	d := w.Dialect()
+	return &Publisher{
+		tx:     tx,
+		w:      w,
+		cfg:    cfg,
+		insert: d.InsertEvent(w.Table(), true),
+		lookup: "SELECT topic FROM " + w.Table() + " WHERE event_id = " + d.Placeholder(1),
+	}
+}
+
+// row is one prepared insert.
+type row struct {
+	id   outbox.EventID
+	args []any
+}
+
+// Publish inserts one outbox row per message, in order, using each
+// message's context for its statement. It never contacts a broker. See the
+// package documentation for how a message maps to a row.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	rows := make([]row, len(msgs))
+	for i, m := range msgs {
+		r, err := p.prepare(topic, m)
+		if err != nil {
+			return fmt.Errorf("txpublisher: publish to topic %q: message %d of %d: %w", topic, i+1, len(msgs), err)
+		}
+		rows[i] = r
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, r := range rows {
+		if err := p.write(msgs[i].Context(), topic, r); err != nil {
+			return fmt.Errorf("txpublisher: publish to topic %q: message %d of %d (event id %s): %w", topic, i+1, len(msgs), r.id, err)
+		}
+	}
+	return nil
+}
+
+// Close does nothing: the transaction belongs to the caller.
+func (p *Publisher) Close() error { return nil }
+
+func (p *Publisher) write(ctx context.Context, topic string, r row) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("message context: %w", context.Cause(ctx))
+	}
+	n, err := p.tx.Exec(ctx, p.insert, r.args...)
+	if err != nil {
+		return p.dbErr("insert into "+p.w.Table(), err)
+	}
+	if n != 0 {
+		return nil
+	}
+	// A row with this event id exists: a re-publish (fine) unless it is
+	// another topic's event.
+	existing, found, err := p.tx.QueryString(ctx, p.lookup, r.id.String())
+	if err != nil {
+		return p.dbErr("look up the existing event id in "+p.w.Table(), err)
+	}
+	if found && existing != topic {
+		return fmt.Errorf("%w: the outbox already holds event id %s for topic %q; give each copy of a message its own UUID", ErrDuplicateEventID, r.id, existing)
+	}
+	return nil
+}
+
+func (p *Publisher) dbErr(what string, err error) error {
+	if p.tx.IsTxDone(err) {
+		return fmt.Errorf("%s: %w: publish before Commit or Rollback, with a new publisher for each transaction: %w", what, ErrTxDone, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// prepare checks msg and builds its insert arguments without touching the
+// database.
+func (p *Publisher) prepare(topic string, msg *message.Message) (row, error) {
+	if msg == nil {
+		return row{}, fmt.Errorf("%w: nil message", ErrInvalidMessage)
+	}
+	if err := checkLen("topic", topic, maxTopic); err != nil {
+		return row{}, err
+	}
+	headers := make(map[string]string, len(msg.Metadata)+2)
+	for k, v := range msg.Metadata {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return row{}, fmt.Errorf("%w: metadata %q is not valid UTF-8", ErrInvalidMessage, k)
+		}
+		if !relaySet[k] {
+			headers[k] = v
+		}
+	}
+
+	id, derived, err := p.eventID(msg.UUID)
+	if err != nil {
+		return row{}, err
+	}
+	if derived && msg.UUID != "" {
+		headers[HeaderMessageUUID] = msg.UUID
+	}
+
+	typ := topic
+	if v := p.meta(msg, p.cfg.typeKey); v != "" {
+		typ = v
+	}
+	if err := checkLen("type (biz_type, metadata "+strconv.Quote(p.cfg.typeKey)+" or the topic)", typ, maxType); err != nil {
+		return row{}, err
+	}
+	key := id.String()
+	if v := p.meta(msg, p.cfg.keyKey); v != "" {
+		key = v
+	}
+	if err := checkLen("key (biz_id, metadata "+strconv.Quote(p.cfg.keyKey)+")", key, maxKey); err != nil {
+		return row{}, err
+	}
+	version := 1
+	if v := p.meta(msg, p.cfg.versionKey); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1<<31-1 {
+			return row{}, fmt.Errorf("%w: payload version (metadata %q) %q is not a positive integer", ErrInvalidMessage, p.cfg.versionKey, v)
+		}
+		version = n
+	}
+
+	var payload string
+	if p.cfg.binary {
+		payload = `"` + base64.StdEncoding.EncodeToString(msg.Payload) + `"`
+		headers[HeaderPayloadEncoding] = PayloadEncodingBase64
+	} else {
+		if !json.Valid(msg.Payload) || !utf8.Valid(msg.Payload) {
+			what := "it is not valid JSON"
+			if len(msg.Payload) == 0 {
+				what = "it is empty"
+			} else if json.Valid(msg.Payload) {
+				what = "it is not valid UTF-8"
+			}
+			return row{}, fmt.Errorf("%w: %s (the outbox payload column is JSON): publish JSON (e.g. {} for no data), or store opaque bytes with txpublisher.WithBinaryPayloads()", ErrPayloadNotJSON, what)
+		}
+		// As text: MySQL refuses JSON from a binary string and SQLite
+		// would store []byte as a BLOB.
+		payload = string(msg.Payload)
+	}
+	if _, reserved := msg.Metadata[HeaderPayloadEncoding]; reserved && !p.cfg.binary {
+		return row{}, fmt.Errorf("%w: metadata %q is reserved for WithBinaryPayloads", ErrInvalidMessage, HeaderPayloadEncoding)
+	}
+
+	var hdr any // NULL when there are none
+	if len(headers) > 0 {
+		b, err := json.Marshal(headers)
+		if err != nil {
+			return row{}, fmt.Errorf("%w: headers: %w", ErrInvalidMessage, err)
+		}
+		hdr = string(b)
+	}
+
+	args := make([]any, len(dialect.InsertEventColumns))
+	for i, col := range dialect.InsertEventColumns {
+		switch col {
+		case "event_id":
+			args[i] = id.String()
+		case "biz_type":
+			args[i] = typ
+		case "biz_id":
+			args[i] = key
+		case "topic":
+			args[i] = topic
+		case "payload_version":
+			args[i] = version
+		case "payload":
+			args[i] = payload
+		case "headers":
+			args[i] = hdr
+		default:
+			return row{}, fmt.Errorf("txpublisher: outbox column %q is unknown to this version of txpublisher", col)
+		}
+	}
+	return row{id: id, args: args}, nil
+}
+
+// meta returns msg's metadata value for key, "" when key is "".
+func (p *Publisher) meta(msg *message.Message, key string) string {
+	if key == "" {
+		return ""
+	}
+	return msg.Metadata.Get(key)
+}
+
+// eventID returns the event id of a message UUID; derived reports that it
+// is not the UUID itself.
+func (p *Publisher) eventID(s string) (id outbox.EventID, derived bool, err error) {
+	u, err := uuid.Parse(s)
+	if err == nil && u != uuid.Nil {
+		return outbox.EventID(u), false, nil
+	}
+	if p.cfg.derive {
+		if s == "" {
+			return outbox.NewEventID(), true, nil
+		}
+		return DerivedEventID(s), true, nil
+	}
+	what := "is not a UUID"
+	switch {
+	case s == "":
+		what = "is empty"
+	case err == nil:
+		what = "is the nil UUID"
+	}
+	return outbox.EventID{}, false, fmt.Errorf("%w: message UUID %q %s; the outbox event id, which the relay publishes as the message UUID and consumers deduplicate by, must be a UUID: create messages with message.NewMessage(watermill.NewUUID(), payload), or accept other ids with txpublisher.WithDerivedEventIDs()", ErrInvalidMessageID, s, what)
+}
+
+// derivedNamespace is the UUIDv5 namespace of DerivedEventID.
+var derivedNamespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/outboxgen/outboxgen/runtime/txpublisher#message-uuid"))
+
+// DerivedEventID returns the event id WithDerivedEventIDs gives a message
+// whose UUID is messageUUID and not a UUID: a name-based UUID (version 5)
+// of it, the same on every call and every machine.
+func DerivedEventID(messageUUID string) outbox.EventID {
+	return outbox.EventID(uuid.NewSHA1(derivedNamespace, []byte(messageUUID)))
+}
+
+func checkLen(what, s string, max int) error {
+	if s == "" {
+		return fmt.Errorf("%w: the %s is empty", ErrInvalidMessage, what)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: the %s is not valid UTF-8", ErrInvalidMessage, what)
+	}
+	if n := utf8.RuneCountInString(s); n > max {
+		return fmt.Errorf("%w: the %s is %d characters long, the outbox column holds at most %d", ErrInvalidMessage, what, n, max)
+	}
+	return nil
+}
+
+// DecodePayload returns the message bytes of a payload stored by a
+// Publisher, given the row's HeaderPayloadEncoding header value: stored
+// itself when encoding is "" (a JSON payload), the base64-decoded bytes when
+// it is PayloadEncodingBase64, and an error otherwise. The relay calls it
+// before publishing a row, and drops that header from the metadata.
+func DecodePayload(encoding string, stored []byte) ([]byte, error) {
+	switch encoding {
+	case "":
+		return stored, nil
+	case PayloadEncodingBase64:
+		var s string
+		if err := json.Unmarshal(stored, &s); err != nil {
+			return nil, fmt.Errorf("txpublisher: payload marked %s=%s is not a JSON string: %w", HeaderPayloadEncoding, encoding, err)
+		}
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, fmt.Errorf("txpublisher: payload marked %s=%s is not base64: %w", HeaderPayloadEncoding, encoding, err)
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("txpublisher: unknown payload encoding %s=%q: upgrade the relay to the writer's outboxgen version", HeaderPayloadEncoding, encoding)
+}
+
+// sqlTx adapts *sql.Tx.
+type sqlTx struct{ tx *sql.Tx }
+
+func (t sqlTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (t sqlTx) QueryString(ctx context.Context, query string, args ...any) (string, bool, error) {
+	var s string
+	err := t.tx.QueryRowContext(ctx, query, args...).Scan(&s)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return s, err == nil, err
+}
+
+func (t sqlTx) IsTxDone(err error) bool { return errors.Is(err, sql.ErrTxDone) }
