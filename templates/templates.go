@@ -48,7 +48,7 @@ var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 // names (the primary key constraint, the identity sequence) are included so
 // that nothing is silently truncated.
 var (
-	outboxSuffixes = []string{"_pkey", "_id_seq", "_event_id_key", "_claim_idx", "_biz_id_idx", "_due_idx", "_failed_idx"}
+	outboxSuffixes  = []string{"_pkey", "_id_seq", "_event_id_key", "_claim_idx", "_biz_id_idx", "_due_idx", "_failed_idx"}
 	inboxSuffixes   = []string{"_pkey", "_processed_at_idx", "_key", "_key_pkey"}
 	archiveSuffixes = []string{"_pkey", "_event_id_idx", "_archived_at_idx"}
 )

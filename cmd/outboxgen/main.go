@@ -155,7 +155,6 @@ func cmdInit(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-
 func cmdGenerate(args []string, stdout, stderr io.Writer) error {
 	fl := newFlags("generate", "generate [-f events.yaml] [-v]", stderr)
 	file := fl.String("f", defaultSpec, "path of events.yaml")

@@ -10,6 +10,7 @@
 --
 -- outbox_inbox: consumers record each handled event_id here in the same
 -- transaction as their side effect: a duplicate key means "already handled".
+-- outbox_inbox_key: the stale guard of latest_only consumer events.
 --
 -- Every timestamp comes from the database clock (CURRENT_TIMESTAMP(6)),
 -- never the client's. DATETIME holds session-time-zone wall time: run the
@@ -57,4 +58,17 @@ CREATE TABLE outbox_inbox (
     PRIMARY KEY (consumer, event_id), -- a duplicate delivery fails here: skip it
     -- Janitor retention: DELETE ... WHERE processed_at < cutoff.
     KEY outbox_inbox_processed_at_idx (processed_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- Stale guard (consumer events marked latest_only): the newest outbox
+-- sequence (outbox_seq, the producer's row id) applied per consumer, event
+-- type and key. An event carrying an older sequence is skipped. One row per
+-- key: the janitor leaves it alone.
+CREATE TABLE outbox_inbox_key (
+    consumer     VARCHAR(64)  NOT NULL,
+    biz_type     VARCHAR(64)  NOT NULL,
+    biz_id       VARCHAR(128) NOT NULL,
+    last_seq     BIGINT       NOT NULL, -- sequence of the newest applied event
+    updated_at   DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (consumer, biz_type, biz_id) -- ON DUPLICATE KEY UPDATE last_seq = IF(newer, ...)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

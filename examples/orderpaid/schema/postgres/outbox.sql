@@ -10,6 +10,7 @@
 --
 -- outbox_inbox: consumers record each handled event_id here in the same
 -- transaction as their side effect: a duplicate key means "already handled".
+-- outbox_inbox_key: the stale guard of latest_only consumer events.
 --
 -- Every timestamp comes from the database clock (now()), never the client's.
 -- Usable as a migration and as an sqlc schema.
@@ -68,3 +69,16 @@ CREATE TABLE outbox_inbox (
 
 -- Janitor retention: DELETE ... WHERE processed_at < cutoff.
 CREATE INDEX outbox_inbox_processed_at_idx ON outbox_inbox (processed_at);
+
+-- Stale guard (consumer events marked latest_only): the newest outbox
+-- sequence (outbox_seq, the producer's row id) applied per consumer, event
+-- type and key. An event carrying an older sequence is skipped. One row per
+-- key: the janitor leaves it alone.
+CREATE TABLE outbox_inbox_key (
+    consumer     varchar(64)  NOT NULL,
+    biz_type     varchar(64)  NOT NULL,
+    biz_id       varchar(128) NOT NULL,
+    last_seq     bigint       NOT NULL, -- sequence of the newest applied event
+    updated_at   timestamptz  NOT NULL DEFAULT now(),
+    PRIMARY KEY (consumer, biz_type, biz_id) -- upsert ... WHERE last_seq < excluded.last_seq
+);

@@ -10,6 +10,7 @@
 --
 -- outbox_inbox: consumers record each handled event_id here in the same
 -- transaction as their side effect: a duplicate key means "already handled".
+-- outbox_inbox_key: the stale guard of latest_only consumer events.
 --
 -- Timestamps are UTC text 'YYYY-MM-DD HH:MM:SS.SSS' from
 -- strftime('%Y-%m-%d %H:%M:%f','now'), so they sort as text. The runtime
@@ -70,3 +71,16 @@ CREATE TABLE outbox_inbox (
 
 -- Janitor retention: DELETE ... WHERE processed_at < cutoff.
 CREATE INDEX outbox_inbox_processed_at_idx ON outbox_inbox (processed_at);
+
+-- Stale guard (consumer events marked latest_only): the newest outbox
+-- sequence (outbox_seq, the producer's row id) applied per consumer, event
+-- type and key. An event carrying an older sequence is skipped. One row per
+-- key: the janitor leaves it alone.
+CREATE TABLE outbox_inbox_key (
+    consumer     TEXT     NOT NULL,
+    biz_type     TEXT     NOT NULL,
+    biz_id       TEXT     NOT NULL,
+    last_seq     INTEGER  NOT NULL, -- sequence of the newest applied event
+    updated_at   DATETIME NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    PRIMARY KEY (consumer, biz_type, biz_id) -- upsert ... WHERE last_seq < excluded.last_seq
+) WITHOUT ROWID;
