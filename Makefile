@@ -14,6 +14,7 @@ TESTDB     := source <(scripts/testdb.sh start)
 SPECS      := events.yaml internal/gentest/sqlevents.yaml internal/gentest/pgxevents.yaml
 FUZZTIME   ?= 20s
 BENCHTIME  ?= 2s
+BENCHFLAGS ?= -rows 100000
 
 .PHONY: help generate check-generated test test-unit fuzz lint bench demo testdb-start testdb-stop
 
@@ -22,11 +23,14 @@ help: ## list the targets
 
 generate: ## regenerate everything: outboxgen output for every spec, then sqlc output
 	@set -e; for f in $(SPECS); do echo "outboxgen generate -f $$f"; $(OUTBOXGEN) generate -f $$f; done
+	$(GO) test -count=1 ./runtime/dialect -run TestQueryCatalog -update
 	$(SQLC) generate
 
-check-generated: ## fail when any generated file is stale (outboxgen check + sqlc diff)
+check-generated: ## fail when any generated file is stale, and check the runtime's SQL against the schema with sqlc
 	@set -e; for f in $(SPECS); do echo "outboxgen check -f $$f"; $(OUTBOXGEN) check -f $$f; done
 	$(SQLC) diff
+	$(GO) test -count=1 ./runtime/dialect -run TestQueryCatalog
+	$(SQLC) compile -f runtime/dialect/queries/sqlc.yaml
 
 lint: ## go vet and gofmt
 	$(GO) vet ./...
@@ -42,8 +46,9 @@ test-unit: ## tests that need no database server (SQLite only)
 fuzz: ## a short fuzz run of the events.yaml parser
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./generator/spec/
 
-bench: ## benchmarks on real databases (figures go in the README)
-	$(TESTDB) && $(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./...
+bench: ## benchmarks on real databases: micro-benchmarks, then the side-by-side relay benchmark (~10 min; prints the README table)
+	$(TESTDB) && $(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) $$($(GO) list ./... | grep -v '/bench$$')
+	$(TESTDB) && $(GO) test ./bench -run='^$$' -bench='^BenchmarkOutbox$$' -benchtime=1x -timeout=60m -args $(BENCHFLAGS)
 
 demo: ## run the example service on the embedded default (SQLite file + in-process broker)
 	$(GO) run ./examples/orderpaid

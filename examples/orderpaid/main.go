@@ -1,150 +1,93 @@
-// Command orderpaid is the example service: it pays orders and records an
-// ORDER_PAID event for each in the same SQLite transaction, using the sqlc
-// queries in db/ and the writers outboxgen generated into events/ from the
-// repository's events.yaml.
+// Command orderpaid is outboxgen's example service: it pays and refunds
+// orders, writing ORDER_PAID and ORDER_REFUNDED to the outbox in the same
+// transactions; a relay publishes them; a points consumer credits loyalty
+// points (and emits POINTS_CREDITED in the same transaction) and an sms
+// consumer records texts, both exactly once in effect. It ends with a
+// reconciliation table and exits 0 only when every count adds up.
 //
-// It runs with no servers: the database is a SQLite file (pure Go driver).
-// The relay that publishes the outbox rows to a broker is the next part of
-// the project; until then the demo shows the rows it would publish and the
-// payment that rolled back without leaving one.
+// With no flags it needs no servers: a SQLite file (pure Go driver) and
+// watermill's in-process GoChannel broker.
+//
+//	go run ./examples/orderpaid                          # SQLite + GoChannel
+//	go run ./examples/orderpaid -chaos                   # publish failures, lost acks, duplicates, relay restart
+//	go run ./examples/orderpaid -broker nats-embedded    # NATS JetStream, server started in-process
+//	go run ./examples/orderpaid -broker nats://127.0.0.1:4222
+//	go run ./examples/orderpaid -db 'postgres://user:pass@127.0.0.1:5432/orderpaid'
+//	go run ./examples/orderpaid -db 'mysql://user:pass@tcp(127.0.0.1:3306)/orderpaid'
+//
+// Flags can also be set from the environment: ORDERPAID_DB, ORDERPAID_DRIVER
+// and ORDERPAID_BROKER.
 package main
 
 import (
 	"context"
-	"database/sql"
-	"embed"
-	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
-	"log"
+	"io"
 	"os"
-	"path/filepath"
+	"os/signal"
 	"time"
-
-	_ "modernc.org/sqlite"
-
-	"github.com/outboxgen/outboxgen/examples/orderpaid/db"
-	"github.com/outboxgen/outboxgen/examples/orderpaid/events"
-	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
-//go:embed schema/sqlite/*.sql
-var schema embed.FS
-
 func main() {
-	dbPath := flag.String("db", filepath.Join(os.TempDir(), "orderpaid-demo.db"), "SQLite database file (recreated on each run)")
-	orders := flag.Int("orders", 5, "orders to pay")
-	flag.Parse()
-	if err := run(context.Background(), *dbPath, *orders); err != nil {
-		log.Fatal(err)
-	}
+	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-var errDeclined = errors.New("card declined")
+// runMain runs the command and returns its exit code: 0 when the run
+// reconciled, 1 when it did not or could not start, 2 for a bad command
+// line.
+func runMain(args []string, stdout, stderr io.Writer) int {
+	cfg := Config{Out: stdout, RelaySettings: defaultRelayOptions()}
+	fs := flag.NewFlagSet("orderpaid", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.DB, "db", os.Getenv("ORDERPAID_DB"), "database: a postgres:// URL, a mysql://user:pass@tcp(host:3306)/db DSN, or a SQLite file; empty: a SQLite file in the temp dir, recreated (env ORDERPAID_DB)")
+	fs.StringVar(&cfg.Driver, "driver", os.Getenv("ORDERPAID_DRIVER"), "sqlite, postgres or mysql (mariadb), when -db does not tell (env ORDERPAID_DRIVER)")
+	fs.StringVar(&cfg.Broker, "broker", envOr("ORDERPAID_BROKER", "gochannel"), "gochannel (in-process), nats-embedded (a NATS server with JetStream in this process) or a nats:// URL (env ORDERPAID_BROKER)")
+	fs.BoolVar(&cfg.Reset, "reset", false, "drop the demo's tables first when -db already has them")
+	fs.IntVar(&cfg.Orders, "orders", 300, "orders to pay")
+	fs.IntVar(&cfg.Customers, "customers", 20, "customers")
+	fs.IntVar(&cfg.Workers, "workers", 4, "concurrent payers")
+	fs.IntVar(&cfg.Rate, "rate", 200, "payments per second, all payers together (0: as fast as they go)")
+	fs.IntVar(&cfg.RefundEvery, "refund-every", 5, "refund every n-th order right after its payment (0: never)")
+	fs.IntVar(&cfg.FailEvery, "fail-every", 25, "make every n-th payment fail after its writes, so it rolls back (0: never)")
+	fs.BoolVar(&cfg.Chaos, "chaos", false, "inject publish failures, lost acks, duplicate deliveries and a relay restart")
+	fs.Float64Var(&cfg.FailRate, "chaos-fail", 0.15, "-chaos: fraction of publishes that fail")
+	fs.Float64Var(&cfg.LostAckRate, "chaos-lost-ack", 0.05, "-chaos: fraction of publishes that are sent but reported failed")
+	fs.Float64Var(&cfg.DupRate, "chaos-dup", 0.10, "-chaos: fraction of messages published a second time")
+	fs.Uint64Var(&cfg.Seed, "seed", 0, "-chaos: seed of the fault dice (0: random; printed)")
+	fs.DurationVar(&cfg.Timeout, "timeout", 45*time.Second, "give up waiting for the consumers after this long")
+	fs.DurationVar(&cfg.Progress, "progress", 500*time.Millisecond, "interval of the progress lines")
+	fs.BoolVar(&cfg.Verbose, "v", false, "log the relay's and watermill's info and debug messages")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 || cfg.Orders < 1 || cfg.Customers < 1 || cfg.Workers < 1 || cfg.Rate < 0 || cfg.Progress <= 0 || cfg.Timeout <= 0 {
+		fmt.Fprintln(stderr, "orderpaid: -orders, -customers and -workers must be at least 1, -progress and -timeout positive, and no arguments are taken")
+		return 2
+	}
+	for _, r := range []float64{cfg.FailRate, cfg.LostAckRate, cfg.DupRate} {
+		if r < 0 || r >= 0.5 {
+			fmt.Fprintln(stderr, "orderpaid: -chaos-fail, -chaos-lost-ack and -chaos-dup must be in [0, 0.5)")
+			return 2
+		}
+	}
 
-func run(ctx context.Context, path string, n int) error {
-	for _, suffix := range []string{"", "-wal", "-shm"} {
-		os.Remove(path + suffix)
-	}
-	conn, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	res, err := Run(ctx, cfg)
 	if err != nil {
-		return err
+		fmt.Fprintf(stderr, "orderpaid: %v\n", err)
+		return 1
 	}
-	defer conn.Close()
-	if err := applySchema(ctx, conn); err != nil {
-		return err
+	if !res.Reconciled {
+		return 1
 	}
-	q := db.New(conn)
-
-	fmt.Printf("database: %s\n\n", path)
-	for i := 1; i <= n; i++ {
-		id := fmt.Sprintf("o-%03d", i)
-		if err := q.CreateOrder(ctx, db.CreateOrderParams{ID: id, CustomerID: fmt.Sprintf("c-%d", i%3), AmountCents: int64(1000 + i*99), Currency: "EUR"}); err != nil {
-			return err
-		}
-		// Every third payment fails after the order was updated: the
-		// business change and its event roll back together.
-		var fail error
-		if i%3 == 0 {
-			fail = errDeclined
-		}
-		eventID, err := pay(ctx, conn, q, id, fail)
-		switch {
-		case errors.Is(err, errDeclined):
-			fmt.Printf("pay %s: %v: rolled back, no event\n", id, err)
-		case err != nil:
-			return err
-		default:
-			fmt.Printf("pay %s: committed with event %s\n", id, eventID)
-		}
-	}
-
-	pending, err := q.CountPendingEvents(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("\noutbox rows waiting for the relay: %d\n", pending)
-	rows, err := conn.QueryContext(ctx, `SELECT event_id, biz_type, biz_id, topic, payload FROM outbox_event ORDER BY id`)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var eventID, typ, key, topic, payload string
-		if err := rows.Scan(&eventID, &typ, &key, &topic, &payload); err != nil {
-			return err
-		}
-		fmt.Printf("  %s %-10s key=%s topic=%s %s\n", eventID, typ, key, topic, payload)
-	}
-	return rows.Err()
+	return 0
 }
 
-// pay is the business transaction: mark the order paid and write the event.
-func pay(ctx context.Context, conn *sql.DB, q *db.Queries, orderID string, fail error) (outbox.EventID, error) {
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return outbox.EventID{}, err
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
 	}
-	defer tx.Rollback()
-	order, err := q.WithTx(tx).GetOrder(ctx, orderID)
-	if err != nil {
-		return outbox.EventID{}, err
-	}
-	paidAt := time.Now().UTC()
-	if n, err := q.WithTx(tx).MarkOrderPaid(ctx, db.MarkOrderPaidParams{PaidAt: sql.NullTime{Time: paidAt, Valid: true}, ID: orderID}); err != nil || n != 1 {
-		return outbox.EventID{}, fmt.Errorf("mark %s paid: %d rows, %v", orderID, n, err)
-	}
-	id, err := events.InsertOrderPaid(ctx, tx, events.OrderPaid{
-		OrderID:     order.ID,
-		CustomerID:  order.CustomerID,
-		AmountCents: order.AmountCents,
-		Currency:    order.Currency,
-		Method:      events.PaymentMethodCard,
-		PaidAt:      paidAt,
-	})
-	if err != nil {
-		return outbox.EventID{}, err
-	}
-	if fail != nil {
-		return outbox.EventID{}, fail
-	}
-	return id, tx.Commit()
-}
-
-func applySchema(ctx context.Context, conn *sql.DB) error {
-	files, err := fs.Glob(schema, "schema/sqlite/*.sql")
-	if err != nil {
-		return err
-	}
-	for _, f := range files {
-		ddl, err := schema.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		if _, err := conn.ExecContext(ctx, string(ddl)); err != nil {
-			return fmt.Errorf("apply %s: %w", f, err)
-		}
-	}
-	return nil
+	return def
 }

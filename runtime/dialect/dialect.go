@@ -107,3 +107,10 @@ func (d Dialect) InsertEvent(table string, ifAbsent bool) string {
 	}
 	return q + " ON CONFLICT (event_id) DO NOTHING"
 }
+
+// EventTopic returns the SELECT of the topic of the row with a given
+// event_id: how a publisher that re-emits an id tells an idempotent repeat
+// (same topic) from a clash (another topic).
+func (d Dialect) EventTopic(table string) string {
+	return "SELECT topic FROM " + table + " WHERE event_id = " + d.Placeholder(1)
+}

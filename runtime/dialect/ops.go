@@ -225,7 +225,9 @@ func (q *OpsQueries) ArchiveCopy(archive string, ids []int64) (string, []any, er
 	}
 	b := &binder{d: q.d}
 	cs := strings.Join(OutboxColumns, ", ")
-	s := "INSERT INTO " + archive + " (" + cs + ") SELECT " + cs + " FROM " + q.outbox + " WHERE id IN (" + b.ids(ids) + ")"
+	// outbox.id, not id: both tables have an id (sqlc rejects the bare
+	// name as ambiguous, though MySQL resolves it to the FROM table).
+	s := "INSERT INTO " + archive + " (" + cs + ") SELECT " + cs + " FROM " + q.outbox + " WHERE " + q.outbox + ".id IN (" + b.ids(ids) + ")"
 	return s, b.args, nil
 }
 

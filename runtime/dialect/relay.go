@@ -247,11 +247,15 @@ func (q *RelayQueries) buildClaim(overdue bool) string {
 	case Postgres:
 		// One statement: lock candidates (SKIP LOCKED), keep those whose
 		// older unsent same-key rows are all locked here too, lease them.
-		// The CTE is MATERIALIZED so the lock set is computed once.
-		return "WITH cand AS MATERIALIZED (SELECT c.id, c.biz_id, c.biz_type FROM " + t + " c WHERE " + elig +
+		// The CTE is MATERIALIZED so the lock set is computed once. The
+		// type test reads the updated row (t.biz_type), not cand: the same
+		// row, and sqlc, which checks this statement (queries/), cannot
+		// resolve a CTE column compared with a parameter ("table alias
+		// does not exist": its resolveCatalogRefs skips CTEs).
+		return "WITH cand AS MATERIALIZED (SELECT c.id, c.biz_id FROM " + t + " c WHERE " + elig +
 			" ORDER BY c.id LIMIT :limit FOR UPDATE SKIP LOCKED)" +
 			" UPDATE " + t + " SET lease_owner = :owner, lease_expires_at = :lease, updated_at = now()" +
-			" FROM cand WHERE " + t + ".id = cand.id AND (" + q.unorderedOr("cand") +
+			" FROM cand WHERE " + t + ".id = cand.id AND (" + q.unorderedOr(t) +
 			"NOT EXISTS (SELECT 1 FROM " + t + " o WHERE o.biz_id = cand.biz_id AND o.id < cand.id AND o.status <> 1" + q.orderedPred("o") +
 			" AND NOT EXISTS (SELECT 1 FROM cand c2 WHERE c2.id = o.id)" + q.fence() + "))" +
 			" RETURNING " + cols(t+".", RelayColumns)

@@ -75,6 +75,19 @@ type Failure struct {
 	Error string
 	// Delay is the backoff before the next attempt.
 	Delay time.Duration
+	// Permanent marks a failure no retry can mend (a payload the relay
+	// cannot decode, a topic the broker refuses): the row becomes FAILED
+	// at once instead of after the remaining attempts.
+	Permanent bool
+}
+
+// MaxAttempts returns the attempt limit that applies to f: maxAttempts, or
+// 1 for a permanent failure (so this attempt is the last).
+func (f Failure) MaxAttempts(maxAttempts int) int {
+	if f.Permanent {
+		return 1
+	}
+	return maxAttempts
 }
 
 // FailedEvent is a FAILED row (status 2): it exhausted its attempts and

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,4 +48,36 @@ func DecodePayload(eventType string, payload []byte, version, current int, v any
 		return &DecodeError{Type: eventType, Reason: "invalid JSON", Err: err}
 	}
 	return nil
+}
+
+// Stored payload encodings. The payload column holds JSON; a producer that
+// must carry arbitrary bytes (package txpublisher's WithBinaryPayloads)
+// stores them as a JSON string of base64 and says so in this header. The
+// relay decodes such payloads back to the exact bytes before publishing and
+// does not pass the header on.
+const (
+	HeaderPayloadEncoding = "outbox_payload_encoding"
+	PayloadEncodingBase64 = "base64"
+)
+
+// DecodeStoredPayload returns the message bytes of a stored payload, given
+// its HeaderPayloadEncoding header value: stored itself when encoding is ""
+// (a JSON payload), the decoded bytes for PayloadEncodingBase64, and an
+// error otherwise (the row was written by a newer outboxgen).
+func DecodeStoredPayload(encoding string, stored []byte) ([]byte, error) {
+	switch encoding {
+	case "":
+		return stored, nil
+	case PayloadEncodingBase64:
+		var s string
+		if err := json.Unmarshal(stored, &s); err != nil {
+			return nil, fmt.Errorf("outbox: payload marked %s=%s is not a JSON string: %w", HeaderPayloadEncoding, encoding, err)
+		}
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: payload marked %s=%s is not base64: %w", HeaderPayloadEncoding, encoding, err)
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("outbox: unknown payload encoding %s=%q: upgrade the relay to the writer's outboxgen version", HeaderPayloadEncoding, encoding)
 }

@@ -62,11 +62,13 @@ type Options struct {
 	PollInterval time.Duration
 
 	// LeaseDuration is how long claimed rows stay reserved for this
-	// instance (default 30s). It must exceed the time a batch takes to
-	// publish and record: when it runs out, another instance may claim and
-	// publish the same rows again (a duplicate, never a loss). It is also
-	// how long the rows of a crashed instance wait before another takes
-	// them.
+	// instance (default 30s). A batch stops publishing a margin (a tenth
+	// of the lease, at most 5s) before its lease lapses and gives the rest
+	// back, so no other instance publishes the same key concurrently; set
+	// the publisher's own timeout well below the lease, since a publish
+	// already under way is interrupted only if the publisher honours the
+	// message context. It is also how long the rows of a crashed instance
+	// wait before another takes them.
 	LeaseDuration time.Duration
 
 	// Concurrency is the number of keys published at once (default 8).

@@ -32,6 +32,28 @@ const (
 	MetadataPartitionKey = outbox.MetadataPartitionKey // = the key, for publishers that partition by metadata (Kafka)
 )
 
+// ErrPermanent marks publish errors that no retry can mend. A row whose
+// publish fails with an error matching it (errors.Is) is marked FAILED at
+// once instead of after MaxAttempts. The relay itself uses it for rows it
+// cannot turn into a message (malformed headers, an unknown payload
+// encoding); publishers can wrap their own with Permanent (e.g. a topic the
+// broker will never accept).
+var ErrPermanent = errors.New("permanent publish failure")
+
+// Permanent wraps err so that it matches ErrPermanent.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string        { return e.err.Error() }
+func (e permanentError) Unwrap() error        { return e.err }
+func (e permanentError) Is(target error) bool { return target == ErrPermanent }
+
 // Relay publishes outbox rows. Create it with New and start it with Run.
 type Relay struct {
 	opts          Options
@@ -213,7 +235,12 @@ func (r *Relay) cycle(ctx context.Context) (claimed, sent int, err error) {
 	if len(rows) == 0 {
 		return 0, 0, nil
 	}
-	pubCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// Publishing must end while the lease still holds: past it another
+	// instance may claim the same rows and publish them concurrently, which
+	// would break per-key order in the broker. The deadline stops the batch
+	// a margin before the lease lapses (a publisher that honours the
+	// message context stops too); the rows not yet published are released.
+	pubCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), time.Now().Add(r.opts.LeaseDuration-leaseMargin(r.opts.LeaseDuration)))
 	stop := context.AfterFunc(ctx, func() {
 		t := time.AfterFunc(r.opts.ShutdownTimeout, cancel)
 		context.AfterFunc(pubCtx, func() { t.Stop() })
@@ -227,6 +254,13 @@ func (r *Relay) cycle(ctx context.Context) (claimed, sent int, err error) {
 	recCtx, recCancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.LeaseDuration)
 	defer recCancel()
 	return len(rows), len(out.sent), r.record(recCtx, len(rows), out)
+}
+
+// leaseMargin is how long before its lease lapses a batch stops publishing:
+// a tenth of the lease, at most 5s, covering clock drift between the
+// relay's timer and the database's and the time to record the results.
+func leaseMargin(lease time.Duration) time.Duration {
+	return min(lease/10, 5*time.Second)
 }
 
 // groups splits a batch into publishing units: the rows of one ordered key
@@ -298,7 +332,7 @@ func (r *Relay) publishUnit(ctx context.Context, unit []driver.Row, out *outcome
 			slog.String("key", rw.Key), slog.String("topic", rw.Topic), slog.Int("attempt", attempt),
 			slog.Duration("retry_in", delay), slog.Any("error", err))
 		out.mu.Lock()
-		out.failures = append(out.failures, driver.Failure{Row: rw, Error: err.Error(), Delay: delay})
+		out.failures = append(out.failures, driver.Failure{Row: rw, Error: err.Error(), Delay: delay, Permanent: errors.Is(err, ErrPermanent)})
 		out.mu.Unlock()
 		out.addRelease(unit[i+1:])
 		return
@@ -318,15 +352,20 @@ func (o *outcome) addRelease(rows []driver.Row) {
 
 // message builds the watermill message of a row.
 func (r *Relay) message(ctx context.Context, rw driver.Row) (*message.Message, error) {
-	msg := message.NewMessage(rw.EventID, rw.Payload)
+	var h map[string]string
 	if len(rw.Headers) > 0 && string(rw.Headers) != "null" {
-		var h map[string]string
 		if err := json.Unmarshal(rw.Headers, &h); err != nil {
-			return nil, fmt.Errorf("relay: row %d: headers are not a JSON object of strings: %w", rw.ID, err)
+			return nil, Permanent(fmt.Errorf("relay: row %d: headers are not a JSON object of strings: %w", rw.ID, err))
 		}
-		for k, v := range h {
-			msg.Metadata.Set(k, v)
-		}
+	}
+	payload, err := outbox.DecodeStoredPayload(h[outbox.HeaderPayloadEncoding], rw.Payload)
+	if err != nil {
+		return nil, Permanent(fmt.Errorf("relay: row %d: %w", rw.ID, err))
+	}
+	delete(h, outbox.HeaderPayloadEncoding)
+	msg := message.NewMessage(rw.EventID, payload)
+	for k, v := range h {
+		msg.Metadata.Set(k, v)
 	}
 	msg.Metadata.Set(MetadataType, rw.Type)
 	msg.Metadata.Set(MetadataKey, rw.Key)

@@ -31,7 +31,8 @@
 //	// ... business writes on tx ...
 //	err = pub.Publish("orders", msg) // only INSERTs; never talks to the broker
 //	err = tx.Commit()
-//	// elsewhere: r, _ := relay.New(db, dialect.Postgres, relay.Options{Publisher: kafkaPublisher}); r.Run(ctx)
+//	// elsewhere: drv, _ := sqldriver.New(db, dialect.Postgres, driver.DefaultTables)
+//	//           r, _ := relay.New(drv, relay.Options{Publisher: kafkaPublisher}); r.Run(ctx)
 //
 // Do not keep forwarder.NewPublisher around the txpublisher: it would
 // envelope every message to the forwarder topic, and the relay would

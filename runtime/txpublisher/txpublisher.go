@@ -35,10 +35,10 @@ const (
 	HeaderMessageUUID = "outbox_message_uuid"
 	// HeaderPayloadEncoding marks a payload stored by WithBinaryPayloads:
 	// its value is PayloadEncodingBase64. See DecodePayload.
-	HeaderPayloadEncoding = "outbox_payload_encoding"
+	HeaderPayloadEncoding = outbox.HeaderPayloadEncoding
 	// PayloadEncodingBase64 means the payload column holds a JSON string of
 	// the standard base64 encoding (RFC 4648, padded) of the message bytes.
-	PayloadEncodingBase64 = "base64"
+	PayloadEncodingBase64 = outbox.PayloadEncodingBase64
 )
 
 // relaySet are the metadata keys the relay sets on every message from the
@@ -185,7 +185,7 @@ func NewTx(tx Tx, w *outbox.Writer, opts ...Option) *Publisher {
 		w:      w,
 		cfg:    cfg,
 		insert: d.InsertEvent(w.Table(), true),
-		lookup: "SELECT topic FROM " + w.Table() + " WHERE event_id = " + d.Placeholder(1),
+		lookup: d.EventTopic(w.Table()),
 	}
 }
 
@@ -410,26 +410,9 @@ func checkLen(what, s string, max int) error {
 }
 
 // DecodePayload returns the message bytes of a payload stored by a
-// Publisher, given the row's HeaderPayloadEncoding header value: stored
-// itself when encoding is "" (a JSON payload), the base64-decoded bytes when
-// it is PayloadEncodingBase64, and an error otherwise. The relay calls it
-// before publishing a row, and drops that header from the metadata.
+// Publisher; see outbox.DecodeStoredPayload, which the relay calls.
 func DecodePayload(encoding string, stored []byte) ([]byte, error) {
-	switch encoding {
-	case "":
-		return stored, nil
-	case PayloadEncodingBase64:
-		var s string
-		if err := json.Unmarshal(stored, &s); err != nil {
-			return nil, fmt.Errorf("txpublisher: payload marked %s=%s is not a JSON string: %w", HeaderPayloadEncoding, encoding, err)
-		}
-		b, err := base64.StdEncoding.DecodeString(s)
-		if err != nil {
-			return nil, fmt.Errorf("txpublisher: payload marked %s=%s is not base64: %w", HeaderPayloadEncoding, encoding, err)
-		}
-		return b, nil
-	}
-	return nil, fmt.Errorf("txpublisher: unknown payload encoding %s=%q: upgrade the relay to the writer's outboxgen version", HeaderPayloadEncoding, encoding)
+	return outbox.DecodeStoredPayload(encoding, stored)
 }
 
 // sqlTx adapts *sql.Tx.

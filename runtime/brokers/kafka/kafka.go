@@ -3,7 +3,9 @@
 //
 //	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: []string{"kafka:9092"}})
 //	...
-//	r, err := relay.New(db, dialect.Postgres, relay.Options{Publisher: pub})
+//	drv, err := sqldriver.New(db, dialect.Postgres, driver.DefaultTables)
+//	...
+//	r, err := relay.New(drv, relay.Options{Publisher: pub})
 //
 // # Per-key order
 //

@@ -3,7 +3,9 @@
 //
 //	pub, err := natsjs.NewPublisher(natsjs.Config{URL: "nats://127.0.0.1:4222", AutoProvision: true})
 //	...
-//	r, err := relay.New(db, dialect.Postgres, relay.Options{Publisher: pub})
+//	drv, err := sqldriver.New(db, dialect.Postgres, driver.DefaultTables)
+//	...
+//	r, err := relay.New(drv, relay.Options{Publisher: pub})
 //
 // # Subjects
 //
@@ -54,6 +56,8 @@ import (
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
+
+	"github.com/outboxgen/outboxgen/runtime/relay"
 )
 
 // Defaults of Config and SubscriberConfig.
@@ -219,7 +223,7 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 // window) is acknowledged as success.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if err := ValidateTopic(topic); err != nil {
-		return err
+		return relay.Permanent(err) // no retry makes the subject valid
 	}
 	if !p.autoProvision {
 		return p.Publisher.Publish(topic, msgs...)

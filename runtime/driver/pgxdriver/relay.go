@@ -101,7 +101,7 @@ func (x *Driver) MarkRetry(ctx context.Context, owner string, fs []driver.Failur
 	}
 	b := &pgx.Batch{}
 	for _, f := range fs {
-		query, args := q.MarkRetry(owner, f.Row.ID, f.Error, f.Delay, maxAttempts)
+		query, args := q.MarkRetry(owner, f.Row.ID, f.Error, f.Delay, f.MaxAttempts(maxAttempts))
 		b.Queue(query, args...)
 	}
 	br := x.pool.SendBatch(ctx, b)
@@ -115,7 +115,7 @@ func (x *Driver) MarkRetry(ctx context.Context, owner string, fs []driver.Failur
 		}
 		n := tag.RowsAffected()
 		changed += n
-		if driverutil.FailedID(f, n > 0, maxAttempts) {
+		if driverutil.FailedID(f, n > 0, f.MaxAttempts(maxAttempts)) {
 			failed = append(failed, f.Row.ID)
 		}
 	}

@@ -182,7 +182,7 @@ func (x *Driver) MarkRetry(ctx context.Context, owner string, fs []driver.Failur
 	var changed int64
 	var failed []int64
 	for _, f := range fs {
-		query, args := q.MarkRetry(owner, f.Row.ID, f.Error, f.Delay, maxAttempts)
+		query, args := q.MarkRetry(owner, f.Row.ID, f.Error, f.Delay, f.MaxAttempts(maxAttempts))
 		res, err := tx.ExecContext(ctx, query, args...)
 		if err != nil {
 			return 0, nil, fmt.Errorf("sqldriver: record failure of row %d: %w", f.Row.ID, err)
@@ -192,7 +192,7 @@ func (x *Driver) MarkRetry(ctx context.Context, owner string, fs []driver.Failur
 			return 0, nil, fmt.Errorf("sqldriver: record failure of row %d: rows affected: %w", f.Row.ID, err)
 		}
 		changed += n
-		if driverutil.FailedID(f, n > 0, maxAttempts) {
+		if driverutil.FailedID(f, n > 0, f.MaxAttempts(maxAttempts)) {
 			failed = append(failed, f.Row.ID)
 		}
 	}

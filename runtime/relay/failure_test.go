@@ -1,0 +1,146 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
+)
+
+// A publish error wrapped with Permanent marks the row FAILED at once; its
+// key is held back, other keys flow.
+func TestPermanentFailure(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		ctx := context.Background()
+		pub := newRecPub(t)
+		ins := insertEvents(t, db, d, ev{Key: "A"}, ev{Key: "B"}, ev{Key: "A"})
+		bad := ins[0].ID
+		pub.setFail(func(m *message.Message) error {
+			if m.UUID == bad {
+				return Permanent(errors.New("subject refused"))
+			}
+			return nil
+		})
+		var failed []FailedEvent
+		opts := testOptions(pub, "permanent")
+		opts.MaxAttempts = 5
+		opts.OnFailed = func(f FailedEvent) { failed = append(failed, f) }
+		r := mustRelay(t, drv, opts)
+		if _, err := r.poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s := state(t, db, d, bad); s.Status != 2 || s.RetryCount != 1 || s.LastError.String != "subject refused" {
+			t.Fatalf("permanently failing row: %+v, want FAILED after 1 attempt", s)
+		}
+		if len(failed) != 1 || failed[0].EventID != bad {
+			t.Fatalf("OnFailed calls: %+v", failed)
+		}
+		if pub.successCount()[ins[1].ID] != 1 {
+			t.Fatal("key B did not flow")
+		}
+		if s := state(t, db, d, ins[2].ID); s.Status != 0 || s.RetryCount != 0 || pub.attemptsOf(ins[2].ID) != 0 {
+			t.Fatalf("the event behind the failed head of A: %+v, want untouched", s)
+		}
+	})
+}
+
+// Rows the relay cannot turn into a message fail at once, without a
+// publish; a base64 payload (txpublisher.WithBinaryPayloads) is published as
+// the original bytes, without its encoding header.
+func TestStoredPayloadEncoding(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		ctx := context.Background()
+		pub := newRecPub(t)
+		ins := insertEvents(t, db, d, ev{Key: "bin"}, ev{Key: "rot13"}, ev{Key: "junk"})
+		raw := []byte{0, 1, 0xfe, 0xff, '{'}
+		set := func(id, payload, headers string) {
+			t.Helper()
+			q := fmt.Sprintf("UPDATE %s SET payload = %s, headers = %s WHERE event_id = %s", table, d.Placeholder(1), d.Placeholder(2), d.Placeholder(3))
+			if _, err := db.Exec(q, payload, headers, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		set(ins[0].ID, `"`+base64.StdEncoding.EncodeToString(raw)+`"`, `{"outbox_payload_encoding":"base64","trace":"t1"}`)
+		set(ins[1].ID, `{"a":1}`, `{"outbox_payload_encoding":"rot13"}`)
+		set(ins[2].ID, `{"a":1}`, `["not","an","object"]`)
+
+		opts := testOptions(pub, "encoding")
+		r := mustRelay(t, drv, opts)
+		if _, err := r.poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		oks := pub.successes()
+		if len(oks) != 1 || oks[0].Msg.UUID != ins[0].ID {
+			t.Fatalf("published %d messages, want only the base64 one", len(oks))
+		}
+		m := oks[0].Msg
+		if string(m.Payload) != string(raw) || m.Metadata.Get("trace") != "t1" {
+			t.Fatalf("payload %v, trace %q: want the decoded bytes and the header", m.Payload, m.Metadata.Get("trace"))
+		}
+		if _, ok := m.Metadata[outbox.HeaderPayloadEncoding]; ok {
+			t.Fatal("the encoding header was passed on")
+		}
+		for _, id := range []string{ins[1].ID, ins[2].ID} {
+			if s := state(t, db, d, id); s.Status != 2 || s.RetryCount != 1 || pub.attemptsOf(id) != 0 {
+				t.Fatalf("row %s: %+v, %d publish attempts; want FAILED at once, never published", id, s, pub.attemptsOf(id))
+			}
+		}
+	})
+}
+
+// slowPub takes delay per message and ignores the message context, like
+// most broker clients.
+type slowPub struct {
+	*recPub
+	delay time.Duration
+}
+
+func (p slowPub) Publish(topic string, msgs ...*message.Message) error {
+	time.Sleep(p.delay)
+	return p.recPub.Publish(topic, msgs...)
+}
+
+// A batch stops publishing before its lease lapses and gives the rest of
+// the key back untouched, so no other instance publishes the key at the
+// same time; the next polls carry on in order.
+func TestBatchStopsBeforeLeaseLapses(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		ctx := context.Background()
+		rec := newRecPub(t)
+		evs := make([]ev, 12)
+		for i := range evs {
+			evs[i] = ev{Key: "hot"}
+		}
+		ins := insertEvents(t, db, d, evs...)
+		opts := testOptions(slowPub{recPub: rec, delay: 150 * time.Millisecond}, "lease")
+		opts.LeaseDuration = time.Second // 12 × 150ms cannot fit
+		opts.ShutdownTimeout = 500 * time.Millisecond
+		r := mustRelay(t, drv, opts)
+		if n, err := r.poll(ctx); err != nil || n != len(ins) {
+			t.Fatalf("first poll claimed %d (%v), want all %d", n, err, len(ins))
+		}
+		sent := count(t, db, "status = 1")
+		released := count(t, db, "status = 0 AND retry_count = 0 AND lease_owner IS NULL")
+		if sent == 0 || sent == len(ins) || sent+released != len(ins) {
+			t.Fatalf("after one poll: %d sent, %d released untouched, of %d; want a part sent and the rest released", sent, released, len(ins))
+		}
+		for count(t, db, "status = 1") < len(ins) {
+			if _, err := r.poll(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkKeyOrder(t, rec, ins)
+		if n := len(rec.successes()); n != len(ins) {
+			t.Fatalf("%d publishes for %d events: a released row was published twice", n, len(ins))
+		}
+	})
+}
