@@ -9,7 +9,9 @@ SHELL      := /bin/bash
 GO         ?= go
 SQLC       := $(GO) tool -modfile=tools/go.mod sqlc
 OUTBOXGEN  := $(GO) run ./cmd/outboxgen
-TESTDB     := source <(scripts/testdb.sh start)
+# Starts the servers (or reuses running ones) and exports their DSNs; a
+# failure to start them stops the recipe.
+TESTDB     := testdb_env=$$(scripts/testdb.sh start) && eval "$$testdb_env"
 # Every events.yaml in the repository; generated output is committed.
 SPECS      := events.yaml internal/gentest/sqlevents.yaml internal/gentest/pgxevents.yaml
 FUZZTIME   ?= 20s

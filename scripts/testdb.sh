@@ -70,6 +70,8 @@ tail_log() {
 }
 
 # lock: one start/stop at a time (parallel make targets, several shells).
+# The servers are started with fd 9 closed: a daemon that inherited it
+# would hold the lock for as long as it runs.
 lock() {
 	exec 9>"$DIR/.lock"
 	flock -w 120 9 || die "another testdb.sh holds $DIR/.lock"
@@ -160,7 +162,7 @@ CONF
 			rm -f "$PG_DATA/postmaster.pid"
 			[ "$started" = 0 ] && log "postgres: starting on 127.0.0.1:$PG_PORT"
 			started=$((started + 1))
-			runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -W start >/dev/null 2>&1 || true
+			runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -W start >/dev/null 2>&1 9>&- || true
 		fi
 		sleep 0.2
 	done
@@ -257,7 +259,7 @@ my_start() {
 			--innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
 			--innodb-buffer-pool-size=256M --innodb-log-file-size=256M \
 			--max-connections=300 \
-			</dev/null >>"$MY_DIR/mariadbd.out" 2>&1 &
+			</dev/null >>"$MY_DIR/mariadbd.out" 2>&1 9>&- &
 	fi
 	deadline=$(( $(date +%s) + TIMEOUT ))
 	until my_ready_root; do
