@@ -184,14 +184,9 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	conn, own, err := connect(cfg.Conn, cfg.URL, cfg.NatsOptions)
+	conn, js, own, err := connectJetStream(cfg.Conn, cfg.URL, cfg.NatsOptions)
 	if err != nil {
 		return nil, err
-	}
-	js, err := conn.JetStream()
-	if err != nil {
-		closeIfOwned(conn, own)
-		return nil, fmt.Errorf("natsjs: jetstream context: %w", err)
 	}
 	pub, err := wmnats.NewPublisherWithNatsConn(conn, wmnats.PublisherPublishConfig{
 		Marshaler:         Marshaler{},
@@ -401,6 +396,20 @@ func connect(conn *nats.Conn, url string, opts []nats.Option) (*nats.Conn, bool,
 		return nil, false, fmt.Errorf("natsjs: connect to %s: %w", url, err)
 	}
 	return c, true, nil
+}
+
+// connectJetStream connects like connect and opens a JetStream context.
+func connectJetStream(conn *nats.Conn, url string, opts []nats.Option) (*nats.Conn, nats.JetStreamContext, bool, error) {
+	conn, own, err := connect(conn, url, opts)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	js, err := conn.JetStream()
+	if err != nil {
+		closeIfOwned(conn, own)
+		return nil, nil, false, fmt.Errorf("natsjs: jetstream context: %w", err)
+	}
+	return conn, js, own, nil
 }
 
 func closeIfOwned(c *nats.Conn, own bool) {

@@ -148,14 +148,9 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	conn, own, err := connect(cfg.Conn, cfg.URL, cfg.NatsOptions)
+	conn, js, own, err := connectJetStream(cfg.Conn, cfg.URL, cfg.NatsOptions)
 	if err != nil {
 		return nil, err
-	}
-	js, err := conn.JetStream()
-	if err != nil {
-		closeIfOwned(conn, own)
-		return nil, fmt.Errorf("natsjs: jetstream context: %w", err)
 	}
 	opts := append([]nats.SubOpt{nats.DeliverAll(), nats.AckExplicit(), nats.ManualAck(), nats.AckWait(cfg.AckWait)}, cfg.SubscribeOptions...)
 	queue := cfg.QueueGroup
