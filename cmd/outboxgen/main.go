@@ -28,6 +28,7 @@ import (
 	"io/fs"
 	"os"
 	"runtime/debug"
+	"slices"
 
 	"github.com/outboxgen/outboxgen/generator"
 	"github.com/outboxgen/outboxgen/generator/spec"
@@ -235,7 +236,12 @@ func cmdSchema(args []string, stdout, stderr io.Writer) error {
 	if *inbox != "" {
 		tables.Inbox = *inbox
 	}
-	ddl, err := templates.Render(normalizeDialect(*dialect), tables)
+	d := normalizeDialect(*dialect)
+	if !slices.Contains(templates.Dialects(), d) {
+		fmt.Fprintf(stderr, "outboxgen schema: unknown dialect %q: use postgres, mysql (also MariaDB) or sqlite\n", *dialect)
+		return errUsage
+	}
+	ddl, err := templates.Render(d, tables)
 	if err != nil {
 		return fmt.Errorf("outboxgen schema: %w", err)
 	}

@@ -121,7 +121,7 @@ func TestSchema(t *testing.T) {
 	if code, stdout, stderr := cli(t, dir, "schema", "-dialect", "sqlite"); code != 0 || !strings.Contains(stdout, "CREATE TABLE shop_outbox") {
 		t.Fatalf("schema from events.yaml: exit %d, stderr %q", code, stderr)
 	}
-	if code, _, stderr := cli(t, dir, "schema", "-dialect", "oracle"); code != 1 || !strings.Contains(stderr, "oracle") {
+	if code, _, stderr := cli(t, dir, "schema", "-dialect", "oracle"); code != 2 || !strings.Contains(stderr, "oracle") {
 		t.Fatalf("unknown dialect: exit %d, stderr %q", code, stderr)
 	}
 	if code, _, stderr := cli(t, dir, "schema", "-dialect", "sqlite", "-outbox-table", "x; drop"); code != 1 || !strings.Contains(stderr, "identifier") {
