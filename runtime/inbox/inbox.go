@@ -21,16 +21,48 @@
 // (watermill's Retry middleware) and then goes to the poison topic
 // (watermill's PoisonQueue middleware, which wraps Retry). Permanent
 // failures — an undecodable payload, an unknown payload version, malformed
-// outbox metadata, errors wrapped with Permanent — skip the retries. A panic
-// in a handler is recovered and treated as an error.
+// outbox metadata, an event id, event type or key that cannot fit the inbox
+// table (see MaxEventIDLen, MaxTypeLen, MaxKeyLen; checked before any SQL),
+// errors wrapped with Permanent — skip the retries. A panic in a handler is
+// recovered and treated as an error.
 //
 // Generated code calls Register (database/sql) or pgxinbox.Register (pgx/v5)
 // with one Route per event; applications call the generated RegisterX.
 //
+// # Database requirements
+//
+// MySQL/MariaDB: never set clientFoundRows=true in the DSN (go-sql-driver's
+// default is false). Duplicate detection and the stale guard read the
+// affected-row count, and with clientFoundRows=true MySQL counts an
+// unchanged duplicate as 1 row instead of 0: every redelivery then looks
+// like a first delivery and is handled again, silently. The driver exposes
+// its configuration neither through *sql.DB nor at run time, so the inbox
+// cannot detect it; check your DSN.
+//
+// SQLite: a database file shared by several connections (the consumer's
+// pool, the relay, the application) needs a busy timeout,
+// "_pragma=busy_timeout(10000)" (and WAL, "_pragma=journal_mode(WAL)"), and
+// "_txlock=immediate", so that write transactions take the write lock at
+// BEGIN instead of failing with SQLITE_BUSY when they upgrade from a read;
+// with modernc.org/sqlite:
+//
+//	file:app.db?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate
+//
+// Without a busy timeout every concurrent write fails at once with
+// SQLITE_BUSY ("database is locked").
+// The inbox treats SQLITE_BUSY ("database is locked") as transient: the
+// delivery is rolled back and tried again, with the Options' backoff
+// (RetryInitialInterval doubling up to RetryMaxInterval), until it gets
+// through or the router stops; these attempts do not count toward
+// MaxAttempts and are never poisoned (they are counted as "busy"). A
+// consumer stuck behind a lock that is never released therefore waits
+// rather than poisoning valid messages: watch the "busy" outcome.
+//
 // Metrics: the counter outboxgen.inbox.deliveries, with attributes consumer,
 // event_type and outcome: processed, duplicate, stale, unhandled (a type on
 // the topic this consumer does not handle: acked), failed (one failed
-// attempt) and permanent (a permanent failure).
+// attempt), permanent (a permanent failure) and busy (one attempt that found
+// the SQLite database locked, retried without counting toward MaxAttempts).
 package inbox
 
 import (
@@ -39,7 +71,11 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
+	"time"
+	"unicode/utf8"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"go.opentelemetry.io/otel/attribute"
@@ -47,6 +83,20 @@ import (
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
+)
+
+// Sizes of the inbox columns (the DDL in templates/), in characters. A
+// message whose values exceed them can never be recorded: it is a permanent
+// failure, poisoned at once without touching the database.
+const (
+	// MaxEventIDLen is the size of event_id (outbox metadata "outbox_event_id",
+	// or the message UUID).
+	MaxEventIDLen = 64
+	// MaxTypeLen is the size of biz_type (the event type; routes are checked
+	// at registration).
+	MaxTypeLen = 64
+	// MaxKeyLen is the size of biz_id (outbox metadata "outbox_key").
+	MaxKeyLen = 128
 )
 
 // ErrPermanent is matched (errors.Is) by failures that no retry can fix;
@@ -132,6 +182,11 @@ type Store[T any] interface {
 
 // Register adds the consumer's handlers to r, one per topic, reading from
 // sub, on database db. See RegisterStore.
+//
+// MySQL/MariaDB: db's DSN must not set clientFoundRows=true, or duplicates
+// are handled again (silently: this cannot be detected from db). SQLite:
+// db's DSN needs a busy timeout and _txlock=immediate. See the package
+// documentation, "Database requirements".
 func Register(r *message.Router, sub message.Subscriber, db *sql.DB, c Consumer[*sql.Tx], opts ...Option) error {
 	if db == nil {
 		return errors.New("inbox: nil *sql.DB")
@@ -183,6 +238,9 @@ func RegisterStore[T any](r *message.Router, sub message.Subscriber, s Store[T],
 		if rt.Type == "" || rt.Topic == "" || rt.call == nil {
 			return fmt.Errorf("inbox: consumer %s: route %q on topic %q is incomplete: build routes with inbox.On", c.Name, rt.Type, rt.Topic)
 		}
+		if n := utf8.RuneCountInString(rt.Type); n > MaxTypeLen {
+			return fmt.Errorf("inbox: consumer %s: event type %q has %d characters; the inbox table's biz_type holds %d", c.Name, rt.Type, n, MaxTypeLen)
+		}
 		if byTopic[rt.Topic] == nil {
 			byTopic[rt.Topic] = map[string]Route[T]{}
 			topics = append(topics, rt.Topic)
@@ -220,7 +278,11 @@ func RegisterStore[T any](r *message.Router, sub message.Subscriber, s Store[T],
 	}.Middleware)
 
 	for _, topic := range topics {
-		h := &handler[T]{name: c.Name, store: s, q: q, routes: byTopic[topic], counter: counter}
+		h := &handler[T]{
+			name: c.Name, store: s, q: q, routes: byTopic[topic], counter: counter,
+			busyRetry: q.Dialect() == dialect.SQLite, backoff: o.RetryInitialInterval, maxBackoff: o.RetryMaxInterval,
+			logger: o.Logger,
+		}
 		wh := r.AddConsumerHandler(c.Name+"/"+topic, topic, sub, h.handle)
 		wh.AddMiddleware(mws...)
 	}
@@ -234,6 +296,12 @@ type handler[T any] struct {
 	q       *dialect.InboxQueries
 	routes  map[string]Route[T]
 	counter metric.Int64Counter
+
+	// busyRetry retries SQLITE_BUSY failures in place (SQLite only),
+	// waiting backoff, doubling up to maxBackoff.
+	busyRetry           bool
+	backoff, maxBackoff time.Duration
+	logger              watermill.LoggerAdapter
 }
 
 // Outcomes counted in outboxgen.inbox.deliveries.
@@ -244,6 +312,9 @@ const (
 	OutcomeUnhandled = "unhandled"
 	OutcomeFailed    = "failed"
 	OutcomePermanent = "permanent"
+	// OutcomeBusy is one attempt that found the SQLite database locked
+	// (SQLITE_BUSY): retried without counting toward MaxAttempts.
+	OutcomeBusy = "busy"
 )
 
 func (h *handler[T]) count(ctx context.Context, eventType, outcome string) {
@@ -267,11 +338,31 @@ func (h *handler[T]) handle(msg *message.Message) (err error) {
 		h.count(ctx, m.Type, OutcomeUnhandled)
 		return nil
 	}
+	if err := checkFits(m); err != nil {
+		h.count(ctx, m.Type, OutcomePermanent)
+		return Permanent(err)
+	}
 	if rt.LatestOnly && (m.Sequence <= 0 || m.Key == "") {
 		h.count(ctx, m.Type, OutcomePermanent)
 		return Permanent(fmt.Errorf("inbox: %s event %s is latest_only but has no %q and %q metadata to order it by", m.Type, m.EventID, outbox.MetadataSequence, outbox.MetadataKey))
 	}
 	outcome, err := h.run(ctx, rt, msg.Payload, m)
+	for wait := h.backoff; err != nil && h.busyRetry && !errors.Is(err, ErrPermanent) && isBusy(err); wait = min(2*wait, h.maxBackoff) {
+		// The database is locked by another writer: not the message's
+		// fault, and not one of its MaxAttempts. Try again after a pause.
+		h.count(ctx, m.Type, OutcomeBusy)
+		if h.logger != nil {
+			h.logger.Info("inbox: SQLite database is locked, retrying (not counted toward MaxAttempts)", watermill.LogFields{
+				"consumer": h.name, "event_type": m.Type, "event_id": m.EventID, "wait_time": wait, "error": err.Error(),
+			})
+		}
+		if werr := sleep(ctx, wait); werr != nil {
+			// Shutting down: nack (never poison) and let the broker
+			// redeliver later.
+			return fmt.Errorf("%w (stopped waiting: %w)", err, werr)
+		}
+		outcome, err = h.run(ctx, rt, msg.Payload, m)
+	}
 	if err != nil {
 		if errors.Is(err, ErrPermanent) {
 			outcome = OutcomePermanent
@@ -281,6 +372,60 @@ func (h *handler[T]) handle(msg *message.Message) (err error) {
 	}
 	h.count(ctx, m.Type, outcome)
 	return err
+}
+
+// checkFits reports, as a plain error, a value of m that cannot be stored in
+// the inbox table: too long for its column, or not valid UTF-8 text (which
+// PostgreSQL and MySQL reject). Such a message would fail the INSERT on
+// every attempt (and each failed statement aborts its transaction on
+// PostgreSQL); SQLite would store it, but the check keeps every database
+// alike.
+func checkFits(m outbox.Meta) error {
+	for _, f := range []struct {
+		name, metadata, value string
+		max                   int
+	}{
+		{"event id", outbox.MetadataEventID, m.EventID, MaxEventIDLen},
+		{"event type", outbox.MetadataType, m.Type, MaxTypeLen},
+		{"key", outbox.MetadataKey, m.Key, MaxKeyLen},
+	} {
+		if !utf8.ValidString(f.value) || strings.IndexByte(f.value, 0) >= 0 {
+			return fmt.Errorf("inbox: %s event %.64q: the %s (%q metadata) is not valid UTF-8 text without NUL bytes, which the inbox table cannot store", m.Type, m.EventID, f.name, f.metadata)
+		}
+		if n := utf8.RuneCountInString(f.value); n > f.max {
+			return fmt.Errorf("inbox: %s event %.64q: the %s (%q metadata) has %d characters; the inbox table holds at most %d", m.Type, m.EventID, f.name, f.metadata, n, f.max)
+		}
+	}
+	return nil
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY ("database is
+// locked"): another connection holds the lock, and trying again later can
+// succeed. It recognises modernc.org/sqlite's and mattn/go-sqlite3's errors
+// without importing either: by the primary result code when the error has
+// a Code() int method, else by the message. SQLITE_LOCKED ("database table
+// is locked") is left out: outside shared-cache mode it is a conflict
+// within one connection, which waiting does not resolve.
+func isBusy(err error) bool {
+	const sqliteBusy = 5
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) && coded.Code()&0xff == sqliteBusy { // extended codes keep the primary code in the low byte
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "database is locked") || strings.Contains(msg, "SQLITE_BUSY")
+}
+
+// sleep waits d or until ctx is done, returning ctx's error then.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // run handles one delivery in one transaction and returns its outcome.

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -150,6 +151,10 @@ func TestRegisterRejects(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+	long := On(strings.Repeat("T", MaxTypeLen+1), "t", func([]byte, int) (int, error) { return 1, nil }, func(context.Context, struct{}, int, outbox.Meta) error { return nil })
+	if err := RegisterStore(r, ps, s, Consumer[struct{}]{Name: "c", Routes: []Route[struct{}]{long}}, opts...); err == nil || !strings.Contains(err.Error(), "biz_type holds 64") {
+		t.Errorf("event type of %d characters: %v, want an error naming the column size", MaxTypeLen+1, err)
+	}
 	if err := RegisterStore(r, ps, s, Consumer[struct{}]{Name: "c", Routes: []Route[struct{}]{route}}, opts...); err != nil {
 		t.Fatal(err)
 	}
@@ -166,3 +171,51 @@ func (fakeStore) Exec(context.Context, struct{}, string, ...any) (int64, error) 
 }
 func (fakeStore) Commit(context.Context, struct{}) error   { return nil }
 func (fakeStore) Rollback(context.Context, struct{}) error { return nil }
+
+func TestCheckFits(t *testing.T) {
+	ok := outbox.Meta{EventID: strings.Repeat("e", MaxEventIDLen), Type: strings.Repeat("T", MaxTypeLen), Key: strings.Repeat("é", MaxKeyLen)}
+	if err := checkFits(ok); err != nil {
+		t.Errorf("values at the limits (in characters): %v", err)
+	}
+	for name, c := range map[string]struct {
+		m    outbox.Meta
+		want string
+	}{
+		"id":        {outbox.Meta{EventID: strings.Repeat("é", MaxEventIDLen+1), Type: "X"}, "event id (\"outbox_event_id\" metadata) has 65 characters"},
+		"type":      {outbox.Meta{EventID: "e", Type: strings.Repeat("T", MaxTypeLen+1)}, "event type (\"outbox_type\" metadata) has 65 characters"},
+		"key":       {outbox.Meta{EventID: "e", Type: "X", Key: strings.Repeat("k", MaxKeyLen+1)}, "key (\"outbox_key\" metadata) has 129 characters"},
+		"not utf-8": {outbox.Meta{EventID: "e", Type: "X", Key: "k\xff"}, "key (\"outbox_key\" metadata) is not valid UTF-8"},
+		"nul":       {outbox.Meta{EventID: "e\x00", Type: "X"}, "event id (\"outbox_event_id\" metadata) is not valid UTF-8 text without NUL"},
+	} {
+		if err := checkFits(c.m); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", name, err, c.want)
+		}
+	}
+}
+
+type codedError struct {
+	code int
+	msg  string
+}
+
+func (e codedError) Error() string { return e.msg }
+func (e codedError) Code() int     { return e.code }
+
+func TestIsBusy(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{codedError{5, "database is locked (5) (SQLITE_BUSY)"}, true},
+		{fmt.Errorf("inbox: record: %w", codedError{5 | 2<<8, "x"}), true}, // SQLITE_BUSY_SNAPSHOT
+		{codedError{6, "database table is locked"}, false},                 // SQLITE_LOCKED: one connection's own conflict
+		{errors.New("database is locked"), true},                           // mattn/go-sqlite3
+		{codedError{19, "constraint failed: UNIQUE (SQLITE_CONSTRAINT)"}, false},
+		{codedError{1, "no such table: outbox_inbox (SQLITE_ERROR)"}, false},
+		{errors.New("test: handler fails"), false},
+	} {
+		if got := isBusy(c.err); got != c.want {
+			t.Errorf("isBusy(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}

@@ -39,7 +39,8 @@ type Options struct {
 
 	// PoisonPublisher receives messages that cannot be handled: at once for
 	// permanent failures (an undecodable payload, an unknown payload
-	// version, malformed outbox metadata, an error wrapped with Permanent),
+	// version, malformed outbox metadata, an event id or key too long for
+	// the inbox table, an error wrapped with Permanent),
 	// after MaxAttempts failed attempts for any other error. The message
 	// keeps its payload and metadata; watermill's PoisonQueue adds the
 	// reason (metadata "reason_poisoned"), topic and handler. Required
@@ -58,7 +59,9 @@ type Options struct {
 	// Retry middleware, exponential backoff) before it is poisoned; 1 means
 	// no retry. Each attempt is a fresh transaction. The count restarts when
 	// the broker redelivers (after a crash, or without a poison queue).
-	// Default 4.
+	// Attempts that find a SQLite database locked (SQLITE_BUSY) are retried
+	// with the same backoff without being counted (see the package
+	// documentation). Default 4.
 	MaxAttempts int
 	// RetryInitialInterval is the backoff before the first retry; it
 	// doubles up to RetryMaxInterval. Defaults 100ms and 5s.

@@ -9,6 +9,11 @@
 //
 //   - Alerts: Options.OnAlert is called once when a threshold is crossed
 //     and Options.OnResolve once when it clears, not on every check.
+//     Besides the thresholds on the outbox (stale, oldest_pending_age,
+//     failed, expired_leases), Run raises check_failing (CheckFailing) when
+//     the monitor itself is blind: its checks have been failing and none
+//     has succeeded for longer than 2×Interval. It resolves with the next
+//     successful check.
 //   - Metrics, through the OpenTelemetry metrics API (a no-op unless the
 //     application installs a meter provider), as observable gauges that
 //     report the last snapshot (the database is never queried from the
@@ -16,7 +21,11 @@
 //     outboxgen.outbox.pending, outboxgen.outbox.stale,
 //     outboxgen.outbox.failed, outboxgen.outbox.expired_leases ({row}),
 //     outboxgen.outbox.oldest_pending_age (s); plus the counter
-//     outboxgen.monitor.check_errors.
+//     outboxgen.monitor.check_errors. The gauges report nothing before the
+//     first successful check, and nothing again once the last successful
+//     check is older than 2×Interval (the database is down, or Run has
+//     stopped): a missing series, which dashboards and "absent" alert rules
+//     can see, rather than a stale "stale=0" that looks healthy for hours.
 //
 // Run checks on a schedule inside the service; Check does one check for a
 // Kubernetes CronJob or a health endpoint.
@@ -54,17 +63,28 @@ const (
 	Failed Kind = "failed"
 	// ExpiredLeases: a relay died holding rows.
 	ExpiredLeases Kind = "expired_leases"
+	// CheckFailing: the monitor cannot read the outbox table (the database
+	// is down or unreachable, or the statement fails): its checks have
+	// failed and no check has succeeded for longer than 2×Interval, so the
+	// other alerts and the gauges know nothing current. Raised by Run only
+	// (Check returns the error instead), once per failure streak; resolved
+	// by the next successful check.
+	CheckFailing Kind = "check_failing"
 )
 
 // Kinds lists every Kind in a stable order.
-var Kinds = []Kind{Stale, OldestPending, Failed, ExpiredLeases}
+var Kinds = []Kind{Stale, OldestPending, Failed, ExpiredLeases, CheckFailing}
 
 // Alert is a crossed threshold.
 type Alert struct {
 	Kind Kind
 	// Stats is the snapshot that crossed (or, for OnResolve, cleared) the
-	// threshold.
+	// threshold. For a CheckFailing alert it is the last successful
+	// snapshot (zero when there was none), as old as the failure streak;
+	// for its resolution, the fresh snapshot.
 	Stats driver.Stats
+	// Err is the error of the last failed check (CheckFailing alerts only).
+	Err error
 	// Resolved is set on the Alert passed to OnResolve.
 	Resolved bool
 	// Message says what is wrong and what to look at.
@@ -80,14 +100,18 @@ type Monitor struct {
 	attrs metric.MeasurementOption
 	reg   metric.Registration
 	errs  metric.Int64Counter
+	now   func() time.Time // the local clock; replaced in tests
 
 	mu     sync.Mutex
 	last   driver.Stats
 	lastAt time.Time
 	have   bool
 
-	active map[Kind]bool // only touched by Run's goroutine (tick)
-	runMu  sync.Mutex    // one Run at a time
+	// Only touched by Run's goroutine (tick):
+	active      map[Kind]bool
+	failingFrom time.Time // first failed check of the current streak; zero while checks succeed
+
+	runMu sync.Mutex // one Run at a time
 }
 
 // New returns a monitor reading src (a driver.Driver) with opts. It
@@ -113,6 +137,7 @@ func New(src Source, opts Options) (*Monitor, error) {
 		log:    opts.Logger.With(slog.String("component", "outboxgen.monitor")),
 		attrs:  metric.WithAttributeSet(attribute.NewSet(kv...)),
 		active: map[Kind]bool{},
+		now:    time.Now,
 	}
 	if err := m.register(); err != nil {
 		return nil, fmt.Errorf("monitor: metrics: %w", err)
@@ -153,9 +178,14 @@ func (m *Monitor) register() error {
 		return err
 	}
 	m.reg, err = mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		st, _, ok := m.Snapshot()
+		st, at, ok := m.Snapshot()
 		if !ok {
 			return nil // nothing measured yet: report nothing rather than zeros
+		}
+		if m.now().Sub(at) > m.staleLimit() {
+			// The checks are failing (or have stopped): report nothing
+			// rather than old numbers that look current.
+			return nil
 		}
 		o.ObserveInt64(pending, st.Pending, m.attrs)
 		o.ObserveFloat64(age, st.OldestPendingAge.Seconds(), m.attrs)
@@ -175,6 +205,11 @@ func (m *Monitor) Close() error {
 	}
 	return m.reg.Unregister()
 }
+
+// staleLimit is how old the last successful check may be before the gauges
+// go silent and CheckFailing is raised: two intervals, so that one slow or
+// failed check does not blank the dashboards.
+func (m *Monitor) staleLimit() time.Duration { return 2 * m.opts.Interval }
 
 // Options returns the options in effect (defaults applied).
 func (m *Monitor) Options() Options { return m.opts }
@@ -198,7 +233,7 @@ func (m *Monitor) Check(ctx context.Context) (driver.Stats, []Alert, error) {
 		return driver.Stats{}, nil, fmt.Errorf("monitor: read outbox stats: %w", err)
 	}
 	m.mu.Lock()
-	m.last, m.lastAt, m.have = st, time.Now(), true
+	m.last, m.lastAt, m.have = st, m.now(), true
 	m.mu.Unlock()
 	var alerts []Alert
 	for _, k := range Kinds {
@@ -230,6 +265,8 @@ func (m *Monitor) alert(k Kind, st driver.Stats, resolved bool) Alert {
 	th := m.opts.Thresholds
 	if resolved {
 		switch k {
+		case CheckFailing:
+			a.Message = "resolved: the monitor reads the outbox table again"
 		case Stale:
 			a.Message = fmt.Sprintf("resolved: %d pending outbox rows older than %s (threshold %d)", st.Stale, m.opts.StaleAfter, th.Stale)
 		case OldestPending:
@@ -254,14 +291,51 @@ func (m *Monitor) alert(k Kind, st driver.Stats, resolved bool) Alert {
 	return a
 }
 
+// failingAlert is the CheckFailing alert for a monitor blind since from,
+// its last check failing with err.
+func (m *Monitor) failingAlert(from time.Time, err error) Alert {
+	st, _, ok := m.Snapshot()
+	a := Alert{Kind: CheckFailing, Stats: st, Err: err}
+	since := "since " + from.UTC().Format(time.RFC3339)
+	if !ok {
+		since += " (no check has succeeded yet)"
+	}
+	a.Message = fmt.Sprintf("the monitor cannot read the outbox table: no successful check %s (limit %s, 2×Interval); the outbox gauges report nothing and the other alerts are frozen; check that the database is reachable; last error: %v", since, m.staleLimit(), err)
+	return a
+}
+
 // tick runs one scheduled check and reports threshold transitions: OnAlert
 // for each newly crossed threshold, OnResolve for each cleared one. A
-// failed check changes no alert state.
+// failed check changes no threshold alert; once checks have failed and none
+// has succeeded for longer than 2×Interval, it raises CheckFailing (once
+// per streak), which the next successful check resolves.
 func (m *Monitor) tick(ctx context.Context) error {
 	st, alerts, err := m.Check(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return err // shutting down: not the database's fault
+		}
+		t := m.now()
+		if m.failingFrom.IsZero() {
+			m.failingFrom = t
+		}
+		// Blind since the last successful check (the gauges' rule), or
+		// since the streak began when no check has succeeded yet.
+		from := m.failingFrom
+		if _, at, ok := m.Snapshot(); ok {
+			from = at
+		}
+		if !m.active[CheckFailing] && t.Sub(from) > m.staleLimit() {
+			m.active[CheckFailing] = true
+			a := m.failingAlert(from, err)
+			m.log.ErrorContext(ctx, "outbox alert", slog.String("kind", string(CheckFailing)), slog.String("message", a.Message))
+			if m.opts.OnAlert != nil {
+				m.opts.OnAlert(a)
+			}
+		}
 		return err
 	}
+	m.failingFrom = time.Time{}
 	now := map[Kind]bool{}
 	for _, a := range alerts {
 		now[a.Kind] = true

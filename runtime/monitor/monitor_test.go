@@ -3,6 +3,7 @@ package monitor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -348,5 +349,188 @@ func TestRunAlertsAndStops(t *testing.T) {
 	}
 	if alerts, _ := rec.counts(); alerts[monitor.Failed] != 1 || len(alerts) != 1 {
 		t.Errorf("alerts %v, want failed once", alerts)
+	}
+}
+
+// fakeClock is a settable clock for the staleness rules.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// While the checks fail, the gauges keep the last snapshot for 2×Interval,
+// then report nothing (not hours-old numbers); a successful check brings
+// them back.
+func TestMetricsGoSilentWhenChecksStopSucceeding(t *testing.T) {
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(ctx)
+	src := &fakeSource{st: driver.Stats{Pending: 4, Stale: 1}}
+	m, err := monitor.New(src, monitor.Options{Logger: quiet, Interval: time.Minute, Meter: mp.Meter("test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	clock := newFakeClock()
+	m.SetClock(clock.Now)
+
+	if err := m.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	src.set(driver.Stats{}, errors.New("db down"))
+	for i := range 2 {
+		clock.Add(time.Minute)
+		if err := m.Tick(ctx); err == nil {
+			t.Fatal("Tick with a failing source succeeded")
+		}
+		if got := collect(t, reader); got["outboxgen.outbox.pending"] != 4 || got["outboxgen.outbox.stale"] != 1 {
+			t.Errorf("%d interval(s) after the last good check: %v, want the last snapshot (pending 4, stale 1)", i+1, got)
+		}
+	}
+	// Exactly 2×Interval is still fresh; a moment later it is not.
+	clock.Add(time.Nanosecond)
+	got := collect(t, reader)
+	for _, name := range []string{"outboxgen.outbox.pending", "outboxgen.outbox.stale", "outboxgen.outbox.failed", "outboxgen.outbox.expired_leases", "outboxgen.outbox.oldest_pending_age"} {
+		if _, ok := got[name]; ok {
+			t.Errorf("last good check older than 2×Interval: %s still reported (%v), want nothing", name, got)
+		}
+	}
+	if got["outboxgen.monitor.check_errors"] != 2 {
+		t.Errorf("check_errors = %v, want 2", got["outboxgen.monitor.check_errors"])
+	}
+	// Hours later: still nothing.
+	clock.Add(3 * time.Hour)
+	if got := collect(t, reader); got["outboxgen.outbox.stale"] != 0 || len(got) != 1 {
+		t.Errorf("hours after the last good check: %v, want only check_errors", got)
+	}
+
+	// Back up: fresh numbers.
+	src.set(driver.Stats{Pending: 7}, nil)
+	if err := m.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := collect(t, reader); got["outboxgen.outbox.pending"] != 7 {
+		t.Errorf("after a good check: %v, want pending 7", got)
+	}
+}
+
+// check_failing is raised once when no check has succeeded for longer than
+// 2×Interval, and resolved by the next successful check; the threshold
+// alerts stay as they were.
+func TestCheckFailingAlert(t *testing.T) {
+	ctx := context.Background()
+	src := &fakeSource{st: driver.Stats{Failed: 1}}
+	rec := newRecorder()
+	m, err := monitor.New(src, monitor.Options{Logger: quiet, Interval: time.Minute, OnAlert: rec.onAlert, OnResolve: rec.onResolve})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	clock := newFakeClock()
+	m.SetClock(clock.Now)
+	tick := func(wantErr bool) {
+		t.Helper()
+		if err := m.Tick(ctx); (err != nil) != wantErr {
+			t.Fatalf("Tick error %v, want error %v", err, wantErr)
+		}
+	}
+	want := func(step string, alerts, resolves map[monitor.Kind]int) {
+		t.Helper()
+		a, r := rec.counts()
+		if !equalCounts(a, alerts) || !equalCounts(r, resolves) {
+			t.Fatalf("%s: alerts %v resolves %v, want %v and %v", step, a, r, alerts, resolves)
+		}
+	}
+
+	tick(false)
+	want("good check", map[monitor.Kind]int{monitor.Failed: 1}, map[monitor.Kind]int{})
+	down := errors.New("db down")
+	src.set(driver.Stats{}, down)
+	for i := range 2 {
+		clock.Add(time.Minute)
+		tick(true)
+		want(fmt.Sprintf("failure %d (%d×Interval since the good check)", i+1, i+1), map[monitor.Kind]int{monitor.Failed: 1}, map[monitor.Kind]int{})
+	}
+	clock.Add(time.Second)
+	tick(true)
+	want("failing for 2×Interval+1s", map[monitor.Kind]int{monitor.Failed: 1, monitor.CheckFailing: 1}, map[monitor.Kind]int{})
+	rec.mu.Lock()
+	a := rec.alerts[len(rec.alerts)-1]
+	rec.mu.Unlock()
+	if a.Kind != monitor.CheckFailing || !errors.Is(a.Err, down) || !strings.Contains(a.Message, "db down") || a.Stats != (driver.Stats{Failed: 1}) {
+		t.Errorf("check_failing alert %+v: want the error, a message naming it and the last good snapshot", a)
+	}
+	for range 5 {
+		clock.Add(time.Minute)
+		tick(true)
+	}
+	want("still failing", map[monitor.Kind]int{monitor.Failed: 1, monitor.CheckFailing: 1}, map[monitor.Kind]int{})
+
+	src.set(driver.Stats{Failed: 1}, nil)
+	clock.Add(time.Minute)
+	tick(false)
+	want("good again", map[monitor.Kind]int{monitor.Failed: 1, monitor.CheckFailing: 1}, map[monitor.Kind]int{monitor.CheckFailing: 1})
+
+	// A new streak alerts again.
+	src.set(driver.Stats{}, down)
+	for range 3 {
+		clock.Add(time.Minute)
+		tick(true)
+	}
+	want("second streak", map[monitor.Kind]int{monitor.Failed: 1, monitor.CheckFailing: 2}, map[monitor.Kind]int{monitor.CheckFailing: 1})
+}
+
+// A monitor that starts with the database down counts from its first
+// failed check.
+func TestCheckFailingFromStart(t *testing.T) {
+	ctx := context.Background()
+	src := &fakeSource{err: errors.New("connection refused")}
+	rec := newRecorder()
+	m, err := monitor.New(src, monitor.Options{Logger: quiet, Interval: time.Minute, OnAlert: rec.onAlert, OnResolve: rec.onResolve})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	clock := newFakeClock()
+	m.SetClock(clock.Now)
+	for i := range 4 {
+		if i > 0 {
+			clock.Add(time.Minute)
+		}
+		if err := m.Tick(ctx); err == nil {
+			t.Fatal("Tick with a failing source succeeded")
+		}
+		a, _ := rec.counts()
+		if want := map[monitor.Kind]int{}; i == 3 {
+			want[monitor.CheckFailing] = 1
+			if !equalCounts(a, want) {
+				t.Fatalf("after %d failed checks over %d min: alerts %v, want %v", i+1, i, a, want)
+			}
+		} else if !equalCounts(a, want) {
+			t.Fatalf("after %d failed checks over %d min: alerts %v, want none", i+1, i, a)
+		}
+	}
+	rec.mu.Lock()
+	a := rec.alerts[0]
+	rec.mu.Unlock()
+	if !strings.Contains(a.Message, "no check has succeeded yet") {
+		t.Errorf("message %q", a.Message)
 	}
 }

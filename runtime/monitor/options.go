@@ -49,6 +49,9 @@ type Thresholds struct {
 type Options struct {
 	// Interval is the delay between the end of one check and the start of
 	// the next (fixed delay; default 1 minute). Run checks once at start.
+	// It also sets the staleness limit: once the last successful check is
+	// older than 2×Interval the gauges report nothing, and Run raises
+	// CheckFailing while its checks keep failing.
 	Interval time.Duration
 	// StaleAfter is the age after which a pending row counts as stale
 	// (default 10 minutes).
