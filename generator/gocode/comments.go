@@ -2,6 +2,7 @@ package gocode
 
 import (
 	"strings"
+	"unicode"
 
 	"github.com/dave/jennifer/jen"
 )
@@ -112,18 +113,53 @@ func wrap(text string, width int) []string {
 	return lines
 }
 
-// fieldDoc returns the doc comment text of a field from its description:
-// a noun phrase starting with an article becomes "OrderID is the order
-// number."; anything else is used as written.
+// fieldDoc returns the doc comment text of a field from its description,
+// folded into the field's first sentence: "The order number." becomes
+// "OrderID is the order number.", see fold.
 func fieldDoc(goName, description string) string {
-	d := strings.TrimSpace(description)
-	if d == "" {
-		return ""
+	first, rest, ok := fold(goName, description)
+	if !ok {
+		return strings.TrimSpace(description)
 	}
-	for _, article := range []string{"The ", "A ", "An "} {
-		if strings.HasPrefix(d, article) {
-			return goName + " is " + strings.ToLower(article[:1]) + d[1:]
+	if rest != "" {
+		return first + "\n\n" + rest
+	}
+	return first
+}
+
+// fold turns a description into the first sentence of name's doc comment,
+// deterministically: "<name> is <description>", with the description's
+// first letter lower-cased unless its second letter is upper-case (an
+// acronym such as "SKU ..." or "URL ..."), ending in a full stop. A
+// description that already starts with "<name> " is kept as written. Only
+// the first paragraph is folded; later ones are returned as rest. ok is
+// false for an empty description, or one whose first paragraph is
+// preformatted (indented lines or list items), which cannot be folded.
+func fold(name, description string) (first, rest string, ok bool) {
+	text := strings.Trim(strings.TrimRight(strings.ReplaceAll(description, "\r\n", "\n"), " \t\n"), "\n")
+	if strings.TrimSpace(text) == "" {
+		return "", "", false
+	}
+	lines := strings.Split(text, "\n")
+	n := 0
+	for n < len(lines) && strings.TrimSpace(lines[n]) != "" {
+		l := lines[n]
+		if l[0] == ' ' || l[0] == '\t' || strings.HasPrefix(l, "- ") || strings.HasPrefix(l, "* ") {
+			return "", "", false
 		}
+		n++
 	}
-	return d
+	para := strings.Join(strings.Fields(strings.Join(lines[:n], " ")), " ")
+	rest = strings.Trim(strings.Join(lines[n:], "\n"), "\n")
+	if !strings.HasPrefix(para, name+" ") {
+		r := []rune(para)
+		if len(r) < 2 || !unicode.IsUpper(r[1]) {
+			r[0] = unicode.ToLower(r[0])
+		}
+		para = name + " is " + string(r)
+	}
+	if !strings.HasSuffix(para, ".") && !strings.HasSuffix(para, "!") && !strings.HasSuffix(para, "?") {
+		para += "."
+	}
+	return para, rest, true
 }

@@ -63,10 +63,14 @@ var multiValues = jen.Options{Open: "{", Close: "}", Separator: ",", Multi: true
 
 func (g *gen) enum(f *jen.File, t *spec.Type) {
 	f.Line()
-	f.Add(doc(
-		fmt.Sprintf("%s is an enum declared in %s: its values are the %s constants.", t.Name, g.specName(), t.Name),
-		t.Description,
-	))
+	if first, rest, ok := fold(t.Name, t.Description); ok {
+		f.Add(doc(fmt.Sprintf("%s Its values are the %s constants.", first, t.Name), rest))
+	} else {
+		f.Add(doc(
+			fmt.Sprintf("%s is an enum declared in %s: its values are the %s constants.", t.Name, g.specName(), t.Name),
+			t.Description,
+		))
+	}
 	f.Type().Id(t.Name).String()
 	f.Line()
 	f.Add(doc(fmt.Sprintf("The %s values.", t.Name)))
@@ -90,10 +94,14 @@ func (g *gen) enum(f *jen.File, t *spec.Type) {
 
 func (g *gen) object(f *jen.File, t *spec.Type) error {
 	f.Line()
-	f.Add(doc(
-		fmt.Sprintf("%s is an object type declared in %s.", t.Name, g.specName()),
-		t.Description,
-	))
+	if first, rest, ok := fold(t.Name, t.Description); ok {
+		f.Add(doc(first, rest))
+	} else {
+		f.Add(doc(
+			fmt.Sprintf("%s is an object type declared in %s.", t.Name, g.specName()),
+			t.Description,
+		))
+	}
 	fields, err := structFields(t.Fields, g.specName())
 	if err != nil {
 		return err
@@ -184,46 +192,93 @@ func (g *gen) event(f *jen.File, e *spec.Event) error {
 
 	// DecodeX.
 	f.Line()
-	f.Add(doc(fmt.Sprintf("Decode%s decodes %s %s payload of the given version (from the message metadata), for consumers. Versions 1 to %sVersion are accepted; errors match outbox.ErrUndecodable or, for a payload that decodes but does not validate, outbox.ErrInvalidEvent.", name, article(e.Name), e.Name, name)))
-	f.Func().Id("Decode"+name).Params(jen.Id("payload").Index().Byte(), jen.Id("version").Int()).Params(jen.Id(name), jen.Error()).Block(
+	decodeDoc := fmt.Sprintf("Decode%s decodes %s %s payload of the given version (from the message metadata), for consumers. Versions 1 to %sVersion are accepted; errors match outbox.ErrUndecodable or, for a payload that decodes but does not validate, outbox.ErrInvalidEvent.", name, article(e.Name), e.Name, name)
+	decodeBody := []jen.Code{
 		jen.Var().Id("e").Id(name),
 		jen.If(jen.Err().Op(":=").Qual(pathOutbox, "DecodePayload").Call(
 			typeConst, jen.Id("payload"), jen.Id("version"), jen.Id(name+"Version"), jen.Op("&").Id("e"),
 		), jen.Err().Op("!=").Nil()).Block(
 			jen.Return(jen.Id(name).Values(), jen.Err()),
 		),
+	}
+	if e.Version > 1 {
+		// An older payload may lack fields added since, which Validate
+		// would refuse (an empty required enum, say): check the key only.
+		decodeDoc += fmt.Sprintf(" A payload of an older version than %sVersion is checked for its key only, not with Validate: fields added since that version may be missing (zero), so check the ones you use.", name)
+		old := []jen.Code{}
+		for _, c := range keyConds(e) {
+			old = append(old, jen.If(c.cond).Block(jen.Return(jen.Id(name).Values(), c.err)))
+		}
+		old = append(old, jen.Return(jen.Id("e"), jen.Nil()))
+		decodeBody = append(decodeBody, jen.If(jen.Id("version").Op("<").Id(name+"Version")).Block(old...))
+	}
+	decodeBody = append(decodeBody,
 		jen.If(jen.Err().Op(":=").Id("e").Dot("Validate").Call(), jen.Err().Op("!=").Nil()).Block(
 			jen.Return(jen.Id(name).Values(), jen.Err()),
 		),
 		jen.Return(jen.Id("e"), jen.Nil()),
 	)
+	f.Add(doc(decodeDoc))
+	f.Func().Id("Decode"+name).Params(jen.Id("payload").Index().Byte(), jen.Id("version").Int()).Params(jen.Id(name), jen.Error()).Block(decodeBody...)
 	return nil
+}
+
+// keyCond is one check of an event's key: cond true means the key is
+// unusable, and err is the error to return.
+type keyCond struct {
+	cond, err jen.Code
+}
+
+// keyConds returns every check of e's key: that it is set (keyCheck) and,
+// for an enum key, that it is a declared value (which Validate checks with
+// the other fields).
+func keyConds(e *spec.Event) []keyCond {
+	k := e.Key
+	var out []keyCond
+	if c, reason := keyUnset(e); c != nil {
+		out = append(out, keyCond{c, jen.Qual(pathOutbox, "Invalid").Call(jen.Id(e.GoName+"Type"), jen.Lit(k.Name), jen.Lit(reason))})
+	}
+	if k.Type.GoType == nil && k.Type.Kind == spec.KindNamed && k.Type.Named.IsEnum() {
+		val := jen.Id("e").Dot(k.GoName)
+		out = append(out, keyCond{
+			jen.Op("!").Add(val.Clone()).Dot("Valid").Call(),
+			jen.Qual(pathOutbox, "Invalid").Call(jen.Id(e.GoName+"Type"), jen.Lit(k.Name),
+				jen.Qual(pathFmt, "Sprintf").Call(jen.Lit("unknown "+k.Type.Named.Name+" %q"), val.Clone())),
+		})
+	}
+	return out
+}
+
+// keyUnset returns the condition under which e's key is unset, and why, or
+// nil when every value is a usable key (integers, enums, which are checked
+// as enums, and go_type overrides).
+func keyUnset(e *spec.Event) (jen.Code, string) {
+	k := e.Key
+	if k == nil || k.Type.GoType != nil || k.Type.Kind != spec.KindScalar {
+		return nil, ""
+	}
+	val := jen.Id("e").Dot(k.GoName)
+	switch k.Type.Scalar {
+	case spec.String:
+		return val.Clone().Op("==").Lit(""), "the key is empty"
+	case spec.UUID:
+		return val.Clone().Op("==").Qual(pathUUID, "Nil"), "the key is the nil UUID"
+	}
+	return nil, ""
 }
 
 // keyCheck returns the Validate check that the key is set, or nil when
 // every value is a usable key (integers, enums, which are checked as
 // enums, and go_type overrides).
 func keyCheck(e *spec.Event) (jen.Code, error) {
-	k := e.Key
-	if k == nil {
+	if e.Key == nil {
 		return nil, fmt.Errorf("no key field")
 	}
-	if k.Type.GoType != nil {
+	cond, reason := keyUnset(e)
+	if cond == nil {
 		return nil, nil
 	}
-	val := jen.Id("e").Dot(k.GoName)
-	invalid := func(reason string) jen.Code {
-		return jen.Return(jen.Qual(pathOutbox, "Invalid").Call(jen.Id(e.GoName+"Type"), jen.Lit(k.Name), jen.Lit(reason)))
-	}
-	if k.Type.Kind == spec.KindScalar {
-		switch k.Type.Scalar {
-		case spec.String:
-			return jen.If(val.Clone().Op("==").Lit("")).Block(invalid("the key is empty")), nil
-		case spec.UUID:
-			return jen.If(val.Clone().Op("==").Qual(pathUUID, "Nil")).Block(invalid("the key is the nil UUID")), nil
-		}
-	}
-	return nil, nil
+	return jen.If(cond).Block(jen.Return(jen.Qual(pathOutbox, "Invalid").Call(jen.Id(e.GoName+"Type"), jen.Lit(e.Key.Name), jen.Lit(reason)))), nil
 }
 
 // fieldChecks returns the Validate statements for fields of the value
@@ -286,9 +341,16 @@ func (g *gen) check(eventType jen.Code, val *jen.Statement, ref *spec.TypeRef, p
 			keyVar = key
 			inner = path.with("[%s]", jen.Id(key))
 		}
-		return jen.For(jen.List(jen.Id(keyVar), jen.Id(elem)).Op(":=").Range().Add(val)).Block(
-			g.check(eventType, jen.Id(elem), ref.Elem, inner, depth+1, false),
-		)
+		inside := g.check(eventType, jen.Id(elem), ref.Elem, inner, depth+1, false)
+		if ref.Kind == spec.KindMap {
+			// Keys in sorted order, so the first error reported does not
+			// depend on Go's random map iteration order.
+			return jen.For(jen.List(jen.Id("_"), jen.Id(keyVar)).Op(":=").Range().Qual(pathSlices, "Sorted").Call(jen.Qual(pathMaps, "Keys").Call(val))).Block(
+				jen.Id(elem).Op(":=").Add(val.Clone()).Index(jen.Id(keyVar)),
+				inside,
+			)
+		}
+		return jen.For(jen.List(jen.Id(keyVar), jen.Id(elem)).Op(":=").Range().Add(val)).Block(inside)
 	case spec.KindNamed:
 		t := ref.Named
 		if t.IsEnum() {

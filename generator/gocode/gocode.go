@@ -44,6 +44,8 @@ const (
 	pathSQL       = "database/sql"
 	pathJSON      = "encoding/json"
 	pathFmt       = "fmt"
+	pathMaps      = "maps"
+	pathSlices    = "slices"
 	pathStrconv   = "strconv"
 	pathTime      = "time"
 	pathUUID      = "github.com/google/uuid"
@@ -178,6 +180,8 @@ func (g *gen) newFile() *jen.File {
 		pathSQL:       "sql",
 		pathJSON:      "json",
 		pathFmt:       "fmt",
+		pathMaps:      "maps",
+		pathSlices:    "slices",
 		pathStrconv:   "strconv",
 		pathTime:      "time",
 		pathUUID:      "uuid",

@@ -187,10 +187,15 @@ func TestDocComments(t *testing.T) {
 		}
 	}
 	for in, want := range map[string]string{
-		"The order number.":    "OrderID is the order number.",
-		"An opaque reference.": "OrderID is an opaque reference.",
-		"Amount paid.":         "Amount paid.",
-		"Then it stops.":       "Then it stops.",
+		"The order number.":                   "OrderID is the order number.",
+		"An opaque reference.":                "OrderID is an opaque reference.",
+		"Amount paid, in the smallest unit":   "OrderID is amount paid, in the smallest unit.",
+		"SKU of the ordered item.":            "OrderID is SKU of the ordered item.",
+		"OrderID is the shop's number.":       "OrderID is the shop's number.",
+		"The order\nnumber.\n\nNever reused.": "OrderID is the order number.\n\nNever reused.",
+		"Values:\n- a\n- b":                   "Values:\n- a\n- b",
+		"x":                                   "OrderID is x.",
+		"  ":                                  "",
 	} {
 		if got := fieldDoc("OrderID", in); got != want {
 			t.Errorf("fieldDoc(%q) = %q, want %q", in, got, want)

@@ -70,7 +70,7 @@ func handSpec() *spec.Spec {
 	paid := event("ORDER_PAID", "orders.paid", "order_id",
 		describe(field("order_id", scalar(spec.String)), "The order number."),
 		field("customer_id", scalar(spec.String)),
-		describe(field("amount_cents", scalar(spec.Int64)), "Amount paid, in the smallest currency unit."),
+		describe(field("amount_cents", scalar(spec.Int64)), "The amount paid, in the smallest currency unit."),
 		field("currency", scalar(spec.String)),
 		field("method", named(pm)),
 		field("paid_at", scalar(spec.Time)),

@@ -7,9 +7,11 @@ import (
 )
 
 // checkNames reports the first clash between package-level identifiers of
-// the generated package, or between a field and a generated method. Spec
-// validation keeps names unique within their own kind; this catches clashes
-// across kinds, e.g. a type named OrderPaidType next to event ORDER_PAID.
+// the generated package, or between a field and a generated method. It is a
+// defensive assertion: spec.Parse reports every such clash itself, all at
+// once and with positions (a field named validate, a type named
+// OrderPaidType next to event ORDER_PAID, ...), so only a *spec.Spec built
+// or changed by hand can get here with one.
 func checkNames(s *spec.Spec) error {
 	owner := map[string]string{
 		"EventTypes":  "the generated EventTypes variable",

@@ -19,7 +19,7 @@ go:
   package: events
  out: x
 `,
-		want: `testdata.yaml:3:1: invalid YAML: did not find expected key`,
+		want: `testdata.yaml:4:2: invalid YAML: did not find expected key (check the indentation)`,
 	},
 	{
 		name: "yaml tab indentation",
@@ -27,7 +27,47 @@ go:
 go:
 	package: events
 `,
-		want: `testdata.yaml:3:1: invalid YAML: found character that cannot start any token`,
+		want: `testdata.yaml:3:1: invalid YAML: found character that cannot start any token (a tab; indent with spaces)`,
+	},
+	{
+		name: "yaml tab indentation after a plain scalar",
+		src:  "version: 1\ngo:\n  package: events\n\tout: x\n",
+		want: `testdata.yaml:4:1: invalid YAML: found a tab character that violates indentation; indent with spaces`,
+	},
+	{
+		name: "yaml tab starting a token",
+		src:  "version: 1\ngo:\n  package: events\nsql:\n  dialects:\n\t- postgres\n",
+		want: `testdata.yaml:6:1: invalid YAML: found character that cannot start any token (a tab; indent with spaces)`,
+	},
+	{
+		name: "yaml reserved character",
+		src:  "version: 1\ngo:\n  package: events\n  out: @gen\n",
+		want: `testdata.yaml:4:8: invalid YAML: found character that cannot start any token ('@' is reserved; quote the value)`,
+	},
+	{
+		name: "yaml unclosed flow list",
+		src:  "version: 1\ngo: {package: events, out: gen}\nsql: {dialects: [postgres]}\nevents: [x\nconsumers: []\n",
+		want: `testdata.yaml:4:9: invalid YAML: did not find expected ',' or ']' (this bracket is not closed)`,
+	},
+	{
+		name: "yaml unclosed flow mapping",
+		src:  "version: 1\ngo: {package: events\nsql: x\n",
+		want: `testdata.yaml:2:5: invalid YAML: did not find expected ',' or '}' (this bracket is not closed)`,
+	},
+	{
+		name: "yaml unclosed quote",
+		src:  "version: 1\ngo:\n  package: \"events\n  out: x\n",
+		want: `testdata.yaml:3:12: invalid YAML: found unexpected end of stream (this quote is not closed)`,
+	},
+	{
+		name: "yaml list item indentation",
+		src:  "version: 1\nevents:\n  - name: a\n    topic: b\n  key: c\n",
+		want: `testdata.yaml:5:3: invalid YAML: did not find expected '-' indicator (check the indentation)`,
+	},
+	{
+		name: "yaml mapping value in a plain scalar",
+		src:  "version: 1\ngo:\n  package: events\n  out: x\n   deeper: y\n",
+		want: `testdata.yaml:5:10: invalid YAML: mapping values are not allowed in this context`,
 	},
 	{
 		name: "empty file",
@@ -588,6 +628,8 @@ events:
       - {name: g, type: decimal, go_type: {type: Decimal}}
       - {name: h, type: decimal, go_type: [x]}
       - {name: i, type: decimal, go_type: {import: x/y, type: X, pointer: "yes"}}
+      - {name: j, type: decimal, go_type: github.com/foo/bar}
+      - {name: k, type: decimal, go_type: "*github.com/foo/bar"}
 `,
 		want: `testdata.yaml:10:43: go_type name "decimal" in package github.com/shopspring/decimal is not an exported Go identifier; it must start with an upper-case letter, e.g. github.com/shopspring/decimal.Decimal
 testdata.yaml:11:43: go_type "Decimal" has no import path; write "import/path.Decimal", or use a predeclared type such as string or int64
@@ -598,7 +640,9 @@ testdata.yaml:15:43: go_type of field f of event A is missing required key "type
 testdata.yaml:15:57: unknown key "typ" in go_type of field f of event A; did you mean "type"?
 testdata.yaml:16:50: go_type Decimal has no import path; add the package that declares it
 testdata.yaml:17:43: go_type of field h of event A must be a string "import/path.Type" or a mapping {import, type, pointer}, got a list
-testdata.yaml:18:75: go_type.pointer must be true or false, got the string "yes"`,
+testdata.yaml:18:75: go_type.pointer must be true or false, got the string "yes"
+testdata.yaml:19:43: go_type "github.com/foo/bar" has no type name: write import/path.TypeName, e.g. "github.com/foo/bar.TypeName"
+testdata.yaml:20:43: go_type "*github.com/foo/bar" has no type name: write import/path.TypeName, e.g. "*github.com/foo/bar.TypeName"`,
 	},
 	{
 		name: "consumers",
@@ -682,6 +726,33 @@ testdata.yaml:14:5: Go type OrderType of event ORDER_TYPE collides with constant
 testdata.yaml:16:5: Go type OrderID of event ORDER_ID collides with Go type OrderID of event ORDER_I_D (line 15); rename one of them
 testdata.yaml:17:5: Go type EventTypes of event EVENT_TYPES collides with the reserved package-level name EventTypes of the generated code; rename it
 testdata.yaml:20:5: handler type SmsHandler of consumer sms collides with Go type SmsHandler of event SMS_HANDLER (line 18); rename one of them`,
+	},
+	{
+		name: "go name clashes reported in one run",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+types:
+  - name: OrderPaidType
+    enum: [a]
+  - name: Line
+    fields:
+      - {name: validate, type: string}
+      - {name: sku, type: string}
+events:
+  - name: ORDER_PAID
+    topic: orders
+    key: id
+    fields:
+      - {name: id, type: string}
+      - {name: Validate, type: bool}
+      - {name: line, type: Line}
+      - {name: total, type: Mony}
+`,
+		want: `testdata.yaml:9:16: field validate of type Line has the Go name Validate, which collides with the generated Validate method; rename it
+testdata.yaml:12:5: constant OrderPaidType of event ORDER_PAID collides with type OrderPaidType (line 5); rename one of them
+testdata.yaml:17:16: field Validate of event ORDER_PAID has the Go name Validate, which collides with the generated Validate method; rename it
+testdata.yaml:19:29: unknown type "Mony"; use a scalar (string, bool, int32, int64, float64, bytes, time, uuid, decimal, json), list<T>, map<T> or a type declared under types:`,
 	},
 	{
 		name: "list items of the wrong kind",

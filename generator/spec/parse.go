@@ -10,7 +10,6 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -127,23 +126,6 @@ func deref(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-var yamlLineErr = regexp.MustCompile(`(?s)^yaml: line (\d+): (.*)$`)
-
-// yamlError records a yaml.v3 syntax error, with its line if it has one.
-func (p *parser) yamlError(err error) {
-	msg := err.Error()
-	line := 1
-	if m := yamlLineErr.FindStringSubmatch(msg); m != nil {
-		if n, err := strconv.Atoi(m[1]); err == nil && n > 0 {
-			line = n
-		}
-		msg = m[2]
-	} else {
-		msg = strings.TrimPrefix(msg, "yaml: ")
-	}
-	p.errorAt(Pos{line, 1}, "invalid YAML: %s", msg)
-}
-
 // decode parses data into a YAML node tree and returns the document's root
 // value, or nil after recording why there is none.
 func (p *parser) decode(data []byte) (root *yaml.Node) {
@@ -159,7 +141,7 @@ func (p *parser) decode(data []byte) (root *yaml.Node) {
 		if errors.Is(err, io.EOF) {
 			p.errorAt(Pos{1, 1}, "the spec file is empty; it needs version, go, sql and events")
 		} else {
-			p.yamlError(err)
+			p.yamlError(data, err)
 		}
 		return nil
 	}
@@ -167,7 +149,7 @@ func (p *parser) decode(data []byte) (root *yaml.Node) {
 	if err := dec.Decode(&extra); err == nil {
 		p.errorf(&extra, "the spec file must hold a single YAML document; remove the second one (after ---)")
 	} else if !errors.Is(err, io.EOF) {
-		p.yamlError(err)
+		p.yamlError(data, err)
 		return nil
 	}
 	root = &doc
@@ -797,6 +779,9 @@ func (p *parser) parseFields(n *yaml.Node, ctx string) []*fieldDecl {
 				switch {
 				case f.GoName == "" || !token.IsIdentifier(f.GoName):
 					p.errorf(v, "field name %q does not make a valid Go name; start it with a letter", f.Name)
+				case reservedFieldNames[f.GoName]:
+					// Go structs cannot have a field and a method of one name.
+					p.errorf(v, "field %s of %s has the Go name %s, which collides with the generated %s method; rename it", f.Name, ctx, f.GoName, f.GoName)
 				case byGo[f.GoName] != nil:
 					g := byGo[f.GoName]
 					p.errorf(v, "field %s collides with %s (line %d) as Go name %s; rename one of them", f.Name, g.Name, g.Pos.Line, f.GoName)

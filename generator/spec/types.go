@@ -172,6 +172,7 @@ var predeclared = map[string]bool{
 // "[*]import/path.TypeName" or a bare predeclared name like "string".
 func parseGoTypeString(s string) (*GoType, string) {
 	g := &GoType{}
+	orig := s
 	if strings.HasPrefix(s, "*") {
 		g.Pointer = true
 		s = s[1:]
@@ -186,6 +187,10 @@ func parseGoTypeString(s string) (*GoType, string) {
 			return g, ""
 		}
 		return nil, fmt.Sprintf(`go_type %q has no import path; write "import/path.%s", or use a predeclared type such as string or int64`, s, s)
+	}
+	if strings.Contains(s[i+1:], "/") {
+		// The last dot is inside the import path, e.g. github.com/foo/bar.
+		return nil, fmt.Sprintf(`go_type %q has no type name: write import/path.TypeName, e.g. "%s.TypeName"`, orig, orig)
 	}
 	g.Import, g.Name = s[:i], s[i+1:]
 	if msg := checkGoType(g); msg != "" {

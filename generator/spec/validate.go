@@ -215,6 +215,13 @@ func (p *parser) checkCycles() {
 // declares.
 var reservedNames = []string{"Writer", "EventTypes", "OutboxTable", "InboxTable"}
 
+// reservedFieldNames are the Go names of the methods the generated code
+// declares on payload and object structs; a field cannot share one. (Object
+// types without anything to validate get no Validate method, but the name is
+// refused for every field so that adding, say, an enum field later does not
+// turn a valid spec into an invalid one.)
+var reservedFieldNames = map[string]bool{"Validate": true}
+
 // checkCollisions reports generated package-level identifiers that clash.
 func (p *parser) checkCollisions() {
 	type ident struct {

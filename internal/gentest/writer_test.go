@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -221,6 +222,9 @@ func TestInvalidPayloadLeavesTxUsable(t *testing.T) {
 		}{
 			{"empty key", paid(""), "order_id"},
 			{"unknown enum", func() sqlevents.OrderPaid { p := paid("o-1"); p.Method = "cash"; return p }(), "method"},
+			// Longer than biz_id's 128 characters: the writer refuses it,
+			// where the INSERT would fail (and abort the tx on PostgreSQL).
+			{"key too long", paid(strings.Repeat("ø", outbox.MaxKeyLen+1)), ""},
 		}
 		for _, c := range bad {
 			_, err := sqlevents.InsertOrderPaid(ctx, tx, c.event)
@@ -274,6 +278,57 @@ func TestCallerChosenIDAndHeaders(t *testing.T) {
 		}
 		if h["traceparent"] != "00-abc-def-01" || h["tenant"] != "acme" || len(h) != 2 {
 			t.Fatalf("headers = %v", h)
+		}
+
+		// The same id for another event is refused, not silently
+		// dropped, and the transaction stays usable: the check is a SELECT,
+		// not a failing statement (which would abort it on PostgreSQL).
+		// On MySQL this relies on clientFoundRows staying off (the test
+		// DSN's default).
+		tx, err := e.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, e.q(`INSERT INTO orders (id, status) VALUES (?, 'paid')`), "o-2"); err != nil {
+			t.Fatal(err)
+		}
+		clashes := []struct {
+			name   string
+			insert func() (outbox.EventID, error)
+		}{
+			{"another type", func() (outbox.EventID, error) {
+				return sqlevents.InsertStockReserved(ctx, tx, sqlevents.StockReserved{SkuID: 7, Quantity: 1}, outbox.WithEventID(id))
+			}},
+			{"another key", func() (outbox.EventID, error) {
+				return sqlevents.InsertOrderPaid(ctx, tx, paid("o-2"), outbox.WithEventID(id))
+			}},
+		}
+		for _, c := range clashes {
+			got, err := c.insert()
+			var de *outbox.DuplicateEventIDError
+			if !errors.Is(err, outbox.ErrDuplicateEventID) || !errors.As(err, &de) || de.HasType != "ORDER_PAID" || de.HasKey != "o-1" {
+				t.Fatalf("%s under id %s: id %s, err = %v, want ErrDuplicateEventID naming ORDER_PAID o-1", c.name, id, got, err)
+			}
+		}
+		// A repeat is still fine in the same transaction.
+		if _, err := sqlevents.InsertOrderPaid(ctx, tx, paid("o-1"), outbox.WithEventID(id)); err != nil {
+			t.Fatalf("repeat after a clash: %v", err)
+		}
+		fresh, err := sqlevents.InsertOrderPaid(ctx, tx, paid("o-2"))
+		if err != nil {
+			t.Fatalf("insert after a clash: %v", err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatalf("commit after a clash: %v", err)
+		}
+		rows = e.rows(t)
+		if len(rows) != 2 || rows[0].EventID != id.String() || rows[0].BizType != "ORDER_PAID" || rows[1].EventID != fresh.String() {
+			t.Fatalf("rows = %+v, want o-1's event %s and o-2's %s", rows, id, fresh)
+		}
+		var orders int
+		if err := e.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM orders`).Scan(&orders); err != nil || orders != 1 {
+			t.Fatalf("orders = %d, %v; want the business change committed", orders, err)
 		}
 	})
 }
@@ -378,5 +433,35 @@ func TestPgxWriter(t *testing.T) {
 	rows := e.rows(t)
 	if len(rows) != 1 || rows[0].EventID != id.String() || rows[0].BizID != "o-1" || rows[0].Headers.String == "" {
 		t.Fatalf("rows = %+v, want only o-1's event %s with headers", rows, id)
+	}
+
+	// A caller-chosen id: a repeat succeeds, another event under the same
+	// id fails with ErrDuplicateEventID, and neither a clash nor an
+	// over-long key aborts the transaction.
+	chosen := outbox.EventID(uuid.NewSHA1(uuid.NameSpaceURL, []byte("orders/o-3/paid")))
+	var fresh outbox.EventID
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for i := range 2 {
+			if _, err := pgxevents.InsertOrderPaid(ctx, tx, pgxevents.OrderPaid{OrderID: "o-3", Method: pgxevents.PaymentMethodCard}, outbox.WithEventID(chosen)); err != nil {
+				return fmt.Errorf("emission %d: %w", i, err)
+			}
+		}
+		_, err := pgxevents.InsertStockReserved(ctx, tx, pgxevents.StockReserved{SkuID: 7, Quantity: 1}, outbox.WithEventID(chosen))
+		if !errors.Is(err, outbox.ErrDuplicateEventID) {
+			return fmt.Errorf("STOCK_RESERVED under ORDER_PAID's id: err = %v, want ErrDuplicateEventID", err)
+		}
+		_, err = pgxevents.InsertOrderPaid(ctx, tx, pgxevents.OrderPaid{OrderID: strings.Repeat("x", outbox.MaxKeyLen+1), Method: pgxevents.PaymentMethodCard})
+		if !errors.Is(err, outbox.ErrInvalidEvent) {
+			return fmt.Errorf("over-long key: err = %v, want ErrInvalidEvent", err)
+		}
+		fresh, err = pgxevents.InsertOrderPaid(ctx, tx, pgxevents.OrderPaid{OrderID: "o-4", Method: pgxevents.PaymentMethodCard})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows = e.rows(t)
+	if len(rows) != 3 || rows[1].EventID != chosen.String() || rows[1].BizType != "ORDER_PAID" || rows[2].EventID != fresh.String() {
+		t.Fatalf("rows = %+v, want o-1's, o-3's (%s) and o-4's (%s) events", rows, chosen, fresh)
 	}
 }

@@ -76,6 +76,7 @@ func catalog(t *testing.T, d Dialect) []catalogEntry {
 	add("OutboxInsertEvent", ":exec", "Dialect.InsertEvent(table, false)", d.InsertEvent(tb.Outbox, false))
 	add("OutboxInsertEventIfAbsent", ":exec", "Dialect.InsertEvent(table, true): a caller-chosen event id", d.InsertEvent(tb.Outbox, true))
 	add("OutboxEventTopic", ":one", "Dialect.EventTopic(table): txpublisher tells a repeated id from a clash", d.EventTopic(tb.Outbox))
+	add("OutboxEventIdentity", ":one", "Dialect.EventIdentity(table): a writer tells a repeated caller-chosen id from a clash", d.EventIdentity(tb.Outbox))
 	if d == Postgres {
 		add("OutboxNotifyInsert", ":exec", "NotifyInsert(table): the writer's optional wake-up", NotifyInsert(tb.Outbox))
 		add("RelayListen", ":exec", "Listen(table): the relay's LISTEN session (native pgx driver)", Listen(tb.Outbox))
@@ -107,6 +108,8 @@ func catalog(t *testing.T, d Dialect) []catalogEntry {
 	add("RelayMarkRetry", ":execrows", "RelayQueries.MarkRetry(owner, id, errText, delay, maxAttempts)", s)
 	s, _ = rq.Release(catalogOwner, catalogIDs)
 	add("RelayRelease", ":execrows", "RelayQueries.Release(owner, ids)", s)
+	s, _ = rq.ExtendLease(catalogOwner, catalogIDs, 30*time.Second)
+	add("RelayExtendLease", ":execrows", "RelayQueries.ExtendLease(owner, ids, lease): the relay's lease heartbeat", s)
 	s, _ = rq.ListFailed(0, 100)
 	add("RelayListFailed", ":many", "RelayQueries.ListFailed(afterID, limit)", s)
 	s, _ = rq.Requeue(catalogIDs)
@@ -116,6 +119,8 @@ func catalog(t *testing.T, d Dialect) []catalogEntry {
 		add("RelayMarkSentArray", ":execrows", "RelayQueries.ArrayIDs().MarkSent(owner, ids) (native pgx driver)", s)
 		s, _ = aq.Release(catalogOwner, catalogIDs)
 		add("RelayReleaseArray", ":execrows", "RelayQueries.ArrayIDs().Release(owner, ids) (native pgx driver)", s)
+		s, _ = aq.ExtendLease(catalogOwner, catalogIDs, 30*time.Second)
+		add("RelayExtendLeaseArray", ":execrows", "RelayQueries.ArrayIDs().ExtendLease(owner, ids, lease) (native pgx driver)", s)
 		s, _ = aq.Requeue(catalogIDs)
 		add("RelayRequeueArray", ":execrows", "RelayQueries.ArrayIDs().Requeue(ids) (native pgx driver)", s)
 	}

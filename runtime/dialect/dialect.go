@@ -94,7 +94,11 @@ var InsertEventColumns = []string{"event_id", "biz_type", "biz_id", "topic", "pa
 // InsertEvent returns the INSERT of one outbox row into table. With
 // ifAbsent, a row whose event_id already exists is left alone and the
 // statement succeeds without inserting: that is how a caller-chosen event id
-// makes re-emission idempotent.
+// makes re-emission idempotent. Callers tell an inserted row from a skipped
+// one by the rows affected (1 or 0); on MySQL that needs the driver's
+// default clientFoundRows=false, under which the no-op update counts 0 rows
+// (with clientFoundRows=true it counts 1, and a skipped insert looks like an
+// inserted one).
 func (d Dialect) InsertEvent(table string, ifAbsent bool) string {
 	q := "INSERT INTO " + table + " (" + strings.Join(InsertEventColumns, ", ") + ") VALUES (" + d.placeholders(len(InsertEventColumns)) + ")"
 	if !ifAbsent {
@@ -113,4 +117,12 @@ func (d Dialect) InsertEvent(table string, ifAbsent bool) string {
 // (same topic) from a clash (another topic).
 func (d Dialect) EventTopic(table string) string {
 	return "SELECT topic FROM " + table + " WHERE event_id = " + d.Placeholder(1)
+}
+
+// EventIdentity returns the SELECT of the biz_type, biz_id and topic of the
+// row with a given event_id: how a writer whose insert with a caller-chosen
+// id was skipped tells an idempotent repeat (the same event type, key and
+// topic) from a clash (another event under the same id).
+func (d Dialect) EventIdentity(table string) string {
+	return "SELECT biz_type, biz_id, topic FROM " + table + " WHERE event_id = " + d.Placeholder(1)
 }

@@ -78,7 +78,7 @@ func NewRelayQueries(d Dialect, table string, unordered []string) (*RelayQueries
 func (q *RelayQueries) Dialect() Dialect { return q.d }
 
 // ArrayIDs returns a copy of PostgreSQL queries whose id-list statements
-// (MarkSent, Release, Requeue) bind the whole list as one bigint[]
+// (MarkSent, Release, ExtendLease, Requeue) bind the whole list as one bigint[]
 // parameter ("id = ANY($n)") instead of one placeholder per id: the text
 // no longer depends on the list length, so a driver that caches prepared
 // statements (native pgx) prepares each once, and lists need no splitting
@@ -373,6 +373,17 @@ func (q *RelayQueries) MarkRetry(owner string, id int64, errText string, delay t
 func (q *RelayQueries) Release(owner string, ids []int64) (string, []any) {
 	b := &binder{d: q.d}
 	s := "UPDATE " + q.table + " SET lease_owner = NULL, lease_expires_at = NULL, updated_at = " + q.d.Now() +
+		" WHERE " + q.idIn(b, ids) + " AND lease_owner = " + b.bind(owner) + " AND status = 0"
+	return s, b.args
+}
+
+// ExtendLease pushes the lease of the ids still leased to owner and
+// pending to now + lease (the relay's heartbeat while a batch publishes),
+// fenced like MarkSent: rows another owner took over, or already recorded,
+// are left alone. The rows-affected count tells how many are still owned.
+func (q *RelayQueries) ExtendLease(owner string, ids []int64, lease time.Duration) (string, []any) {
+	b := &binder{d: q.d}
+	s := "UPDATE " + q.table + " SET lease_expires_at = " + b.later(lease) + ", updated_at = " + q.d.Now() +
 		" WHERE " + q.idIn(b, ids) + " AND lease_owner = " + b.bind(owner) + " AND status = 0"
 	return s, b.args
 }

@@ -35,6 +35,8 @@ func TestRelayQueriesBindAllMarkers(t *testing.T) {
 			add("retry", s, a)
 			s, a = q.Release("me", []int64{1})
 			add("release", s, a)
+			s, a = q.ExtendLease("me", []int64{1, 2}, time.Second)
+			add("extend", s, a)
 			s, a = q.Requeue([]int64{1})
 			add("requeue", s, a)
 			s, a = q.ListFailed(0, 5)
@@ -83,6 +85,12 @@ func TestRelayQueriesArrayIDs(t *testing.T) {
 		if s2, _ := f(q); strings.Contains(s2, "ANY") {
 			t.Errorf("%s: ArrayIDs changed the original: %s", name, s2)
 		}
+	}
+	// ExtendLease binds the lease first.
+	if s, args := a.ExtendLease("me", ids, time.Second); !strings.Contains(s, "id = ANY($2)") || len(args) != 3 || args[2] != "me" {
+		t.Errorf("extend: %s %v", s, args)
+	} else if _, ok := args[1].([]int64); !ok {
+		t.Errorf("extend: ids bound as %T", args[1])
 	}
 	m, _ := NewRelayQueries(MySQL, "outbox_event", nil)
 	if m.ArrayIDs() != m {

@@ -145,6 +145,11 @@ type Driver interface {
 	// Release gives ids back unpublished (the lease is cleared, nothing
 	// else changes).
 	Release(ctx context.Context, owner string, ids []int64) (int64, error)
+	// ExtendLease pushes the lease of the ids still leased to owner and
+	// pending to now+lease (by the database clock): the relay's heartbeat
+	// while a batch publishes. Rows another owner took over, or already
+	// recorded, are left alone; it returns how many rows it extended.
+	ExtendLease(ctx context.Context, owner string, ids []int64, lease time.Duration) (int64, error)
 
 	// ListFailed lists FAILED rows with id > afterID in id order.
 	ListFailed(ctx context.Context, afterID int64, limit int) ([]FailedEvent, error)

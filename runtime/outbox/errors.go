@@ -9,6 +9,42 @@ import (
 // failure, both before an insert and after decoding.
 var ErrInvalidEvent = errors.New("invalid event")
 
+// ErrDuplicateEventID is matched (with errors.Is) by the error of an insert
+// with a caller-chosen event id (WithEventID) that the outbox table already
+// holds for another event: another type, key or topic. One event id cannot
+// name two events; derive ids from everything that identifies the event.
+var ErrDuplicateEventID = errors.New("event id already used by another event")
+
+// The outbox table's column sizes, in characters: Prepare refuses longer
+// values before any SQL runs.
+const (
+	// MaxTypeLen is the size of biz_type, the event type.
+	MaxTypeLen = 64
+	// MaxKeyLen is the size of biz_id, the key.
+	MaxKeyLen = 128
+	// MaxTopicLen is the size of topic.
+	MaxTopicLen = 255
+)
+
+// DuplicateEventIDError says which event a caller-chosen event id already
+// names in the outbox table. It matches ErrDuplicateEventID.
+type DuplicateEventIDError struct {
+	// ID is the event id.
+	ID EventID
+	// Type, Key and Topic are those of the event being inserted.
+	Type, Key, Topic string
+	// HasType, HasKey and HasTopic are those of the row already stored.
+	HasType, HasKey, HasTopic string
+}
+
+func (e *DuplicateEventIDError) Error() string {
+	return fmt.Sprintf("outbox: insert %s (key %q, topic %q): %s: the outbox already holds event id %s for %s (key %q, topic %q); give each event its own id",
+		e.Type, e.Key, e.Topic, ErrDuplicateEventID, e.ID, e.HasType, e.HasKey, e.HasTopic)
+}
+
+// Is makes errors.Is(err, ErrDuplicateEventID) true.
+func (e *DuplicateEventIDError) Is(target error) bool { return target == ErrDuplicateEventID }
+
 // InvalidEventError says which field of which event type is wrong and why.
 type InvalidEventError struct {
 	// Type is the event type, e.g. "ORDER_PAID".

@@ -7,15 +7,20 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 )
 
-// Execer is what Writer.Insert needs from a transaction. Generated writers
-// take *sql.Tx (or pgx.Tx through package pgxoutbox), never this interface,
-// so that a pool or *sql.DB cannot be passed by mistake.
+// Execer is what Writer.Insert needs from a transaction: *sql.Tx has both
+// methods. Generated writers take *sql.Tx (or pgx.Tx through package
+// pgxoutbox), never this interface, so that a pool or *sql.DB cannot be
+// passed by mistake. QueryRowContext runs only after an insert with a
+// caller-chosen event id (WithEventID) was skipped, to compare the existing
+// row with the event.
 type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 // InsertOption adjusts a single insert.
@@ -28,8 +33,17 @@ type insertOptions struct {
 
 // WithEventID uses id instead of a fresh UUIDv7. Re-emitting an event with
 // the same id is idempotent: when a row with that event_id already exists
-// the insert is skipped and succeeds. Derive such ids deterministically,
-// e.g. with uuid.NewSHA1 over the business key.
+// and holds the same event type, key and topic, the insert is skipped and
+// succeeds. When the existing row is another event (another type, key or
+// topic), Insert fails with an error matching ErrDuplicateEventID instead of
+// dropping the event; the check is a SELECT, so the transaction stays
+// usable. Derive such ids deterministically from everything that identifies
+// the event, e.g. with uuid.NewSHA1 over the event type and business key.
+//
+// On MySQL the writer tells a skipped insert from a new row by the rows
+// affected, which needs the go-sql-driver/mysql default
+// clientFoundRows=false: do not set clientFoundRows=true in the DSN of a
+// database that writers use with WithEventID, or a clash goes unnoticed.
 func WithEventID(id EventID) InsertOption {
 	return func(o *insertOptions) { o.id = id }
 }
@@ -59,6 +73,7 @@ type Writer struct {
 	table       string
 	insert      string
 	insertIfNew string
+	identity    string
 }
 
 // NewWriter returns a Writer for table in dialect d.
@@ -74,6 +89,7 @@ func NewWriter(d Dialect, table string) (*Writer, error) {
 		table:       table,
 		insert:      d.InsertEvent(table, false),
 		insertIfNew: d.InsertEvent(table, true),
+		identity:    d.EventIdentity(table),
 	}, nil
 }
 
@@ -99,6 +115,41 @@ type Statement struct {
 	ID   EventID
 	SQL  string
 	Args []any
+	// Lookup is set when ID was chosen by the caller (WithEventID): then SQL
+	// skips an existing row with that event_id, and when it affects no rows
+	// the driver runs Lookup (one argument: ID.String()), which selects the
+	// existing row's biz_type, biz_id and topic, and passes them to
+	// CheckExisting.
+	Lookup string
+
+	typ, key, topic string
+}
+
+// CheckExisting reports whether the existing row with the statement's
+// caller-chosen event id, whose biz_type, biz_id and topic are given, is a
+// repeat of the statement's event (nil) or another event (an error matching
+// ErrDuplicateEventID).
+func (st Statement) CheckExisting(bizType, bizID, topic string) error {
+	if bizType == st.typ && bizID == st.key && topic == st.topic {
+		return nil
+	}
+	return &DuplicateEventIDError{
+		ID:       st.ID,
+		Type:     st.typ,
+		Key:      st.key,
+		Topic:    st.topic,
+		HasType:  bizType,
+		HasKey:   bizID,
+		HasTopic: topic,
+	}
+}
+
+// ExistingRowGone is the error to return when the insert of a Statement with
+// a caller-chosen id affected no rows but its Lookup found no row: the row
+// was deleted in between (by the janitor, say), so whether it was the same
+// event cannot be told.
+func (st Statement) ExistingRowGone(table string) error {
+	return fmt.Errorf("outbox: insert %s into %s: event id %s was taken when inserting but its row was gone when compared; retry the transaction", st.typ, table, st.ID)
 }
 
 // Prepare marshals ev and builds its INSERT without touching the database.
@@ -113,6 +164,20 @@ func (w *Writer) Prepare(ev Event, opts ...InsertOption) (Statement, error) {
 	}
 	if ev.Key == "" {
 		return Statement{}, &InvalidEventError{Type: ev.Type, Reason: "the key (biz_id) is empty"}
+	}
+	// The outbox table's column sizes: refused here, before any SQL, since
+	// on PostgreSQL a failing INSERT would abort the caller's transaction.
+	for _, c := range []struct {
+		what, value string
+		max         int
+	}{
+		{"the event type (biz_type)", ev.Type, MaxTypeLen},
+		{"the key (biz_id)", ev.Key, MaxKeyLen},
+		{"the topic", ev.Topic, MaxTopicLen},
+	} {
+		if n := utf8.RuneCountInString(c.value); n > c.max {
+			return Statement{}, &InvalidEventError{Type: truncate(ev.Type, MaxTypeLen), Reason: fmt.Sprintf("%s is %d characters long; the outbox table holds at most %d", c.what, n, c.max)}
+		}
 	}
 	payload, err := json.Marshal(ev.Payload)
 	if err != nil {
@@ -140,22 +205,61 @@ func (w *Writer) Prepare(ev Event, opts ...InsertOption) (Statement, error) {
 	}
 	// JSON goes in as text: MySQL refuses JSON from a binary string and
 	// SQLite would store []byte as a BLOB.
-	return Statement{
-		ID:   id,
-		SQL:  query,
-		Args: []any{id.String(), ev.Type, ev.Key, ev.Topic, ev.Version, string(payload), headers},
-	}, nil
+	st := Statement{
+		ID:    id,
+		SQL:   query,
+		Args:  []any{id.String(), ev.Type, ev.Key, ev.Topic, ev.Version, string(payload), headers},
+		typ:   ev.Type,
+		key:   ev.Key,
+		topic: ev.Topic,
+	}
+	if query == w.insertIfNew {
+		st.Lookup = w.identity
+	}
+	return st, nil
+}
+
+// truncate shortens s to at most n runes, marking a cut with "...".
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n]) + "..."
 }
 
 // Insert writes ev into the outbox table inside tx and returns its event id.
-// It runs no other statement, so the business transaction stays short.
+// It runs no other statement, so the business transaction stays short,
+// except when a caller-chosen id (WithEventID) is already taken: then one
+// SELECT compares the existing row with ev (see WithEventID).
 func (w *Writer) Insert(ctx context.Context, tx Execer, ev Event, opts ...InsertOption) (EventID, error) {
 	st, err := w.Prepare(ev, opts...)
 	if err != nil {
 		return EventID{}, err
 	}
-	if _, err := tx.ExecContext(ctx, st.SQL, st.Args...); err != nil {
+	res, err := tx.ExecContext(ctx, st.SQL, st.Args...)
+	if err != nil {
 		return EventID{}, fmt.Errorf("outbox: insert %s into %s: %w", ev.Type, w.table, err)
+	}
+	if st.Lookup == "" {
+		return st.ID, nil
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return EventID{}, fmt.Errorf("outbox: insert %s into %s: rows affected: %w", ev.Type, w.table, err)
+	}
+	if n != 0 {
+		return st.ID, nil
+	}
+	var typ, key, topic string
+	switch err := tx.QueryRowContext(ctx, st.Lookup, st.ID.String()).Scan(&typ, &key, &topic); {
+	case errors.Is(err, sql.ErrNoRows):
+		return EventID{}, st.ExistingRowGone(w.table)
+	case err != nil:
+		return EventID{}, fmt.Errorf("outbox: insert %s into %s: look up the existing event id %s: %w", ev.Type, w.table, st.ID, err)
+	}
+	if err := st.CheckExisting(typ, key, topic); err != nil {
+		return EventID{}, err
 	}
 	return st.ID, nil
 }

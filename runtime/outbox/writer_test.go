@@ -138,3 +138,73 @@ func TestWithinField(t *testing.T) {
 		t.Fatal("non-validation errors must pass through")
 	}
 }
+
+// Values longer than the outbox table's columns are refused before any SQL
+// runs (on PostgreSQL a failing INSERT would abort the transaction);
+// lengths count characters, as the DDL sizes do.
+func TestPrepareRefusesOverlongValues(t *testing.T) {
+	w := MustNewWriter(Postgres, "outbox_event")
+	ok := Event{Type: "T", Topic: "t", Key: "k", Version: 1, Payload: 1}
+	long := func(n int) string { return strings.Repeat("é", n) } // 2 bytes a character
+	cases := []struct {
+		name   string
+		ev     func(Event) Event
+		refuse bool
+		want   string
+	}{
+		{"type at limit", func(e Event) Event { e.Type = long(MaxTypeLen); return e }, false, ""},
+		{"type too long", func(e Event) Event { e.Type = long(MaxTypeLen + 1); return e }, true, "event type (biz_type) is 65 characters long; the outbox table holds at most 64"},
+		{"key at limit", func(e Event) Event { e.Key = long(MaxKeyLen); return e }, false, ""},
+		{"key too long", func(e Event) Event { e.Key = long(MaxKeyLen + 1); return e }, true, "key (biz_id) is 129 characters long; the outbox table holds at most 128"},
+		{"topic at limit", func(e Event) Event { e.Topic = long(MaxTopicLen); return e }, false, ""},
+		{"topic too long", func(e Event) Event { e.Topic = long(MaxTopicLen + 1); return e }, true, "topic is 256 characters long; the outbox table holds at most 255"},
+	}
+	for _, c := range cases {
+		_, err := w.Prepare(c.ev(ok))
+		if !c.refuse {
+			if err != nil {
+				t.Errorf("%s: %v", c.name, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want ErrInvalidEvent saying %q", c.name, err, c.want)
+		}
+	}
+}
+
+// A statement with a caller-chosen id carries the lookup that tells a
+// repeat from a clash; CheckExisting compares type, key and topic.
+func TestStatementCheckExisting(t *testing.T) {
+	w := MustNewWriter(SQLite, "outbox_event")
+	ev := Event{Type: "ORDER_PAID", Topic: "orders", Key: "o-1", Version: 1, Payload: 1}
+	st, err := w.Prepare(ev)
+	if err != nil || st.Lookup != "" {
+		t.Fatalf("fresh id: lookup %q, err %v", st.Lookup, err)
+	}
+	id := NewEventID()
+	st, err = w.Prepare(ev, WithEventID(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "SELECT biz_type, biz_id, topic FROM outbox_event WHERE event_id = ?"; st.Lookup != want {
+		t.Fatalf("lookup = %q, want %q", st.Lookup, want)
+	}
+	if err := st.CheckExisting("ORDER_PAID", "o-1", "orders"); err != nil {
+		t.Fatalf("same event: %v", err)
+	}
+	for _, other := range [][3]string{
+		{"STOCK_RESERVED", "o-1", "orders"},
+		{"ORDER_PAID", "o-2", "orders"},
+		{"ORDER_PAID", "o-1", "payments"},
+	} {
+		err := st.CheckExisting(other[0], other[1], other[2])
+		var de *DuplicateEventIDError
+		if !errors.Is(err, ErrDuplicateEventID) || !errors.As(err, &de) || de.HasType != other[0] || !strings.Contains(err.Error(), id.String()) {
+			t.Errorf("existing %v: err = %v, want ErrDuplicateEventID naming %s", other, err, id)
+		}
+		if errors.Is(err, ErrInvalidEvent) {
+			t.Errorf("existing %v: a duplicate id is not an invalid event", other)
+		}
+	}
+}

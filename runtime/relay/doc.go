@@ -69,4 +69,20 @@
 // retry_count reaches MaxAttempts the row becomes FAILED (status 2). FAILED
 // rows stay until an operator requeues them (Relay.Requeue) and are listed
 // by Relay.ListFailed.
+//
+// A publish cut off by the relay itself (shutdown, the lease deadline,
+// PublishTimeout) is not charged: the row is released as it was. A broker
+// outage is not charged either: when every publish of a batch fails across
+// at least two keys, a circuit breaker releases the rows uncharged and
+// pauses claiming, probing with one row per pause (BreakerBackoff) until a
+// publish succeeds. A single failing key never opens it.
+//
+// # Leases
+//
+// While a batch publishes, the relay extends its lease every
+// LeaseDuration/3, so slow publishers do not let it lapse. When the lease
+// cannot be extended, the batch stops a margin before the lease lapses;
+// PublishTimeout bounds a batch in any case. Broker clients often ignore
+// the message context, so bound their own timeouts (natsjs
+// PublishTimeout, the kafka package's producer timeouts).
 package relay

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,9 +110,66 @@ func (p slowPub) Publish(topic string, msgs ...*message.Message) error {
 	return p.recPub.Publish(topic, msgs...)
 }
 
-// A batch stops publishing before its lease lapses and gives the rest of
-// the key back untouched, so no other instance publishes the key at the
-// same time; the next polls carry on in order.
+// A slow batch keeps its lease alive: the heartbeat extends it while the
+// batch publishes, so a batch longer than the lease is published whole in
+// one poll and no other instance can claim its rows meanwhile.
+func TestLeaseHeartbeat(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		ctx := context.Background()
+		rec := newRecPub(t)
+		evs := make([]ev, 12)
+		for i := range evs {
+			evs[i] = ev{Key: "hot"}
+		}
+		ins := insertEvents(t, db, d, evs...)
+		var foreign []int
+		rec.setFail(func(m *message.Message) error {
+			// Past the original lease, another instance tries to claim.
+			if m.UUID == ins[10].ID {
+				rows, err := drv.Claim(ctx, driver.ClaimParams{Owner: "other", Lease: time.Hour, Limit: 100})
+				if err != nil {
+					return Permanent(err)
+				}
+				foreign = append(foreign, len(rows))
+			}
+			return nil
+		})
+		opts := testOptions(slowPub{recPub: rec, delay: 150 * time.Millisecond}, "heartbeat")
+		opts.LeaseDuration = time.Second // 12 × 150ms outlast it
+		opts.ShutdownTimeout = 500 * time.Millisecond
+		failOnPollErrors(t, &opts)
+		r := mustRelay(t, drv, opts)
+		if n, err := r.poll(ctx); err != nil || n != len(ins) {
+			t.Fatalf("poll claimed %d (%v), want all %d", n, err, len(ins))
+		}
+		if sent := count(t, db, "status = 1"); sent != len(ins) {
+			t.Fatalf("%d of %d sent in one poll: the batch stopped although its lease could be extended", sent, len(ins))
+		}
+		if len(foreign) != 1 || foreign[0] != 0 {
+			t.Fatalf("a foreign claim during the batch took %v rows, want 0", foreign)
+		}
+		checkKeyOrder(t, rec, ins)
+	})
+}
+
+// extendFails is a driver whose ExtendLease fails while down is set, like
+// a database that cannot be reached.
+type extendFails struct {
+	driver.Driver
+	down atomic.Bool
+}
+
+func (x *extendFails) ExtendLease(ctx context.Context, owner string, ids []int64, lease time.Duration) (int64, error) {
+	if x.down.Load() {
+		return 0, errors.New("database unreachable (injected)")
+	}
+	return x.Driver.ExtendLease(ctx, owner, ids, lease)
+}
+
+// When the lease cannot be extended, a batch stops publishing before the
+// lease it holds lapses and gives the rest of the key back untouched, so
+// no other instance publishes the key at the same time; the next polls
+// carry on in order.
 func TestBatchStopsBeforeLeaseLapses(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
 		ctx := context.Background()
@@ -121,10 +179,12 @@ func TestBatchStopsBeforeLeaseLapses(t *testing.T) {
 			evs[i] = ev{Key: "hot"}
 		}
 		ins := insertEvents(t, db, d, evs...)
+		xd := &extendFails{Driver: drv}
+		xd.down.Store(true)
 		opts := testOptions(slowPub{recPub: rec, delay: 150 * time.Millisecond}, "lease")
 		opts.LeaseDuration = time.Second // 12 × 150ms cannot fit
 		opts.ShutdownTimeout = 500 * time.Millisecond
-		r := mustRelay(t, drv, opts)
+		r := mustRelay(t, xd, opts)
 		if n, err := r.poll(ctx); err != nil || n != len(ins) {
 			t.Fatalf("first poll claimed %d (%v), want all %d", n, err, len(ins))
 		}
@@ -142,5 +202,36 @@ func TestBatchStopsBeforeLeaseLapses(t *testing.T) {
 		if n := len(rec.successes()); n != len(ins) {
 			t.Fatalf("%d publishes for %d events: a released row was published twice", n, len(ins))
 		}
+	})
+}
+
+// PublishTimeout bounds a batch: past it the batch starts no new publish
+// and releases the rest uncharged, although its lease still holds.
+func TestPublishTimeout(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		ctx := context.Background()
+		rec := newRecPub(t)
+		evs := make([]ev, 12)
+		for i := range evs {
+			evs[i] = ev{Key: "hot"}
+		}
+		ins := insertEvents(t, db, d, evs...)
+		opts := testOptions(slowPub{recPub: rec, delay: 100 * time.Millisecond}, "timeout")
+		opts.PublishTimeout = 350 * time.Millisecond // 12 × 100ms cannot fit
+		r := mustRelay(t, drv, opts)
+		if n, err := r.poll(ctx); err != nil || n != len(ins) {
+			t.Fatalf("first poll claimed %d (%v), want all %d", n, err, len(ins))
+		}
+		sent := count(t, db, "status = 1")
+		released := count(t, db, "status = 0 AND retry_count = 0 AND lease_owner IS NULL")
+		if sent == 0 || sent == len(ins) || sent+released != len(ins) {
+			t.Fatalf("after one poll: %d sent, %d released untouched, of %d; want a part sent and the rest released", sent, released, len(ins))
+		}
+		for count(t, db, "status = 1") < len(ins) {
+			if _, err := r.poll(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkKeyOrder(t, rec, ins)
 	})
 }

@@ -184,9 +184,12 @@ var errBrokerDown = errors.New("broker down (injected)")
 type errLog struct {
 	mu   sync.Mutex
 	msgs []string
+	info bool // record Info too
 }
 
-func (h *errLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *errLog) Enabled(_ context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn || h.info && l >= slog.LevelInfo
+}
 func (h *errLog) Handle(_ context.Context, r slog.Record) error {
 	line := r.Level.String() + " " + r.Message
 	r.Attrs(func(a slog.Attr) bool { line += " " + a.String(); return true })
@@ -223,6 +226,7 @@ func testOptions(pub message.Publisher, id string) Options {
 		LeaseDuration:   20 * time.Second,
 		ShutdownTimeout: 5 * time.Second,
 		Backoff:         func(int) time.Duration { return 5 * time.Millisecond },
+		BreakerBackoff:  func(int) time.Duration { return 5 * time.Millisecond },
 		MaxAttempts:     1000,
 		Logger:          slog.New(slog.DiscardHandler),
 	}

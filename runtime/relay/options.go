@@ -25,6 +25,12 @@ const (
 	DefaultConcurrency     = 8
 	DefaultMaxAttempts     = 5
 	DefaultShutdownTimeout = 10 * time.Second
+	DefaultPublishTimeout  = time.Minute
+
+	// DefaultBreakerInitial and DefaultBreakerMax parameterise the default
+	// BreakerBackoff: 1s doubling to 1 minute, ±20%.
+	DefaultBreakerInitial = time.Second
+	DefaultBreakerMax     = time.Minute
 
 	// DefaultBackoffInitial, DefaultBackoffMax and DefaultBackoffJitter
 	// parameterise DefaultBackoff: 1, 2, 4, ... minutes, capped at 64, ±20%.
@@ -62,13 +68,16 @@ type Options struct {
 	PollInterval time.Duration
 
 	// LeaseDuration is how long claimed rows stay reserved for this
-	// instance (default 30s). A batch stops publishing a margin (a tenth
-	// of the lease, at most 5s) before its lease lapses and gives the rest
-	// back, so no other instance publishes the same key concurrently; set
-	// the publisher's own timeout well below the lease, since a publish
-	// already under way is interrupted only if the publisher honours the
-	// message context. It is also how long the rows of a crashed instance
-	// wait before another takes them.
+	// instance (default 30s). While a batch publishes, the relay extends
+	// its lease every LeaseDuration/3 (a heartbeat), so a slow publisher
+	// does not let it lapse. If the lease cannot be extended (the database
+	// is unreachable), the batch stops publishing a margin (a tenth of the
+	// lease, at most 5s) before the lease it last secured lapses and gives
+	// the rest back, so no other instance publishes the same key
+	// concurrently; set the publisher's own timeout well below the lease,
+	// since a publish already under way is interrupted only if the
+	// publisher honours the message context. It is also how long the rows
+	// of a crashed instance wait before another takes them.
 	LeaseDuration time.Duration
 
 	// Concurrency is the number of keys published at once (default 8).
@@ -84,10 +93,33 @@ type Options struct {
 	// DefaultBackoff (1 min doubling to a 64 min cap, ±20% jitter).
 	Backoff func(attempt int) time.Duration
 
+	// PublishTimeout bounds how long one batch publishes (default 1
+	// minute): past it the batch starts no new publish and releases the
+	// rows it did not get to. A publish already running is waited for (it
+	// is interrupted only if the publisher honours the message context),
+	// so the publisher's own timeout must be bounded too: e.g. natsjs
+	// PublishTimeout (5s by default), the kafka package's producer
+	// timeouts. Meanwhile the relay keeps the batch's lease alive.
+	PublishTimeout time.Duration
+
+	// BreakerBackoff returns the pause of the circuit breaker after its
+	// n-th consecutive outage batch or failed probe (n starts at 1).
+	// The breaker opens when every publish of a batch fails, with errors
+	// not marked Permanent, across at least two distinct keys: such rows
+	// are released without charging an attempt, and the relay claims
+	// nothing until the pause is over; then it publishes one probe row
+	// (not charged either) and closes the breaker at the first success.
+	// A single failing key never opens it. Default: 1s doubling to 1
+	// minute, ±20% jitter.
+	BreakerBackoff func(n int) time.Duration
+
 	// ShutdownTimeout bounds how long Run keeps publishing the current
 	// batch after its context is cancelled (default 10s). It must be
-	// shorter than LeaseDuration. Results are recorded afterwards in any
-	// case.
+	// shorter than LeaseDuration. Publishes are interrupted through the
+	// message context a little before it (a fifth of it, at most 1s);
+	// publishes still running when it passes are abandoned, their rows
+	// left leased until the lease lapses. Results are recorded afterwards
+	// in any case.
 	ShutdownTimeout time.Duration
 
 	// InstanceID names this relay in lease_owner and logs (default
@@ -132,6 +164,12 @@ func (o *Options) setDefaults() {
 	if o.ShutdownTimeout == 0 {
 		o.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if o.PublishTimeout == 0 {
+		o.PublishTimeout = DefaultPublishTimeout
+	}
+	if o.BreakerBackoff == nil {
+		o.BreakerBackoff = ExponentialBackoff(DefaultBreakerInitial, DefaultBreakerMax, DefaultBackoffJitter)
+	}
 	if o.InstanceID == "" {
 		o.InstanceID = defaultInstanceID()
 	}
@@ -169,6 +207,12 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("relay: Options.ShutdownTimeout is %s: use a positive duration (or 0 for %s)", o.ShutdownTimeout, DefaultShutdownTimeout))
 	} else if o.LeaseDuration > 0 && o.ShutdownTimeout >= o.LeaseDuration {
 		errs = append(errs, fmt.Errorf("relay: Options.ShutdownTimeout (%s) must be shorter than Options.LeaseDuration (%s): publishing past the lease lets another instance publish the same rows", o.ShutdownTimeout, o.LeaseDuration))
+	}
+	if o.PublishTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("relay: Options.PublishTimeout is %s: use a positive duration (or 0 for %s)", o.PublishTimeout, DefaultPublishTimeout))
+	}
+	if o.BreakerBackoff == nil {
+		errs = append(errs, errors.New("relay: Options.BreakerBackoff is nil: set it, or leave it nil before New to use the default (1s doubling to 1m)"))
 	}
 	if o.OverdueAfter < 0 {
 		errs = append(errs, fmt.Errorf("relay: Options.OverdueAfter is %s: use 0 (claim every row) or a positive duration", o.OverdueAfter))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mathrand "math/rand/v2"
 	"sort"
 	"strconv"
 	"sync"
@@ -62,7 +63,17 @@ type Relay struct {
 	unordered     map[string]bool
 	unorderedList []string
 	wake          chan struct{}
+
+	// running is held by Run and RunOnce: one loop per Relay.
+	running sync.Mutex
+	// brk is the circuit breaker; only the goroutine holding running
+	// touches it.
+	brk breaker
 }
+
+// ErrRunning is returned by Run and RunOnce while another Run or RunOnce
+// runs on the same Relay.
+var ErrRunning = errors.New("relay: already running: call Run or RunOnce once per Relay at a time (use another Relay, with its own InstanceID, for more concurrency)")
 
 // New returns a relay over the outbox table of drv: a sqldriver (pgx
 // stdlib, go-sql-driver/mysql, modernc.org/sqlite) or a pgxdriver (native
@@ -116,9 +127,19 @@ func (r *Relay) Notify() {
 // other processes that notify (pgxdriver.Notify, sqldriver.Notify) get
 // their events published without waiting for PollInterval.
 //
-// Run one Run loop per Relay; run several relays (processes or Relay
-// values with distinct InstanceIDs) to share the work.
+// Run one Run loop per Relay (a second concurrent Run or RunOnce returns
+// ErrRunning); run several relays (processes or Relay values with distinct
+// InstanceIDs) to share the work.
+//
+// Run returns within ShutdownTimeout of ctx's cancellation (plus the time
+// to record the results) even when a Publish call hangs: such a publish is
+// abandoned, its row stays leased until the lease lapses and is then
+// published again (at-least-once).
 func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.TryLock() {
+		return ErrRunning
+	}
+	defer r.running.Unlock()
 	r.log.InfoContext(ctx, "relay started",
 		slog.Int("batch_size", r.opts.BatchSize), slog.Duration("poll_interval", r.opts.PollInterval),
 		slog.Duration("lease", r.opts.LeaseDuration), slog.Int("concurrency", r.opts.Concurrency))
@@ -141,14 +162,24 @@ func (r *Relay) Run(ctx context.Context) error {
 		if err != nil && ctx.Err() == nil {
 			r.log.ErrorContext(ctx, "relay poll failed", slog.Any("error", err))
 		}
-		if err == nil && n >= r.opts.BatchSize {
+		if err == nil && n >= r.opts.BatchSize && !r.brk.open {
 			continue // a full batch: more is probably waiting
 		}
-		timer.Reset(r.opts.PollInterval)
-		select {
-		case <-ctx.Done():
-		case <-r.wake:
-		case <-timer.C:
+		if r.brk.open {
+			// Broker outage: wait for the next probe; notifications do
+			// not shorten the pause.
+			timer.Reset(max(time.Until(r.brk.next), 0))
+			select {
+			case <-ctx.Done():
+			case <-timer.C:
+			}
+		} else {
+			timer.Reset(r.opts.PollInterval)
+			select {
+			case <-ctx.Done():
+			case <-r.wake:
+			case <-timer.C:
+			}
 		}
 		timer.Stop()
 	}
@@ -181,12 +212,18 @@ func (r *Relay) listen(ctx context.Context, n driver.Notifier) {
 // record) until a poll comes back with fewer than BatchSize rows, and
 // returns how many rows it published. Rows that fail are recorded with
 // their backoff and are not retried by this call unless they come due
-// while it runs. It stops early, returning ctx's error, when ctx is done
-// (the batch in hand is finished and recorded as in Run); database errors
-// are returned at once. It is meant for one-shot jobs (the sweeper's
-// Kubernetes CronJob) and tests; long-running processes use Run. Do not
-// call it while Run runs on the same Relay.
+// while it runs; when the circuit breaker opens (a broker outage, see
+// Options.BreakerBackoff) it returns at its next poll. It stops early,
+// returning ctx's error, when ctx is done (the batch in hand is finished
+// and recorded as in Run); database errors are returned at once. It is
+// meant for one-shot jobs (the sweeper's Kubernetes CronJob) and tests;
+// long-running processes use Run. While Run or another RunOnce runs on the
+// same Relay it returns ErrRunning.
 func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
+	if !r.running.TryLock() {
+		return 0, ErrRunning
+	}
+	defer r.running.Unlock()
 	for {
 		if err := ctx.Err(); err != nil {
 			return published, err
@@ -202,7 +239,9 @@ func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 	}
 }
 
-// outcome is what happened to the rows of one batch.
+// outcome is what happened to the rows of one batch. Rows whose publish
+// was abandoned at the shutdown timeout are in none of the lists: they
+// stay leased until the lease lapses.
 type outcome struct {
 	mu       sync.Mutex
 	sent     []int64
@@ -217,11 +256,28 @@ func (r *Relay) poll(ctx context.Context) (int, error) {
 	return claimed, err
 }
 
+// Why a batch stopped publishing early (the cause of its context).
+var (
+	errLeaseDeadline  = errors.New("relay: batch stopped before its lease lapses (the lease could not be extended)")
+	errLeaseLost      = errors.New("relay: batch stopped: another instance took over part of its lease")
+	errPublishTimeout = errors.New("relay: batch stopped after Options.PublishTimeout")
+	errShutdown       = errors.New("relay: batch stopped at Options.ShutdownTimeout")
+	errAbandoned      = errors.New("relay: publish abandoned at Options.ShutdownTimeout")
+)
+
 // cycle runs one claim-publish-record cycle and returns how many rows it
 // claimed and how many of them it published. Claiming uses ctx; once rows
 // are claimed they are published with a context that outlives ctx by at
-// most ShutdownTimeout and the results are always recorded.
+// most ShutdownTimeout and the results are always recorded. While the
+// circuit breaker is open, a cycle before the next probe is due does
+// nothing, and a probe cycle publishes one row of the claimed batch and
+// releases the rest.
 func (r *Relay) cycle(ctx context.Context) (claimed, sent int, err error) {
+	probe := r.brk.open
+	if probe && time.Now().Before(r.brk.next) {
+		return 0, 0, nil
+	}
+	claimedAt := time.Now() // the lease starts no earlier than this
 	rows, err := r.drv.Claim(ctx, driver.ClaimParams{
 		Owner:        r.opts.InstanceID,
 		Lease:        r.opts.LeaseDuration,
@@ -235,25 +291,135 @@ func (r *Relay) cycle(ctx context.Context) (claimed, sent int, err error) {
 	if len(rows) == 0 {
 		return 0, 0, nil
 	}
-	// Publishing must end while the lease still holds: past it another
-	// instance may claim the same rows and publish them concurrently, which
-	// would break per-key order in the broker. The deadline stops the batch
-	// a margin before the lease lapses (a publisher that honours the
-	// message context stops too); the rows not yet published are released.
-	pubCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), time.Now().Add(r.opts.LeaseDuration-leaseMargin(r.opts.LeaseDuration)))
-	stop := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(r.opts.ShutdownTimeout, cancel)
-		context.AfterFunc(pubCtx, func() { t.Stop() })
-	})
-	out := r.publish(pubCtx, rows)
-	stop()
-	cancel()
+	out := &outcome{}
+	units := r.groups(rows)
+	if probe {
+		// One row of a unit picked at random (a probe always trying the
+		// oldest row would never get past a poison row); the rest go back.
+		pick := mathrand.IntN(len(units))
+		for i, u := range units {
+			if i == pick {
+				out.addRelease(u[1:])
+			} else {
+				out.addRelease(u)
+			}
+		}
+		units = [][]driver.Row{units[pick][:1]}
+	}
+	r.publishBatch(ctx, rows, units, claimedAt, out)
+	r.judge(out, probe)
 
 	// Recording must happen even during shutdown; it is bounded by the
 	// lease (past it the fence would reject the writes anyway).
 	recCtx, recCancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.LeaseDuration)
 	defer recCancel()
 	return len(rows), len(out.sent), r.record(recCtx, len(rows), out)
+}
+
+// publishBatch publishes units (the claimed rows, grouped) into out. While
+// it runs, a heartbeat extends the lease of every claimed row (all of them
+// stay leased until recorded) every LeaseDuration/3. The batch stops
+// starting new publishes, and releases the rows it did not get to, when:
+//
+//   - its lease is about to lapse: the local lease deadline (a margin
+//     before the lease last secured by the claim or an extension) passes,
+//     because the database could not be reached to extend it;
+//   - an extension finds that another instance took over some of the rows;
+//   - PublishTimeout has passed since the batch started;
+//   - ShutdownTimeout has passed since ctx was done.
+//
+// Publishes under way are interrupted only through the message context
+// (if the publisher honours it) and otherwise waited for, except at the
+// shutdown timeout: then publishes still running are abandoned, so that
+// Run returns in time. Their rows are not recorded (nothing writes to out
+// after publishBatch returns) and stay leased until the lease lapses.
+func (r *Relay) publishBatch(ctx context.Context, rows []driver.Row, units [][]driver.Row, claimedAt time.Time, out *outcome) {
+	pubCtx, stop := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stop(nil)
+	batchCtx, endBatch := context.WithCancel(context.Background())
+	defer endBatch()
+
+	timeout := time.AfterFunc(r.opts.PublishTimeout, func() { stop(errPublishTimeout) })
+	defer timeout.Stop()
+
+	// Shutdown: publishes are interrupted (through the message context) a
+	// grace period before ShutdownTimeout, and those still running at
+	// ShutdownTimeout are abandoned.
+	abandon := make(chan struct{})
+	stopShutdown := context.AfterFunc(ctx, func() {
+		grace := shutdownGrace(r.opts.ShutdownTimeout)
+		t1 := time.AfterFunc(r.opts.ShutdownTimeout-grace, func() { stop(errShutdown) })
+		t2 := time.AfterFunc(r.opts.ShutdownTimeout, func() { close(abandon) })
+		context.AfterFunc(batchCtx, func() { t1.Stop(); t2.Stop() })
+	})
+	defer stopShutdown()
+
+	ids := make([]int64, len(rows))
+	for i, rw := range rows {
+		ids[i] = rw.ID
+	}
+	hbCtx, stopHB := context.WithCancel(context.WithoutCancel(ctx))
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		r.heartbeat(hbCtx, ids, claimedAt, stop)
+	}()
+	r.publish(pubCtx, abandon, units, out)
+	timeout.Stop()
+	stopHB()
+	<-hbDone
+	if cause := context.Cause(pubCtx); cause != nil && !errors.Is(cause, context.Canceled) {
+		r.log.WarnContext(ctx, "batch stopped early: the rows not published are released", slog.Any("reason", cause),
+			slog.Int("claimed", len(rows)), slog.Int("published", len(out.sent)))
+	}
+}
+
+// shutdownGrace is how long before ShutdownTimeout a batch interrupts its
+// publishes, so that publishers honouring the message context return (and
+// their rows are released) before hung ones are abandoned.
+func shutdownGrace(timeout time.Duration) time.Duration {
+	return min(timeout/5, time.Second)
+}
+
+// heartbeat extends the lease of ids every LeaseDuration/3 until ctx is
+// done, and stops the batch (stop) when its local lease deadline passes
+// without a successful extension, or when an extension finds rows taken
+// over. The local deadline is measured from before the statement that set
+// the lease, so it never runs past the lease in the database (up to clock
+// drift, which the margin covers).
+func (r *Relay) heartbeat(ctx context.Context, ids []int64, claimedAt time.Time, stop context.CancelCauseFunc) {
+	lease := r.opts.LeaseDuration
+	keep := lease - leaseMargin(lease)
+	expire := time.AfterFunc(time.Until(claimedAt.Add(keep)), func() { stop(errLeaseDeadline) })
+	defer expire.Stop()
+	every := max(lease/3, time.Millisecond)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		at := time.Now()
+		ectx, cancel := context.WithTimeout(ctx, every)
+		n, err := r.drv.ExtendLease(ectx, r.opts.InstanceID, ids, lease)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			r.log.WarnContext(ctx, "extending the lease of a batch failed: it stops before the lease lapses unless a retry succeeds",
+				slog.Int("rows", len(ids)), slog.Any("error", err))
+		case n < int64(len(ids)):
+			r.log.WarnContext(ctx, "lease lost while publishing: stopping the batch",
+				slog.Int("rows", len(ids)), slog.Int64("still_leased", n))
+			stop(errLeaseLost)
+			return
+		default:
+			expire.Reset(time.Until(at.Add(keep)))
+		}
+	}
 }
 
 // leaseMargin is how long before its lease lapses a batch stops publishing:
@@ -285,11 +451,12 @@ func (r *Relay) groups(rows []driver.Row) [][]driver.Row {
 	return out
 }
 
-// publish publishes a batch with up to Concurrency units at once; a unit's
-// rows go one after another and the unit stops at its first failure.
-func (r *Relay) publish(ctx context.Context, rows []driver.Row) *outcome {
-	units := r.groups(rows)
-	out := &outcome{}
+// publish publishes units with up to Concurrency units at once; a unit's
+// rows go one after another and the unit stops at its first failure. It
+// returns when every unit is done, or at once when abandon is closed
+// (units not handed out yet are released); either way no goroutine writes
+// to out after it returned.
+func (r *Relay) publish(ctx context.Context, abandon <-chan struct{}, units [][]driver.Row, out *outcome) {
 	work := make(chan []driver.Row)
 	var wg sync.WaitGroup
 	for range min(r.opts.Concurrency, len(units)) {
@@ -297,30 +464,55 @@ func (r *Relay) publish(ctx context.Context, rows []driver.Row) *outcome {
 		go func() {
 			defer wg.Done()
 			for unit := range work {
-				r.publishUnit(ctx, unit, out)
+				r.publishUnit(ctx, abandon, unit, out)
 			}
 		}()
 	}
-	for _, u := range units {
-		work <- u
+	fed := 0
+feed:
+	for fed < len(units) {
+		select {
+		case work <- units[fed]:
+			fed++
+		case <-abandon:
+			break feed
+		}
 	}
 	close(work)
-	wg.Wait()
-	return out
+	for _, u := range units[fed:] {
+		out.addRelease(u)
+	}
+	wg.Wait() // workers return promptly once abandon is closed
 }
 
-func (r *Relay) publishUnit(ctx context.Context, unit []driver.Row, out *outcome) {
+func (r *Relay) publishUnit(ctx context.Context, abandon <-chan struct{}, unit []driver.Row, out *outcome) {
 	for i, rw := range unit {
-		if ctx.Err() != nil { // shutdown deadline: give the rest back
+		if ctx.Err() != nil { // the batch stopped: give the rest back
 			out.addRelease(unit[i:])
 			return
 		}
-		err := r.publishRow(ctx, rw)
+		err := r.publishRow(ctx, abandon, rw)
+		if errors.Is(err, errAbandoned) {
+			r.log.WarnContext(ctx, "publish still running at the shutdown timeout: abandoned; the row stays leased until its lease lapses, then it is published again",
+				slog.Int64("id", rw.ID), slog.String("event_id", rw.EventID), slog.String("key", rw.Key), slog.String("topic", rw.Topic))
+			out.addRelease(unit[i+1:])
+			return
+		}
 		if err == nil {
 			out.mu.Lock()
 			out.sent = append(out.sent, rw.ID)
 			out.mu.Unlock()
 			continue
+		}
+		permanent := errors.Is(err, ErrPermanent)
+		if ctx.Err() != nil && !permanent {
+			// Cut off by the batch stopping (shutdown, lease deadline,
+			// PublishTimeout), not the broker's verdict: no attempt is
+			// charged.
+			r.log.DebugContext(ctx, "publish interrupted: released",
+				slog.Int64("id", rw.ID), slog.String("event_id", rw.EventID), slog.Any("error", err))
+			out.addRelease(unit[i:])
+			return
 		}
 		attempt := rw.RetryCount + 1
 		delay := r.opts.Backoff(attempt)
@@ -332,7 +524,7 @@ func (r *Relay) publishUnit(ctx context.Context, unit []driver.Row, out *outcome
 			slog.String("key", rw.Key), slog.String("topic", rw.Topic), slog.Int("attempt", attempt),
 			slog.Duration("retry_in", delay), slog.Any("error", err))
 		out.mu.Lock()
-		out.failures = append(out.failures, driver.Failure{Row: rw, Error: err.Error(), Delay: delay, Permanent: errors.Is(err, ErrPermanent)})
+		out.failures = append(out.failures, driver.Failure{Row: rw, Error: err.Error(), Delay: delay, Permanent: permanent})
 		out.mu.Unlock()
 		out.addRelease(unit[i+1:])
 		return
@@ -379,17 +571,33 @@ func (r *Relay) message(ctx context.Context, rw driver.Row) (*message.Message, e
 }
 
 // publishRow publishes one row; a panicking publisher counts as a failure.
-func (r *Relay) publishRow(ctx context.Context, rw driver.Row) (err error) {
+// The publisher runs in its own goroutine so that a publish that never
+// returns can be abandoned (errAbandoned) when abandon is closed.
+func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, rw driver.Row) error {
 	msg, err := r.message(ctx, rw)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("relay: publisher panicked: %v", p)
-		}
+	res := make(chan error, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				res <- fmt.Errorf("relay: publisher panicked: %v", p)
+			}
+		}()
+		res <- r.opts.Publisher.Publish(rw.Topic, msg)
 	}()
-	return r.opts.Publisher.Publish(rw.Topic, msg)
+	select {
+	case err := <-res:
+		return err
+	case <-abandon:
+		select {
+		case err := <-res: // it did finish
+			return err
+		default:
+			return errAbandoned
+		}
+	}
 }
 
 // record writes a batch's results: sent rows first, then failures, then

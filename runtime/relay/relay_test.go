@@ -175,9 +175,10 @@ func TestHotKeyOnePoll(t *testing.T) {
 	})
 }
 
-// 2. Broker down: nothing lost, retry_count grows, next_retry_time is
-// honoured (polls while rows back off attempt nothing), and the backlog
-// drains after recovery.
+// 2. Broker down: nothing lost, no attempt charged (the circuit breaker
+// takes a batch failing across keys for an outage), claiming pauses while
+// the breaker is open but for one probe row per pause, and the backlog
+// drains in order after recovery.
 func TestBrokerDown(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
 		ctx := context.Background()
@@ -189,54 +190,59 @@ func TestBrokerDown(t *testing.T) {
 		}
 		ins := insertEvents(t, db, d, evs...)
 
-		var backoff sync.Map // "d" -> time.Duration
-		backoff.Store("d", time.Hour)
 		opts := testOptions(pub, "down")
 		failOnPollErrors(t, &opts)
-		opts.Backoff = func(int) time.Duration { v, _ := backoff.Load("d"); return v.(time.Duration) }
+		opts.MaxAttempts = 1 // a charged attempt would turn a row FAILED
+		opts.BreakerBackoff = func(int) time.Duration { return time.Hour }
 		r := mustRelay(t, drv, opts)
 
-		// First poll: the oldest event of each key is tried once and backs
-		// off; the second of each key is held behind it.
+		// First poll: the oldest event of each key is tried once; the
+		// breaker opens and every row is released uncharged.
 		if _, err := r.poll(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if got := pub.totalAttempts(); got != 10 {
 			t.Fatalf("attempts after one poll = %d, want 10 (one per key)", got)
 		}
-		// More polls while everything backs off: no attempt at all.
+		if !r.brk.open {
+			t.Fatal("breaker closed after a batch failing on 10 keys")
+		}
+		// More polls while the breaker is open: no claim, no attempt.
 		for range 5 {
 			if n, err := r.poll(ctx); err != nil || n != 0 {
-				t.Fatalf("poll during backoff claimed %d rows (%v), want 0", n, err)
+				t.Fatalf("poll with the breaker open claimed %d rows (%v), want 0", n, err)
 			}
 		}
 		if got := pub.totalAttempts(); got != 10 {
-			t.Fatalf("attempts during backoff = %d, want still 10 (hot loop?)", got)
+			t.Fatalf("attempts with the breaker open = %d, want still 10 (hot loop?)", got)
 		}
-		if got := count(t, db, "retry_count = 1 AND status = 0 AND last_error IS NOT NULL AND next_retry_time > "+d.Now()); got != 10 {
-			t.Fatalf("%d rows backing off with retry_count 1, want 10", got)
+		if got := count(t, db, "retry_count = 0 AND status = 0 AND last_error IS NULL AND lease_owner IS NULL"); got != len(ins) {
+			t.Fatalf("%d rows pending, uncharged and released, want all %d", got, len(ins))
 		}
 
-		// The backoff elapses (moved into the past rather than slept).
-		if _, err := db.Exec("UPDATE " + table + " SET next_retry_time = created_at WHERE retry_count > 0"); err != nil {
-			t.Fatal(err)
-		}
+		// The pause ends (moved rather than slept): one probe row, failing,
+		// not charged; the breaker stays open.
+		r.brk.next = time.Time{}
 		if _, err := r.poll(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := pub.totalAttempts(); got != 20 {
-			t.Fatalf("attempts after the backoff = %d, want 20", got)
+		if got := pub.totalAttempts(); got != 11 {
+			t.Fatalf("attempts after a probe = %d, want 11", got)
 		}
-		if got := count(t, db, "retry_count = 2"); got != 10 {
-			t.Fatalf("%d rows with retry_count 2, want 10", got)
+		if !r.brk.open || count(t, db, "retry_count = 0 AND status = 0 AND lease_owner IS NULL") != len(ins) {
+			t.Fatal("a failed probe closed the breaker or charged a row")
 		}
 
-		// Recovery: short backoff, broker up, run the loop: all drain.
-		backoff.Store("d", 5*time.Millisecond)
-		if _, err := db.Exec("UPDATE " + table + " SET next_retry_time = created_at WHERE retry_count > 0"); err != nil {
+		// Recovery: the next probe succeeds and closes the breaker; the
+		// loop drains everything in order.
+		pub.setFail(nil)
+		r.brk.next = time.Time{}
+		if _, err := r.poll(ctx); err != nil {
 			t.Fatal(err)
 		}
-		pub.setFail(nil)
+		if r.brk.open {
+			t.Fatal("a successful probe left the breaker open")
+		}
 		stop := runRelay(t, r)
 		waitFor(t, "backlog drained", func() bool { return count(t, db, "status = 1") == len(ins) })
 		stop()
@@ -246,12 +252,45 @@ func TestBrokerDown(t *testing.T) {
 				t.Errorf("event %s published %d times after recovery, want 1", e.ID, c[e.ID])
 			}
 		}
-		for k, ids := range pub.firstOrderByKey() {
-			if len(ids) != 2 {
-				t.Errorf("key %s: %d events", k, len(ids))
-			}
+		if got := count(t, db, "retry_count > 0 OR status = 2"); got != 0 {
+			t.Fatalf("%d rows charged by the outage", got)
 		}
 		checkKeyOrder(t, pub, ins)
+	})
+}
+
+// A single key failing is no outage: its attempts are charged, with the
+// backoff honoured (polls while it backs off attempt nothing), while the
+// other keys flow.
+func TestOneKeyDownBacksOff(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		ctx := context.Background()
+		pub := newRecPub(t)
+		ins := insertEvents(t, db, d, ev{Key: "bad"}, ev{Key: "bad"}, ev{Key: "ok"})
+		pub.setFail(func(m *message.Message) error {
+			if m.Metadata.Get(MetadataKey) == "bad" {
+				return errBrokerDown
+			}
+			return nil
+		})
+		opts := testOptions(pub, "onekey")
+		failOnPollErrors(t, &opts)
+		opts.Backoff = func(int) time.Duration { return time.Hour }
+		r := mustRelay(t, drv, opts)
+		if _, err := r.poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if n, err := r.poll(ctx); err != nil || n != 0 {
+				t.Fatalf("poll during backoff claimed %d rows (%v), want 0", n, err)
+			}
+		}
+		if r.brk.open || pub.attemptsOf(ins[0].ID) != 1 || pub.attemptsOf(ins[1].ID) != 0 || pub.successCount()[ins[2].ID] != 1 {
+			t.Fatalf("breaker open %v, attempts %d/%d, ok published %d", r.brk.open, pub.attemptsOf(ins[0].ID), pub.attemptsOf(ins[1].ID), pub.successCount()[ins[2].ID])
+		}
+		if got := count(t, db, "retry_count = 1 AND status = 0 AND last_error IS NOT NULL AND next_retry_time > "+d.Now()); got != 1 {
+			t.Fatalf("%d rows backing off with retry_count 1, want 1", got)
+		}
 	})
 }
 
@@ -620,8 +659,12 @@ func TestOptionsValidate(t *testing.T) {
 	}
 	o := base()
 	if o.BatchSize != 100 || o.PollInterval != 2*time.Second || o.LeaseDuration != 30*time.Second || o.Concurrency != 8 ||
-		o.MaxAttempts != 5 || o.OverdueAfter != 0 || o.InstanceID == "" || len(o.InstanceID) > 64 {
+		o.MaxAttempts != 5 || o.OverdueAfter != 0 || o.InstanceID == "" || len(o.InstanceID) > 64 ||
+		o.PublishTimeout != time.Minute || o.BreakerBackoff == nil {
 		t.Fatalf("defaults: %+v", o)
+	}
+	if b1, b9 := o.BreakerBackoff(1), o.BreakerBackoff(9); b1 < 800*time.Millisecond || b1 > 1200*time.Millisecond || b9 < 48*time.Second || b9 > 72*time.Second {
+		t.Fatalf("default breaker pauses %s, %s: want 1s doubling to 1m", b1, b9)
 	}
 	for name, mod := range map[string]func(*Options){
 		"Publisher":       func(o *Options) { o.Publisher = nil },
@@ -630,6 +673,8 @@ func TestOptionsValidate(t *testing.T) {
 		"PollInterval":    func(o *Options) { o.PollInterval = -1 },
 		"LeaseDuration":   func(o *Options) { o.LeaseDuration = -1 },
 		"ShutdownTimeout": func(o *Options) { o.ShutdownTimeout = time.Minute },
+		"PublishTimeout":  func(o *Options) { o.PublishTimeout = -1 },
+		"BreakerBackoff":  func(o *Options) { o.BreakerBackoff = nil },
 		"Concurrency":     func(o *Options) { o.Concurrency = -2 },
 		"MaxAttempts":     func(o *Options) { o.MaxAttempts = -1 },
 		"InstanceID":      func(o *Options) { o.InstanceID = strings.Repeat("x", 65) },
@@ -663,8 +708,9 @@ func TestDefaultBackoff(t *testing.T) {
 }
 
 // Shutdown with a publish that outlives ShutdownTimeout: the stuck publish
-// is cancelled through the message context and recorded as a failure, the
-// rest of its key is released, Run returns, and no lease is left behind.
+// is cancelled through the message context and released without charging
+// an attempt (it was cut off, not refused), the rest of its key is
+// released, Run returns, and no lease is left behind.
 func TestShutdownTimeoutReleases(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
 		pub := newRecPub(t)
@@ -677,7 +723,7 @@ func TestShutdownTimeoutReleases(t *testing.T) {
 		})
 		ins := insertEvents(t, db, d, ev{Key: "a"}, ev{Key: "a"})
 		opts := testOptions(pub, "slow")
-		opts.ShutdownTimeout = 100 * time.Millisecond
+		opts.ShutdownTimeout = time.Second
 		opts.Backoff = func(int) time.Duration { return time.Hour }
 		r := mustRelay(t, drv, opts)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -691,8 +737,8 @@ func TestShutdownTimeoutReleases(t *testing.T) {
 		if got := count(t, db, "lease_owner IS NOT NULL"); got != 0 {
 			t.Fatalf("%d rows still leased after Run returned", got)
 		}
-		if s := state(t, db, d, ins[0].ID); s.Status != 0 || s.RetryCount != 1 || !s.LastError.Valid {
-			t.Fatalf("cut-off publish: %+v, want a recorded failed attempt", s)
+		if s := state(t, db, d, ins[0].ID); s.Status != 0 || s.RetryCount != 0 || s.LastError.Valid || pub.attemptsOf(ins[0].ID) != 1 {
+			t.Fatalf("cut-off publish: %+v, want released without a charged attempt", s)
 		}
 		if s := state(t, db, d, ins[1].ID); s.Status != 0 || s.RetryCount != 0 || pub.attemptsOf(ins[1].ID) != 0 {
 			t.Fatalf("row behind it: %+v, want released untouched", s)

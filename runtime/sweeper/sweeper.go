@@ -64,7 +64,8 @@ type Options struct {
 	Interval time.Duration
 
 	// EventTypes, BatchSize, LeaseDuration, Concurrency, MaxAttempts,
-	// Backoff, ShutdownTimeout and OnFailed work as in relay.Options.
+	// Backoff, ShutdownTimeout, PublishTimeout, BreakerBackoff and
+	// OnFailed work as in relay.Options.
 	EventTypes      []outbox.EventType
 	BatchSize       int
 	LeaseDuration   time.Duration
@@ -72,6 +73,8 @@ type Options struct {
 	MaxAttempts     int
 	Backoff         func(attempt int) time.Duration
 	ShutdownTimeout time.Duration
+	PublishTimeout  time.Duration
+	BreakerBackoff  func(n int) time.Duration
 	OnFailed        func(relay.FailedEvent)
 
 	// InstanceID names the sweeper in lease_owner and logs (default
@@ -129,6 +132,8 @@ func New(drv driver.Driver, opts Options) (*Sweeper, error) {
 		MaxAttempts:     opts.MaxAttempts,
 		Backoff:         opts.Backoff,
 		ShutdownTimeout: opts.ShutdownTimeout,
+		PublishTimeout:  opts.PublishTimeout,
+		BreakerBackoff:  opts.BreakerBackoff,
 		InstanceID:      opts.InstanceID,
 		OverdueAfter:    opts.OverdueAfter,
 		OnFailed:        opts.OnFailed,

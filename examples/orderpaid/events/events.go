@@ -12,10 +12,8 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
-// PaymentMethod is an enum declared in events.yaml: its values are the
-// PaymentMethod constants.
-//
-// How the customer paid.
+// PaymentMethod is how the customer paid. Its values are the PaymentMethod
+// constants.
 type PaymentMethod string
 
 // The PaymentMethod values.
@@ -50,7 +48,7 @@ type OrderPaid struct {
 	// OrderID is the order number.
 	OrderID    string `json:"order_id"`
 	CustomerID string `json:"customer_id"`
-	// Amount paid, in the smallest currency unit.
+	// AmountCents is the amount paid, in the smallest currency unit.
 	AmountCents int64         `json:"amount_cents"`
 	Currency    string        `json:"currency"`
 	Method      PaymentMethod `json:"method"`

@@ -110,11 +110,17 @@ func (e StockReserved) Validate() error {
 // DecodeStockReserved decodes a STOCK_RESERVED payload of the given version
 // (from the message metadata), for consumers. Versions 1 to
 // StockReservedVersion are accepted; errors match outbox.ErrUndecodable or,
-// for a payload that decodes but does not validate, outbox.ErrInvalidEvent.
+// for a payload that decodes but does not validate, outbox.ErrInvalidEvent. A
+// payload of an older version than StockReservedVersion is checked for its key
+// only, not with Validate: fields added since that version may be missing
+// (zero), so check the ones you use.
 func DecodeStockReserved(payload []byte, version int) (StockReserved, error) {
 	var e StockReserved
 	if err := outbox.DecodePayload(StockReservedType, payload, version, StockReservedVersion, &e); err != nil {
 		return StockReserved{}, err
+	}
+	if version < StockReservedVersion {
+		return e, nil
 	}
 	if err := e.Validate(); err != nil {
 		return StockReserved{}, err

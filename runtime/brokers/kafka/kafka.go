@@ -50,15 +50,40 @@ import (
 )
 
 // Defaults of PublisherConfig.
+//
+// A sarama SyncProducer ignores the message context, so one Publish is
+// bounded only by these timeouts: each produce attempt takes at most
+// DefaultDialTimeout + DefaultWriteTimeout + DefaultReadTimeout (the
+// brokers answer within DefaultProduceTimeout, shorter than the read
+// timeout), and a Publish makes at most 1 + DefaultPublishRetry attempts
+// with DefaultRetryBackoff between them: PublishBudget, about 16s, well
+// under the relay's default 30s lease (relay.DefaultLeaseDuration) and
+// its PublishTimeout. The relay retries further with its own backoff, so
+// sarama need not retry long. A base PublisherConfig.Sarama keeps its own
+// network timeouts: keep that budget under the lease too.
 const (
-	DefaultClientID      = "outboxgen-relay"
-	DefaultPublishRetry  = 3
-	DefaultRetryBackoff  = 100 * time.Millisecond
-	DefaultDialTimeout   = 10 * time.Second
-	DefaultWriteTimeout  = 10 * time.Second
-	DefaultSubscriberID  = "outboxgen-consumer"
-	defaultMetadataRetry = 250 * time.Millisecond
+	DefaultClientID       = "outboxgen-relay"
+	DefaultPublishRetry   = 1
+	DefaultRetryBackoff   = 100 * time.Millisecond
+	DefaultDialTimeout    = 2 * time.Second
+	DefaultWriteTimeout   = 2 * time.Second
+	DefaultReadTimeout    = 4 * time.Second
+	DefaultProduceTimeout = 3 * time.Second
+	DefaultSubscriberID   = "outboxgen-consumer"
+	defaultMetadataRetry  = 250 * time.Millisecond
+	defaultMetadataMax    = 1
 )
+
+// PublishBudget returns the longest a Publish of a producer configured by
+// sc can take when every attempt runs into its network timeouts: (1 +
+// Producer.Retry.Max) × (Net.DialTimeout + Net.WriteTimeout +
+// Net.ReadTimeout) + Producer.Retry.Max × Producer.Retry.Backoff. Keep it
+// well under the relay's LeaseDuration.
+func PublishBudget(sc *sarama.Config) time.Duration {
+	attempts := time.Duration(1 + sc.Producer.Retry.Max)
+	return attempts*(sc.Net.DialTimeout+sc.Net.WriteTimeout+sc.Net.ReadTimeout) +
+		time.Duration(sc.Producer.Retry.Max)*sc.Producer.Retry.Backoff
+}
 
 // DefaultVersion is the Kafka protocol version the clients speak by
 // default (2.1: idempotent producers, record headers).
@@ -116,9 +141,10 @@ type PublisherConfig struct {
 	DisableIdempotence bool
 
 	// Retries is how often sarama retries a produce request before
-	// Publish fails (default 3); the relay retries further with its
-	// backoff. Keep it small: Publish does not watch the relay's shutdown
-	// deadline.
+	// Publish fails (default 1); the relay retries further with its
+	// backoff. Keep it small: Publish does not watch the message context,
+	// so its duration is bounded only by the retries and timeouts (see
+	// PublishBudget).
 	Retries int
 
 	// RetryBackoff is the wait between sarama's retries (default 100ms).
@@ -127,7 +153,10 @@ type PublisherConfig struct {
 	// Sarama, if set, is the base sarama configuration (TLS, SASL...).
 	// The settings the outbox depends on are applied over it: sync
 	// producer returning successes, acks from all in-sync replicas,
-	// hash partitioner, idempotence, and the fields above when set.
+	// hash partitioner, idempotence, and the fields above when set. Its
+	// network and produce timeouts are kept: sarama's defaults (30s each)
+	// let a Publish outlast the relay's lease, so lower them (see
+	// PublishBudget).
 	Sarama *sarama.Config
 
 	// Logger receives watermill's logs (default watermill.NopLogger).
@@ -195,6 +224,9 @@ func (c PublisherConfig) saramaConfig() (*sarama.Config, error) {
 	} else {
 		sc.Net.DialTimeout = DefaultDialTimeout
 		sc.Net.WriteTimeout = DefaultWriteTimeout
+		sc.Net.ReadTimeout = DefaultReadTimeout
+		sc.Producer.Timeout = DefaultProduceTimeout
+		sc.Metadata.Retry.Max = defaultMetadataMax
 		sc.Metadata.Retry.Backoff = defaultMetadataRetry
 	}
 	sc.ClientID = c.ClientID

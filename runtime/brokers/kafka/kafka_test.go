@@ -199,4 +199,12 @@ func TestConfigValidate(t *testing.T) {
 	if !sc.Producer.Idempotent || sc.Net.MaxOpenRequests != 1 {
 		t.Errorf("producer not idempotent by default: idempotent=%v maxOpen=%d", sc.Producer.Idempotent, sc.Net.MaxOpenRequests)
 	}
+	// A Publish must end well within the relay's default lease, even
+	// when every attempt times out (sarama ignores the message context).
+	if b := kafka.PublishBudget(sc); b <= 0 || b > relay.DefaultLeaseDuration*6/10 {
+		t.Errorf("default publish budget %s, want well under the relay's %s lease", b, relay.DefaultLeaseDuration)
+	}
+	if sc.Net.ReadTimeout <= sc.Producer.Timeout {
+		t.Errorf("read timeout %s must exceed the produce timeout %s (the broker holds the request that long)", sc.Net.ReadTimeout, sc.Producer.Timeout)
+	}
 }

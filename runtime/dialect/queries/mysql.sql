@@ -32,6 +32,12 @@ SELECT topic
 FROM outbox_event
 WHERE event_id = ?;
 
+-- name: OutboxEventIdentity :one
+-- Dialect.EventIdentity(table): a writer tells a repeated caller-chosen id from a clash
+SELECT biz_type, biz_id, topic
+FROM outbox_event
+WHERE event_id = ?;
+
 -- name: RelayClaim :many
 -- RelayQueries.Claim(owner, lease, limit), every type ordered
 SELECT c.id, c.event_id, c.biz_type, c.biz_id, c.topic, c.payload_version, c.payload, c.headers,
@@ -144,6 +150,15 @@ WHERE id = ?
 -- RelayQueries.Release(owner, ids)
 UPDATE outbox_event
 SET lease_owner = NULL, lease_expires_at = NULL, updated_at = CURRENT_TIMESTAMP(6)
+WHERE id IN (?, ?)
+  AND lease_owner = ?
+  AND status = 0;
+
+-- name: RelayExtendLease :execrows
+-- RelayQueries.ExtendLease(owner, ids, lease): the relay's lease heartbeat
+UPDATE outbox_event
+SET lease_expires_at = CURRENT_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+    updated_at = CURRENT_TIMESTAMP(6)
 WHERE id IN (?, ?)
   AND lease_owner = ?
   AND status = 0;

@@ -32,6 +32,12 @@ SELECT topic
 FROM outbox_event
 WHERE event_id = $1;
 
+-- name: OutboxEventIdentity :one
+-- Dialect.EventIdentity(table): a writer tells a repeated caller-chosen id from a clash
+SELECT biz_type, biz_id, topic
+FROM outbox_event
+WHERE event_id = $1;
+
 -- name: OutboxNotifyInsert :exec
 -- NotifyInsert(table): the writer's optional wake-up
 SELECT pg_notify('outbox_event_insert', '');
@@ -165,6 +171,14 @@ WHERE id IN ($1, $2)
   AND lease_owner = $3
   AND status = 0;
 
+-- name: RelayExtendLease :execrows
+-- RelayQueries.ExtendLease(owner, ids, lease): the relay's lease heartbeat
+UPDATE outbox_event
+SET lease_expires_at = now() + $1 * interval '1 second', updated_at = now()
+WHERE id IN ($2, $3)
+  AND lease_owner = $4
+  AND status = 0;
+
 -- name: RelayListFailed :many
 -- RelayQueries.ListFailed(afterID, limit)
 SELECT id, event_id, biz_type, biz_id, topic, retry_count, last_error, created_at, updated_at
@@ -196,6 +210,14 @@ UPDATE outbox_event
 SET lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE id = ANY($1)
   AND lease_owner = $2
+  AND status = 0;
+
+-- name: RelayExtendLeaseArray :execrows
+-- RelayQueries.ArrayIDs().ExtendLease(owner, ids, lease) (native pgx driver)
+UPDATE outbox_event
+SET lease_expires_at = now() + $1 * interval '1 second', updated_at = now()
+WHERE id = ANY($2)
+  AND lease_owner = $3
   AND status = 0;
 
 -- name: RelayRequeueArray :execrows

@@ -7,7 +7,7 @@
 //	}
 //
 // Run covers the relay's methods (Claim, MarkSent, MarkRetry, Release,
-// ListFailed, Requeue); RunOps covers the monitor's and janitor's.
+// ExtendLease, ListFailed, Requeue); RunOps covers the monitor's and janitor's.
 package drivertest
 
 // The relay's part of the suite. Rows are aged and leases expired by
@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) Env) {
 		{"LeaseFencing", testLeaseFencing},
 		{"LeaseExpiry", testLeaseExpiry},
 		{"Release", testRelease},
+		{"ExtendLease", testExtendLease},
 		{"PerKeyOrderHotKey", testPerKeyOrderHotKey},
 		{"PerKeyOrderAcrossOwners", testPerKeyOrderAcrossOwners},
 		{"Unordered", testUnordered},
@@ -329,6 +330,52 @@ func testRelease(t *testing.T, e *env) {
 		}
 	}
 	wantIDs(t, "claim after release", e.claim(t, claimP("b", 10)), ids)
+}
+
+// ExtendLease pushes the lease of the owner's own pending rows only: a
+// foreign owner extends nothing, sent and released rows stay as they are,
+// and an extended lease keeps other owners out past the original one.
+func testExtendLease(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "x"}, seedEv{Key: "x"}, seedEv{Key: "y"}, seedEv{Key: "z"})
+	rows, err := e.Driver.Claim(e.ctx, driver.ClaimParams{Owner: "a", Lease: time.Hour, Limit: 3})
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("claim: %v %v", rowIDs(rows), err)
+	}
+	// The lease lapsed (moved rather than slept), nobody took the rows yet.
+	e.set(t, "lease_expires_at = "+OpsAgo(e.d, time.Second), ids[:3]...)
+	n, err := e.Driver.ExtendLease(e.ctx, "b", ids, time.Hour)
+	wantN(t, "foreign ExtendLease", n, err, 0)
+	n, err = e.Driver.MarkSent(e.ctx, "a", ids[2:3])
+	wantN(t, "MarkSent", n, err, 1)
+	// ids[3] is not claimed: extending it is a no-op too.
+	n, err = e.Driver.ExtendLease(e.ctx, "a", ids, time.Hour)
+	wantN(t, "owner ExtendLease", n, err, 2)
+	if n, err := e.Driver.ExtendLease(e.ctx, "a", nil, time.Hour); err != nil || n != 0 {
+		t.Fatalf("ExtendLease(nil) = %d, %v", n, err)
+	}
+	var live int
+	q := "SELECT COUNT(*) FROM " + e.table + " WHERE lease_owner = 'a' AND status = 0 AND lease_expires_at > " + OpsAgo(e.d, -30*time.Minute)
+	if err := e.DB.QueryRowContext(e.ctx, q).Scan(&live); err != nil || live != 2 {
+		t.Fatalf("rows leased to a for another half hour: %d (%v), want 2", live, err)
+	}
+	if s := e.state(t, ids[2]); s.Status != 1 || s.Owner.Valid {
+		t.Fatalf("sent row after ExtendLease: %+v", s)
+	}
+	if s := e.state(t, ids[3]); s.Owner.Valid {
+		t.Fatalf("unclaimed row leased by ExtendLease: %+v", s)
+	}
+	wantIDs(t, "claim while the extended lease holds", e.claim(t, claimP("b", 10)), ids[3:])
+	// A lapsed lease another owner took over is not extended by the old owner.
+	e.set(t, "lease_expires_at = "+OpsAgo(e.d, time.Minute), ids[:2]...)
+	wantIDs(t, "takeover", e.claim(t, claimP("c", 10)), ids[:2])
+	n, err = e.Driver.ExtendLease(e.ctx, "a", ids, time.Hour)
+	wantN(t, "ExtendLease after a takeover", n, err, 0)
+	n, err = e.Driver.ExtendLease(e.ctx, "c", ids[:2], time.Hour)
+	wantN(t, "new owner ExtendLease", n, err, 2)
+	n, err = e.Driver.Release(e.ctx, "c", ids[:2])
+	wantN(t, "Release", n, err, 2)
+	n, err = e.Driver.ExtendLease(e.ctx, "c", ids[:2], time.Hour)
+	wantN(t, "ExtendLease of released rows", n, err, 0)
 }
 
 // A hot key is not limited to one row per claim, and a key never runs

@@ -1,15 +1,16 @@
 package pgxdriver
 
-// The relay's methods: Claim, MarkSent, MarkRetry, Release, ListFailed and
-// Requeue, running package dialect's PostgreSQL statements. Id lists are
-// bound as one bigint[] (dialect.RelayQueries.ArrayIDs), so every statement
-// text is fixed and pgx prepares it once per connection; the failures of a
-// batch go out as one pgx batch.
+// The relay's methods: Claim, MarkSent, MarkRetry, Release, ExtendLease,
+// ListFailed and Requeue, running package dialect's PostgreSQL statements.
+// Id lists are bound as one bigint[] (dialect.RelayQueries.ArrayIDs), so
+// every statement text is fixed and pgx prepares it once per connection;
+// the failures of a batch go out as one pgx batch.
 
 import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -81,6 +82,12 @@ func (x *Driver) MarkSent(ctx context.Context, owner string, ids []int64) (int64
 // Release gives ids back unpublished, fenced by owner's lease.
 func (x *Driver) Release(ctx context.Context, owner string, ids []int64) (int64, error) {
 	return x.execIDs(ctx, "release", ids, func(q *dialect.RelayQueries) (string, []any) { return q.Release(owner, ids) })
+}
+
+// ExtendLease pushes the lease of ids still leased to owner to now+lease,
+// in one statement.
+func (x *Driver) ExtendLease(ctx context.Context, owner string, ids []int64, lease time.Duration) (int64, error) {
+	return x.execIDs(ctx, "extend lease", ids, func(q *dialect.RelayQueries) (string, []any) { return q.ExtendLease(owner, ids, lease) })
 }
 
 // Requeue makes FAILED ids pending again.

@@ -1,13 +1,14 @@
 package sqldriver
 
-// The relay's methods: Claim, MarkSent, MarkRetry, Release, ListFailed and
-// Requeue. Their SQL lives in package dialect (relay.go).
+// The relay's methods: Claim, MarkSent, MarkRetry, Release, ExtendLease,
+// ListFailed and Requeue. Their SQL lives in package dialect (relay.go).
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
@@ -23,6 +24,9 @@ var _ driver.Driver = (*Driver)(nil)
 // rows another instance holds, lease the rest, commit.
 func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
 	if err := driverutil.CheckClaim("sqldriver", p); err != nil {
+		return nil, err
+	}
+	if err := x.checkTimeZone(ctx); err != nil {
 		return nil, err
 	}
 	q, err := x.relayQ.Get(p.Unordered)
@@ -156,6 +160,13 @@ func (x *Driver) MarkSent(ctx context.Context, owner string, ids []int64) (int64
 // Release gives ids back unpublished, fenced by owner's lease.
 func (x *Driver) Release(ctx context.Context, owner string, ids []int64) (int64, error) {
 	return x.execIDs(ctx, "release", ids, func(q *dialect.RelayQueries, part []int64) (string, []any) { return q.Release(owner, part) })
+}
+
+// ExtendLease pushes the lease of ids still leased to owner to now+lease.
+func (x *Driver) ExtendLease(ctx context.Context, owner string, ids []int64, lease time.Duration) (int64, error) {
+	return x.execIDs(ctx, "extend lease", ids, func(q *dialect.RelayQueries, part []int64) (string, []any) {
+		return q.ExtendLease(owner, part, lease)
+	})
 }
 
 // Requeue makes FAILED ids pending again.

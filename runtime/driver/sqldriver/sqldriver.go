@@ -1,13 +1,17 @@
 // Package sqldriver implements driver.Driver on database/sql, for every
 // dialect: PostgreSQL through pgx's stdlib, MySQL/MariaDB through
 // go-sql-driver/mysql (use interpolateParams=true and parseTime=true in the
-// DSN, and run sessions in UTC), and SQLite through modernc.org/sqlite.
+// DSN, and run sessions in UTC: see New), and SQLite through
+// modernc.org/sqlite.
 package sqldriver
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
@@ -20,10 +24,24 @@ type Driver struct {
 	d      dialect.Dialect
 	tables driver.Tables
 	relayQ *driverutil.RelayQueries // the relay's statements, per unordered set
+
+	// MySQL: the session time zone was found to be UTC (see checkTimeZone).
+	tzOK atomic.Bool
+	tzMu sync.Mutex
 }
 
 // New returns a driver for the outbox and inbox tables in db, which speaks
 // dialect d.
+//
+// MySQL/MariaDB sessions must run in UTC: the outbox's DATETIME(6)
+// timestamps (created_at, leases, backoff) are written and compared with
+// CURRENT_TIMESTAMP(6), which follows the session time_zone, so sessions
+// in different zones would see leases lapse early or late. Add
+// time_zone=%27%2B00%3A00%27 (that is, '+00:00' URL-encoded) to the DSN, or
+// run the server in UTC. New does not query the database; the first Claim
+// checks the session (SELECT @@session.time_zone, and the offset of NOW()
+// from UTC_TIMESTAMP()) and fails with an error saying so when it is not
+// UTC.
 func New(db *sql.DB, d dialect.Dialect, tables driver.Tables) (*Driver, error) {
 	if db == nil {
 		return nil, errors.New("sqldriver: db is nil: pass the *sql.DB that holds the outbox table")
@@ -49,3 +67,27 @@ func (x *Driver) Tables() driver.Tables { return x.tables }
 
 // DB returns the underlying database handle.
 func (x *Driver) DB() *sql.DB { return x.db }
+
+// checkTimeZone verifies, once it succeeded, that a MySQL session of db
+// runs in UTC (see New). Other dialects need no check.
+func (x *Driver) checkTimeZone(ctx context.Context) error {
+	if x.d != dialect.MySQL || x.tzOK.Load() {
+		return nil
+	}
+	x.tzMu.Lock()
+	defer x.tzMu.Unlock()
+	if x.tzOK.Load() {
+		return nil
+	}
+	var zone string
+	var offset int64
+	if err := x.db.QueryRowContext(ctx, "SELECT @@session.time_zone, TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(6), NOW(6))").Scan(&zone, &offset); err != nil {
+		return fmt.Errorf("sqldriver: check the MySQL session time zone: %w", err)
+	}
+	if offset != 0 {
+		return fmt.Errorf("sqldriver: the MySQL session time zone is %q (UTC%+.2gh): outbox timestamps and leases need UTC sessions; "+
+			"add time_zone=%%27%%2B00%%3A00%%27 (time_zone='+00:00', URL-encoded) to the DSN, or run the server in UTC", zone, float64(offset)/3600)
+	}
+	x.tzOK.Store(true)
+	return nil
+}

@@ -1,0 +1,192 @@
+package spec
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+var yamlLineErr = regexp.MustCompile(`(?s)^yaml: line (\d+): (.*)$`)
+
+// yamlError records a yaml.v3 syntax error of the source data at the
+// position of its cause, as far as it can be found: see yamlErrorPos.
+func (p *parser) yamlError(data []byte, err error) {
+	msg := err.Error()
+	line := 0
+	if m := yamlLineErr.FindStringSubmatch(msg); m != nil {
+		if n, err := strconv.Atoi(m[1]); err == nil && n > 0 {
+			line = n
+		}
+		msg = m[2]
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
+	}
+	pos, hint := yamlErrorPos(string(data), line, msg)
+	p.errorAt(pos, "invalid YAML: %s%s", msg, hint)
+}
+
+// yamlErrorPos finds where the syntax error msg, which yaml.v3 reported on
+// line reported (0 if none), is in src, and returns a hint to append to
+// the message. yaml.v3 gives no column, and its line is that of the
+// construct the error happened in (the mapping, the flow list, the plain
+// scalar), often one line before the offending character: for the errors
+// whose cause can be recognised, the source is searched for it; otherwise
+// the position is the start of the line yaml reported.
+func yamlErrorPos(src string, reported int, msg string) (Pos, string) {
+	lines := strings.Split(strings.ReplaceAll(src, "\r\n", "\n"), "\n")
+	if reported < 1 {
+		reported = 1
+	}
+	if reported > len(lines) {
+		reported = len(lines)
+	}
+	fallback := Pos{reported, 1}
+	// lineStart is the position of line n's first non-blank character.
+	lineStart := func(n int) Pos {
+		if n < 1 || n > len(lines) {
+			return fallback
+		}
+		l := lines[n-1]
+		return Pos{n, len([]rune(l)) - len([]rune(strings.TrimLeft(l, " \t"))) + 1}
+	}
+	col := func(l string, byteOff int) int { return len([]rune(l[:byteOff])) + 1 }
+
+	switch {
+	case strings.HasPrefix(msg, "found character that cannot start any token"):
+		// A tab, '@' or '`' where a token starts, at or after the line
+		// of the construct being scanned.
+		for n := reported; n <= len(lines); n++ {
+			l := lines[n-1]
+			tokenStart := true
+			for i := 0; i < len(l); i++ {
+				c := l[i]
+				switch {
+				case c == '#' && (i == 0 || l[i-1] == ' '):
+					i = len(l) // a comment
+				case tokenStart && (c == '\t' || c == '@' || c == '`'):
+					if c == '\t' {
+						return Pos{n, col(l, i)}, " (a tab; indent with spaces)"
+					}
+					return Pos{n, col(l, i)}, fmtHint(c)
+				case c == ' ':
+					tokenStart = true
+				case c == ':' || c == '-' || c == ',' || c == '[' || c == '{':
+					tokenStart = true
+				default:
+					tokenStart = false
+				}
+			}
+		}
+	case strings.HasPrefix(msg, "found a tab character that violates indentation"):
+		for n := reported; n <= len(lines); n++ {
+			l := lines[n-1]
+			indent := l[:len(l)-len(strings.TrimLeft(l, " \t"))]
+			if i := strings.IndexByte(indent, '\t'); i >= 0 && len(indent) < len(l) {
+				return Pos{n, col(l, i)}, "; indent with spaces"
+			}
+		}
+	case strings.HasPrefix(msg, "did not find expected ',' or ']'"), strings.HasPrefix(msg, "did not find expected ',' or '}'"):
+		if pos, ok := unclosedFlow(lines); ok {
+			return pos, " (this bracket is not closed)"
+		}
+		return lineStart(reported + 1), ""
+	case strings.HasPrefix(msg, "did not find expected key"):
+		// Reported on the line before the misplaced key.
+		n := reported + 1
+		for n <= len(lines) && strings.TrimSpace(lines[n-1]) == "" {
+			n++
+		}
+		if n <= len(lines) {
+			return lineStart(n), " (check the indentation)"
+		}
+	case strings.HasPrefix(msg, "did not find expected '-' indicator"):
+		// Reported on the line before the list's first item: find the
+		// first line indented like the list's "-" but not an item.
+		first := reported + 1
+		if first > len(lines) {
+			break
+		}
+		dash := strings.Index(lines[first-1], "-")
+		if dash < 0 || strings.TrimSpace(lines[first-1][:dash]) != "" {
+			return lineStart(first), ""
+		}
+		for n := first + 1; n <= len(lines); n++ {
+			l := lines[n-1]
+			t := strings.TrimLeft(l, " ")
+			if t == "" || t[0] == '#' {
+				continue
+			}
+			indent := len(l) - len(t)
+			if indent < dash {
+				break
+			}
+			if indent == dash && t[0] != '-' {
+				return Pos{n, indent + 1}, " (check the indentation)"
+			}
+		}
+		return lineStart(first), ""
+	case strings.HasPrefix(msg, "mapping values are not allowed in this context"):
+		l := lines[reported-1]
+		i := strings.LastIndex(l, ": ")
+		if strings.HasSuffix(l, ":") {
+			i = len(l) - 1
+		}
+		if i >= 0 {
+			return Pos{reported, col(l, i)}, ""
+		}
+	case strings.HasPrefix(msg, "found unexpected end of stream"):
+		// An unclosed quoted string, opened on the reported line.
+		l := lines[reported-1]
+		if i := strings.IndexAny(l, `"'`); i >= 0 {
+			return Pos{reported, col(l, i)}, " (this quote is not closed)"
+		}
+	}
+	return fallback, ""
+}
+
+func fmtHint(c byte) string {
+	return " (" + strconv.QuoteRune(rune(c)) + " is reserved; quote the value)"
+}
+
+// unclosedFlow returns the position of the first '[' or '{' that is never
+// closed, skipping quoted strings and comments.
+func unclosedFlow(lines []string) (Pos, bool) {
+	type open struct {
+		pos Pos
+		c   byte
+	}
+	var stack []open
+	for n, l := range lines {
+		var quote byte
+		for i := 0; i < len(l); i++ {
+			c := l[i]
+			switch {
+			case quote != 0:
+				if c == quote {
+					quote = 0
+				}
+			case c == '"' || c == '\'':
+				if i == 0 || strings.IndexByte(" [{,:", l[i-1]) >= 0 {
+					quote = c
+				}
+			case c == '#' && (i == 0 || l[i-1] == ' '):
+				i = len(l)
+			case c == '[' || c == '{':
+				stack = append(stack, open{Pos{n + 1, len([]rune(l[:i])) + 1}, c})
+			case c == ']' || c == '}':
+				if len(stack) == 0 {
+					continue
+				}
+				top := stack[len(stack)-1]
+				if top.c == '[' && c == '}' || top.c == '{' && c == ']' {
+					return top.pos, true
+				}
+				stack = stack[:len(stack)-1]
+			}
+		}
+	}
+	if len(stack) > 0 {
+		return stack[0].pos, true
+	}
+	return Pos{}, false
+}
