@@ -172,10 +172,23 @@ func cmdGenerate(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("outboxgen generate: %w", err)
 	}
 	if *verbose {
-		for _, p := range written {
-			fmt.Fprintln(stdout, "wrote", p)
+		deleted := map[string]bool{}
+		generated := 0
+		for _, f := range files {
+			if f.Delete {
+				deleted[f.Path] = true
+			} else {
+				generated++
+			}
 		}
-		fmt.Fprintf(stdout, "%d files, %d changed\n", len(files), len(written))
+		for _, p := range written {
+			if deleted[p] {
+				fmt.Fprintln(stdout, "removed", p, "(no longer generated)")
+			} else {
+				fmt.Fprintln(stdout, "wrote", p)
+			}
+		}
+		fmt.Fprintf(stdout, "%d files, %d changed\n", generated, len(written))
 	}
 	return nil
 }

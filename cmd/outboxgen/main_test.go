@@ -156,3 +156,50 @@ func TestUsageErrors(t *testing.T) {
 		t.Errorf("version: exit %d, %q", code, stdout)
 	}
 }
+
+// Files outboxgen generated earlier but no longer would (all consumers or a
+// dialect removed from events.yaml) are stale: check reports them, generate
+// removes them; hand-written files beside them are never touched.
+func TestStaleGeneratedFilesRemoved(t *testing.T) {
+	dir := t.TempDir()
+	cli(t, dir, "init")
+	spec := filepath.Join(dir, "events.yaml")
+	b, _ := os.ReadFile(spec)
+	two := bytes.Replace(b, []byte("dialects: [postgres]"), []byte("dialects: [postgres, sqlite]"), 1)
+	os.WriteFile(spec, two, 0o644)
+	if code, _, stderr := cli(t, dir, "generate"); code != 0 {
+		t.Fatalf("generate: %s", stderr)
+	}
+	consumers := filepath.Join(dir, "internal/events/consumers.go")
+	sqliteDDL := filepath.Join(dir, "internal/db/schema/sqlite/outbox.sql")
+	handWritten := filepath.Join(dir, "internal/events/handlers.go")
+	for _, f := range []string{consumers, sqliteDDL} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("%s not generated: %v", f, err)
+		}
+	}
+	os.WriteFile(handWritten, []byte("package events\n"), 0o644)
+
+	i := bytes.Index(two, []byte("consumers:"))
+	fewer := bytes.Replace(two[:i], []byte("dialects: [postgres, sqlite]"), []byte("dialects: [postgres]"), 1)
+	os.WriteFile(spec, fewer, 0o644)
+	code, stdout, _ := cli(t, dir, "check")
+	if code != 1 || !strings.Contains(stdout, "--- internal/events/consumers.go") || !strings.Contains(stdout, "no longer generated") ||
+		!strings.Contains(stdout, "schema/sqlite/outbox.sql") {
+		t.Fatalf("check: exit %d, stdout:\n%s", code, stdout)
+	}
+	if code, stdout, _ := cli(t, dir, "generate", "-v"); code != 0 || !strings.Contains(stdout, "removed") {
+		t.Fatalf("generate: exit %d, %s", code, stdout)
+	}
+	for _, f := range []string{consumers, sqliteDDL} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Fatalf("%s survived: %v", f, err)
+		}
+	}
+	if _, err := os.Stat(handWritten); err != nil {
+		t.Fatalf("a hand-written file was removed: %v", err)
+	}
+	if code, stdout, _ := cli(t, dir, "check"); code != 0 || stdout != "" {
+		t.Fatalf("check after generate: exit %d\n%s", code, stdout)
+	}
+}
