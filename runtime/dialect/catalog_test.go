@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,6 @@ func catalog(t *testing.T, d Dialect) []catalogEntry {
 	// Writers (runtime/outbox, runtime/pgxoutbox, runtime/txpublisher).
 	add("OutboxInsertEvent", ":exec", "Dialect.InsertEvent(table, false)", d.InsertEvent(tb.Outbox, false))
 	add("OutboxInsertEventIfAbsent", ":exec", "Dialect.InsertEvent(table, true): a caller-chosen event id", d.InsertEvent(tb.Outbox, true))
-	add("OutboxEventTopic", ":one", "Dialect.EventTopic(table): txpublisher tells a repeated id from a clash", d.EventTopic(tb.Outbox))
 	add("OutboxEventIdentity", ":one", "Dialect.EventIdentity(table): a writer tells a repeated caller-chosen id from a clash", d.EventIdentity(tb.Outbox))
 	if d == Postgres {
 		add("OutboxNotifyInsert", ":exec", "NotifyInsert(table): the writer's optional wake-up", NotifyInsert(tb.Outbox))
@@ -484,4 +484,32 @@ func lineDiff(got, want string) string {
 		}
 	}
 	return b.String()
+}
+
+// The column sizes the runtime checks before any SQL are the sizes the
+// templates declare (SQLite's TEXT columns have none).
+func TestColumnSizesMatchTemplates(t *testing.T) {
+	for _, d := range []string{"postgres", "mysql"} {
+		ddl, err := templates.Render(d, templates.DefaultTables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outbox, inbox := string(ddl), string(ddl[bytes.Index(ddl, []byte("CREATE TABLE outbox_inbox (")):])
+		for _, c := range []struct {
+			ddl, column string
+			size        int
+		}{
+			{outbox, "biz_type", MaxTypeLen},
+			{outbox, "biz_id", MaxKeyLen},
+			{outbox, "topic", MaxTopicLen},
+			{inbox, "event_id", MaxInboxEventIDLen},
+			{inbox, "biz_type", MaxTypeLen},
+			{inbox, "biz_id", MaxKeyLen},
+		} {
+			m := regexp.MustCompile(`(?im)^\s*` + c.column + `\s+varchar\((\d+)\)`).FindStringSubmatch(c.ddl)
+			if m == nil || m[1] != strconv.Itoa(c.size) {
+				t.Errorf("%s: column %s is declared %v, the runtime checks %d", d, c.column, m, c.size)
+			}
+		}
+	}
 }

@@ -91,6 +91,25 @@ func (d Dialect) placeholders(n int) string {
 // that instances with skewed clocks agree).
 var InsertEventColumns = []string{"event_id", "biz_type", "biz_id", "topic", "payload_version", "payload", "headers"}
 
+// InsertEventArgs returns InsertEvent's arguments in bind order, so that
+// the column order is decided in one place. payload is JSON text (MySQL
+// refuses JSON from a binary string, SQLite would store []byte as a BLOB);
+// headers is JSON text or nil for NULL.
+func InsertEventArgs(eventID, bizType, bizID, topic string, version int, payload string, headers any) []any {
+	return []any{eventID, bizType, bizID, topic, version, payload, headers}
+}
+
+// Column sizes of the tables in package templates, in characters: values
+// longer than these are refused before any SQL runs, since on PostgreSQL a
+// failing statement would abort the caller's transaction. The query
+// catalog test checks them against the rendered DDL.
+const (
+	MaxTypeLen         = 64  // biz_type, in the outbox and the inbox
+	MaxKeyLen          = 128 // biz_id, in the outbox and the inbox
+	MaxTopicLen        = 255 // the outbox's topic
+	MaxInboxEventIDLen = 64  // the inbox's event_id (ids of any producer)
+)
+
 // InsertEvent returns the INSERT of one outbox row into table. With
 // ifAbsent, a row whose event_id already exists is left alone and the
 // statement succeeds without inserting: that is how a caller-chosen event id
@@ -110,13 +129,6 @@ func (d Dialect) InsertEvent(table string, ifAbsent bool) string {
 		return q + " ON DUPLICATE KEY UPDATE id = id"
 	}
 	return q + " ON CONFLICT (event_id) DO NOTHING"
-}
-
-// EventTopic returns the SELECT of the topic of the row with a given
-// event_id: how a publisher that re-emits an id tells an idempotent repeat
-// (same topic) from a clash (another topic).
-func (d Dialect) EventTopic(table string) string {
-	return "SELECT topic FROM " + table + " WHERE event_id = " + d.Placeholder(1)
 }
 
 // EventIdentity returns the SELECT of the biz_type, biz_id and topic of the

@@ -91,12 +91,12 @@ import (
 const (
 	// MaxEventIDLen is the size of event_id (outbox metadata "outbox_event_id",
 	// or the message UUID).
-	MaxEventIDLen = 64
+	MaxEventIDLen = dialect.MaxInboxEventIDLen
 	// MaxTypeLen is the size of biz_type (the event type; routes are checked
 	// at registration).
-	MaxTypeLen = 64
+	MaxTypeLen = dialect.MaxTypeLen
 	// MaxKeyLen is the size of biz_id (outbox metadata "outbox_key").
-	MaxKeyLen = 128
+	MaxKeyLen = dialect.MaxKeyLen
 )
 
 // ErrPermanent is matched (errors.Is) by failures that no retry can fix;

@@ -3,6 +3,8 @@ package outbox
 import (
 	"errors"
 	"fmt"
+
+	"github.com/outboxgen/outboxgen/runtime/dialect"
 )
 
 // ErrInvalidEvent is matched (with errors.Is) by every payload validation
@@ -19,11 +21,11 @@ var ErrDuplicateEventID = errors.New("event id already used by another event")
 // values before any SQL runs.
 const (
 	// MaxTypeLen is the size of biz_type, the event type.
-	MaxTypeLen = 64
+	MaxTypeLen = dialect.MaxTypeLen
 	// MaxKeyLen is the size of biz_id, the key.
-	MaxKeyLen = 128
+	MaxKeyLen = dialect.MaxKeyLen
 	// MaxTopicLen is the size of topic.
-	MaxTopicLen = 255
+	MaxTopicLen = dialect.MaxTopicLen
 )
 
 // DuplicateEventIDError says which event a caller-chosen event id already

@@ -110,27 +110,80 @@ func (w *Writer) Dialect() Dialect { return w.dialect }
 func (w *Writer) Table() string { return w.table }
 
 // Statement is a prepared insert: the id the event will carry and the SQL
-// with its arguments. Drivers other than database/sql execute it.
+// with its arguments. Writer.Exec runs it.
 type Statement struct {
 	ID   EventID
 	SQL  string
 	Args []any
-	// Lookup is set when ID was chosen by the caller (WithEventID): then SQL
-	// skips an existing row with that event_id, and when it affects no rows
-	// the driver runs Lookup (one argument: ID.String()), which selects the
-	// existing row's biz_type, biz_id and topic, and passes them to
-	// CheckExisting.
-	Lookup string
 
+	// lookup is set when ID was chosen by the caller (WithEventID): then
+	// SQL skips an existing row with that event_id, and when it affects no
+	// rows Exec runs lookup to compare the existing row with this event.
+	lookup          string
 	typ, key, topic string
 }
 
-// CheckExisting reports whether the existing row with the statement's
-// caller-chosen event id, whose biz_type, biz_id and topic are given, is a
-// repeat of the statement's event (nil) or another event (an error matching
-// ErrDuplicateEventID).
-func (st Statement) CheckExisting(bizType, bizID, topic string) error {
-	if bizType == st.typ && bizID == st.key && topic == st.topic {
+// Tx is a transaction as a Writer uses it. StdTx adapts database/sql,
+// package pgxoutbox adapts pgx.
+type Tx interface {
+	// Exec runs a statement and returns how many rows it changed.
+	Exec(ctx context.Context, query string, args ...any) (int64, error)
+	// QueryRow runs a query returning at most one row and scans it into
+	// dest; found is false (and err nil) when there is no row.
+	QueryRow(ctx context.Context, query string, args []any, dest ...any) (found bool, err error)
+}
+
+// StdTx adapts a database/sql transaction (anything with ExecContext and
+// QueryRowContext) to Tx.
+func StdTx(tx Execer) Tx { return stdTx{tx} }
+
+type stdTx struct{ tx Execer }
+
+func (t stdTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (t stdTx) QueryRow(ctx context.Context, query string, args []any, dest ...any) (bool, error) {
+	err := t.tx.QueryRowContext(ctx, query, args...).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Existing reads the biz_type, biz_id and topic of the row holding event id
+// id in w's table; found is false when there is none. A publisher that
+// re-emits ids (package txpublisher) compares them with its own rules.
+func (w *Writer) Existing(ctx context.Context, tx Tx, id EventID) (bizType, bizID, topic string, found bool, err error) {
+	found, err = tx.QueryRow(ctx, w.identity, []any{id.String()}, &bizType, &bizID, &topic)
+	return bizType, bizID, topic, found, err
+}
+
+// Exec runs st inside tx. A caller-chosen id that the table already holds
+// for the same event (same type, key and topic) is an idempotent repeat and
+// succeeds; for another event it fails with ErrDuplicateEventID and leaves
+// tx usable (the check is a SELECT, not a failed statement).
+func (w *Writer) Exec(ctx context.Context, tx Tx, st Statement) error {
+	n, err := tx.Exec(ctx, st.SQL, st.Args...)
+	if err != nil {
+		return fmt.Errorf("outbox: insert %s into %s: %w", st.typ, w.table, err)
+	}
+	if st.lookup == "" || n != 0 {
+		return nil
+	}
+	typ, key, topic, found, err := w.Existing(ctx, tx, st.ID)
+	switch {
+	case err != nil:
+		return fmt.Errorf("outbox: insert %s into %s: look up the existing event id %s: %w", st.typ, w.table, st.ID, err)
+	case !found:
+		// Deleted in between (by the janitor, say): whether it was the
+		// same event cannot be told.
+		return fmt.Errorf("outbox: insert %s into %s: event id %s was taken when inserting but its row was gone when compared; retry the transaction", st.typ, w.table, st.ID)
+	case typ == st.typ && key == st.key && topic == st.topic:
 		return nil
 	}
 	return &DuplicateEventIDError{
@@ -138,18 +191,10 @@ func (st Statement) CheckExisting(bizType, bizID, topic string) error {
 		Type:     st.typ,
 		Key:      st.key,
 		Topic:    st.topic,
-		HasType:  bizType,
-		HasKey:   bizID,
+		HasType:  typ,
+		HasKey:   key,
 		HasTopic: topic,
 	}
-}
-
-// ExistingRowGone is the error to return when the insert of a Statement with
-// a caller-chosen id affected no rows but its Lookup found no row: the row
-// was deleted in between (by the janitor, say), so whether it was the same
-// event cannot be told.
-func (st Statement) ExistingRowGone(table string) error {
-	return fmt.Errorf("outbox: insert %s into %s: event id %s was taken when inserting but its row was gone when compared; retry the transaction", st.typ, table, st.ID)
 }
 
 // Prepare marshals ev and builds its INSERT without touching the database.
@@ -203,18 +248,16 @@ func (w *Writer) Prepare(ev Event, opts ...InsertOption) (Statement, error) {
 	} else {
 		query = w.insertIfNew
 	}
-	// JSON goes in as text: MySQL refuses JSON from a binary string and
-	// SQLite would store []byte as a BLOB.
 	st := Statement{
 		ID:    id,
 		SQL:   query,
-		Args:  []any{id.String(), ev.Type, ev.Key, ev.Topic, ev.Version, string(payload), headers},
+		Args:  dialect.InsertEventArgs(id.String(), ev.Type, ev.Key, ev.Topic, ev.Version, string(payload), headers),
 		typ:   ev.Type,
 		key:   ev.Key,
 		topic: ev.Topic,
 	}
 	if query == w.insertIfNew {
-		st.Lookup = w.identity
+		st.lookup = w.identity
 	}
 	return st, nil
 }
@@ -231,34 +274,18 @@ func truncate(s string, n int) string {
 // Insert writes ev into the outbox table inside tx and returns its event id.
 // It runs no other statement, so the business transaction stays short,
 // except when a caller-chosen id (WithEventID) is already taken: then one
-// SELECT compares the existing row with ev (see WithEventID).
+// SELECT compares the existing row with ev (see Exec).
 func (w *Writer) Insert(ctx context.Context, tx Execer, ev Event, opts ...InsertOption) (EventID, error) {
+	return w.InsertTx(ctx, StdTx(tx), ev, opts...)
+}
+
+// InsertTx is Insert through any Tx (pgxoutbox passes a pgx.Tx this way).
+func (w *Writer) InsertTx(ctx context.Context, tx Tx, ev Event, opts ...InsertOption) (EventID, error) {
 	st, err := w.Prepare(ev, opts...)
 	if err != nil {
 		return EventID{}, err
 	}
-	res, err := tx.ExecContext(ctx, st.SQL, st.Args...)
-	if err != nil {
-		return EventID{}, fmt.Errorf("outbox: insert %s into %s: %w", ev.Type, w.table, err)
-	}
-	if st.Lookup == "" {
-		return st.ID, nil
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return EventID{}, fmt.Errorf("outbox: insert %s into %s: rows affected: %w", ev.Type, w.table, err)
-	}
-	if n != 0 {
-		return st.ID, nil
-	}
-	var typ, key, topic string
-	switch err := tx.QueryRowContext(ctx, st.Lookup, st.ID.String()).Scan(&typ, &key, &topic); {
-	case errors.Is(err, sql.ErrNoRows):
-		return EventID{}, st.ExistingRowGone(w.table)
-	case err != nil:
-		return EventID{}, fmt.Errorf("outbox: insert %s into %s: look up the existing event id %s: %w", ev.Type, w.table, st.ID, err)
-	}
-	if err := st.CheckExisting(typ, key, topic); err != nil {
+	if err := w.Exec(ctx, tx, st); err != nil {
 		return EventID{}, err
 	}
 	return st.ID, nil

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -173,32 +174,62 @@ func TestPrepareRefusesOverlongValues(t *testing.T) {
 	}
 }
 
-// A statement with a caller-chosen id carries the lookup that tells a
-// repeat from a clash; CheckExisting compares type, key and topic.
-func TestStatementCheckExisting(t *testing.T) {
+// fakeTx is a Tx whose INSERT changes no row (the event id is taken) and
+// whose lookup returns row, recording the queries it was asked.
+type fakeTx struct {
+	row     *[3]string
+	queries []string
+}
+
+func (f *fakeTx) Exec(_ context.Context, query string, _ ...any) (int64, error) {
+	f.queries = append(f.queries, query)
+	return 0, nil
+}
+
+func (f *fakeTx) QueryRow(_ context.Context, query string, _ []any, dest ...any) (bool, error) {
+	f.queries = append(f.queries, query)
+	if f.row == nil {
+		return false, nil
+	}
+	for i, d := range dest {
+		*d.(*string) = f.row[i]
+	}
+	return true, nil
+}
+
+// With a caller-chosen id a skipped insert is followed by a lookup that
+// tells a repeat (same type, key and topic) from a clash; a fresh id never
+// looks anything up.
+func TestExecCallerChosenID(t *testing.T) {
+	ctx := context.Background()
 	w := MustNewWriter(SQLite, "outbox_event")
 	ev := Event{Type: "ORDER_PAID", Topic: "orders", Key: "o-1", Version: 1, Payload: 1}
 	st, err := w.Prepare(ev)
-	if err != nil || st.Lookup != "" {
-		t.Fatalf("fresh id: lookup %q, err %v", st.Lookup, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := &fakeTx{}
+	if err := w.Exec(ctx, fresh, st); err != nil || len(fresh.queries) != 1 {
+		t.Fatalf("fresh id: err %v, queries %q; want the INSERT only", err, fresh.queries)
 	}
 	id := NewEventID()
 	st, err = w.Prepare(ev, WithEventID(id))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "SELECT biz_type, biz_id, topic FROM outbox_event WHERE event_id = ?"; st.Lookup != want {
-		t.Fatalf("lookup = %q, want %q", st.Lookup, want)
-	}
-	if err := st.CheckExisting("ORDER_PAID", "o-1", "orders"); err != nil {
+	same := &fakeTx{row: &[3]string{"ORDER_PAID", "o-1", "orders"}}
+	if err := w.Exec(ctx, same, st); err != nil {
 		t.Fatalf("same event: %v", err)
+	}
+	if want := "SELECT biz_type, biz_id, topic FROM outbox_event WHERE event_id = ?"; len(same.queries) != 2 || same.queries[1] != want {
+		t.Fatalf("queries = %q, want the INSERT and %q", same.queries, want)
 	}
 	for _, other := range [][3]string{
 		{"STOCK_RESERVED", "o-1", "orders"},
 		{"ORDER_PAID", "o-2", "orders"},
 		{"ORDER_PAID", "o-1", "payments"},
 	} {
-		err := st.CheckExisting(other[0], other[1], other[2])
+		err := w.Exec(ctx, &fakeTx{row: &other}, st)
 		var de *DuplicateEventIDError
 		if !errors.Is(err, ErrDuplicateEventID) || !errors.As(err, &de) || de.HasType != other[0] || !strings.Contains(err.Error(), id.String()) {
 			t.Errorf("existing %v: err = %v, want ErrDuplicateEventID naming %s", other, err, id)
@@ -206,5 +237,8 @@ func TestStatementCheckExisting(t *testing.T) {
 		if errors.Is(err, ErrInvalidEvent) {
 			t.Errorf("existing %v: a duplicate id is not an invalid event", other)
 		}
+	}
+	if err := w.Exec(ctx, &fakeTx{}, st); err == nil || !strings.Contains(err.Error(), "retry the transaction") {
+		t.Fatalf("row gone between insert and lookup: err = %v", err)
 	}
 }

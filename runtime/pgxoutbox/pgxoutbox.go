@@ -6,7 +6,6 @@ package pgxoutbox
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -19,26 +18,26 @@ import (
 // another event fails with an error matching outbox.ErrDuplicateEventID, and
 // leaves tx usable.
 func Insert(ctx context.Context, tx pgx.Tx, w *outbox.Writer, ev outbox.Event, opts ...outbox.InsertOption) (outbox.EventID, error) {
-	st, err := w.Prepare(ev, opts...)
+	return w.InsertTx(ctx, Tx(tx), ev, opts...)
+}
+
+// Tx adapts a pgx transaction to outbox.Tx.
+func Tx(tx pgx.Tx) outbox.Tx { return pgxTx{tx} }
+
+type pgxTx struct{ tx pgx.Tx }
+
+func (t pgxTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := t.tx.Exec(ctx, query, args...)
 	if err != nil {
-		return outbox.EventID{}, err
+		return 0, err
 	}
-	tag, err := tx.Exec(ctx, st.SQL, st.Args...)
-	if err != nil {
-		return outbox.EventID{}, fmt.Errorf("outbox: insert %s into %s: %w", ev.Type, w.Table(), err)
+	return tag.RowsAffected(), nil
+}
+
+func (t pgxTx) QueryRow(ctx context.Context, query string, args []any, dest ...any) (bool, error) {
+	err := t.tx.QueryRow(ctx, query, args...).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
 	}
-	if st.Lookup == "" || tag.RowsAffected() != 0 {
-		return st.ID, nil
-	}
-	var typ, key, topic string
-	switch err := tx.QueryRow(ctx, st.Lookup, st.ID.String()).Scan(&typ, &key, &topic); {
-	case errors.Is(err, pgx.ErrNoRows):
-		return outbox.EventID{}, st.ExistingRowGone(w.Table())
-	case err != nil:
-		return outbox.EventID{}, fmt.Errorf("outbox: insert %s into %s: look up the existing event id %s: %w", ev.Type, w.Table(), st.ID, err)
-	}
-	if err := st.CheckExisting(typ, key, topic); err != nil {
-		return outbox.EventID{}, err
-	}
-	return st.ID, nil
+	return err == nil, err
 }

@@ -55,14 +55,6 @@ var relaySet = map[string]bool{
 	outbox.MetadataPartitionKey: true,
 }
 
-// Column limits of the outbox table, in characters, checked before any SQL
-// runs so that a too-long value never aborts the caller's transaction.
-const (
-	maxType  = 64
-	maxKey   = 128
-	maxTopic = 255
-)
-
 // Errors matched with errors.Is. A Publish that fails with one of the first
 // three ran no SQL: the transaction is untouched.
 var (
@@ -134,11 +126,7 @@ func WithBinaryPayloads() Option { return func(c *config) { c.binary = true } }
 // another driver, and always over a transaction, never a pool: a pool
 // commits each row on its own, which defeats the outbox.
 type Tx interface {
-	// Exec runs a statement and returns the number of rows it affected.
-	Exec(ctx context.Context, query string, args ...any) (int64, error)
-	// QueryString runs a query selecting one text column and returns the
-	// first row's value, or found = false when there is no row.
-	QueryString(ctx context.Context, query string, args ...any) (value string, found bool, err error)
+	outbox.Tx
 	// IsTxDone reports whether err says the transaction already ended.
 	IsTxDone(err error) bool
 }
@@ -150,7 +138,6 @@ type Publisher struct {
 	w      *outbox.Writer
 	cfg    config
 	insert string
-	lookup string
 
 	mu sync.Mutex // a transaction runs one statement at a time
 }
@@ -163,7 +150,7 @@ func New(tx *sql.Tx, w *outbox.Writer, opts ...Option) *Publisher {
 	if tx == nil {
 		panic("txpublisher: New: nil *sql.Tx")
 	}
-	return NewTx(sqlTx{tx}, w, opts...)
+	return NewTx(sqlTx{outbox.StdTx(tx)}, w, opts...)
 }
 
 // NewTx returns a Publisher writing into w's outbox table through tx, an
@@ -185,7 +172,6 @@ func NewTx(tx Tx, w *outbox.Writer, opts ...Option) *Publisher {
 		w:      w,
 		cfg:    cfg,
 		insert: d.InsertEvent(w.Table(), true),
-		lookup: d.EventTopic(w.Table()),
 	}
 }
 
@@ -233,7 +219,7 @@ func (p *Publisher) write(ctx context.Context, topic string, r row) error {
 	}
 	// A row with this event id exists: a re-publish (fine) unless it is
 	// another topic's event.
-	existing, found, err := p.tx.QueryString(ctx, p.lookup, r.id.String())
+	_, _, existing, found, err := p.w.Existing(ctx, p.tx, r.id)
 	if err != nil {
 		return p.dbErr("look up the existing event id in "+p.w.Table(), err)
 	}
@@ -256,7 +242,7 @@ func (p *Publisher) prepare(topic string, msg *message.Message) (row, error) {
 	if msg == nil {
 		return row{}, fmt.Errorf("%w: nil message", ErrInvalidMessage)
 	}
-	if err := checkLen("topic", topic, maxTopic); err != nil {
+	if err := checkLen("topic", topic, dialect.MaxTopicLen); err != nil {
 		return row{}, err
 	}
 	headers := make(map[string]string, len(msg.Metadata)+2)
@@ -281,14 +267,14 @@ func (p *Publisher) prepare(topic string, msg *message.Message) (row, error) {
 	if v := p.meta(msg, p.cfg.typeKey); v != "" {
 		typ = v
 	}
-	if err := checkLen("type (biz_type, metadata "+strconv.Quote(p.cfg.typeKey)+" or the topic)", typ, maxType); err != nil {
+	if err := checkLen("type (biz_type, metadata "+strconv.Quote(p.cfg.typeKey)+" or the topic)", typ, dialect.MaxTypeLen); err != nil {
 		return row{}, err
 	}
 	key := id.String()
 	if v := p.meta(msg, p.cfg.keyKey); v != "" {
 		key = v
 	}
-	if err := checkLen("key (biz_id, metadata "+strconv.Quote(p.cfg.keyKey)+")", key, maxKey); err != nil {
+	if err := checkLen("key (biz_id, metadata "+strconv.Quote(p.cfg.keyKey)+")", key, dialect.MaxKeyLen); err != nil {
 		return row{}, err
 	}
 	version := 1
@@ -314,8 +300,6 @@ func (p *Publisher) prepare(topic string, msg *message.Message) (row, error) {
 			}
 			return row{}, fmt.Errorf("%w: %s (the outbox payload column is JSON): publish JSON (e.g. {} for no data), or store opaque bytes with txpublisher.WithBinaryPayloads()", ErrPayloadNotJSON, what)
 		}
-		// As text: MySQL refuses JSON from a binary string and SQLite
-		// would store []byte as a BLOB.
 		payload = string(msg.Payload)
 	}
 	if _, reserved := msg.Metadata[HeaderPayloadEncoding]; reserved && !p.cfg.binary {
@@ -331,27 +315,7 @@ func (p *Publisher) prepare(topic string, msg *message.Message) (row, error) {
 		hdr = string(b)
 	}
 
-	args := make([]any, len(dialect.InsertEventColumns))
-	for i, col := range dialect.InsertEventColumns {
-		switch col {
-		case "event_id":
-			args[i] = id.String()
-		case "biz_type":
-			args[i] = typ
-		case "biz_id":
-			args[i] = key
-		case "topic":
-			args[i] = topic
-		case "payload_version":
-			args[i] = version
-		case "payload":
-			args[i] = payload
-		case "headers":
-			args[i] = hdr
-		default:
-			return row{}, fmt.Errorf("txpublisher: outbox column %q is unknown to this version of txpublisher", col)
-		}
-	}
+	args := dialect.InsertEventArgs(id.String(), typ, key, topic, version, payload, hdr)
 	return row{id: id, args: args}, nil
 }
 
@@ -416,23 +380,6 @@ func DecodePayload(encoding string, stored []byte) ([]byte, error) {
 }
 
 // sqlTx adapts *sql.Tx.
-type sqlTx struct{ tx *sql.Tx }
+type sqlTx struct{ outbox.Tx }
 
-func (t sqlTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	res, err := t.tx.ExecContext(ctx, query, args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
-func (t sqlTx) QueryString(ctx context.Context, query string, args ...any) (string, bool, error) {
-	var s string
-	err := t.tx.QueryRowContext(ctx, query, args...).Scan(&s)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", false, nil
-	}
-	return s, err == nil, err
-}
-
-func (t sqlTx) IsTxDone(err error) bool { return errors.Is(err, sql.ErrTxDone) }
+func (sqlTx) IsTxDone(err error) bool { return errors.Is(err, sql.ErrTxDone) }

@@ -26,12 +26,6 @@ INSERT INTO outbox_event (event_id, biz_type, biz_id, topic, payload_version, pa
 VALUES (?, ?, ?, ?, ?, ?, ?)
 ON DUPLICATE KEY UPDATE id = id;
 
--- name: OutboxEventTopic :one
--- Dialect.EventTopic(table): txpublisher tells a repeated id from a clash
-SELECT topic
-FROM outbox_event
-WHERE event_id = ?;
-
 -- name: OutboxEventIdentity :one
 -- Dialect.EventIdentity(table): a writer tells a repeated caller-chosen id from a clash
 SELECT biz_type, biz_id, topic

@@ -9,12 +9,12 @@
 package pgxtxpublisher
 
 import (
-	"context"
 	"errors"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxgen/outboxgen/runtime/outbox"
+	"github.com/outboxgen/outboxgen/runtime/pgxoutbox"
 	"github.com/outboxgen/outboxgen/runtime/txpublisher"
 )
 
@@ -25,26 +25,9 @@ func New(tx pgx.Tx, w *outbox.Writer, opts ...txpublisher.Option) *txpublisher.P
 	if tx == nil {
 		panic("pgxtxpublisher: New: nil pgx.Tx")
 	}
-	return txpublisher.NewTx(pgxTx{tx}, w, opts...)
+	return txpublisher.NewTx(pgxTx{pgxoutbox.Tx(tx)}, w, opts...)
 }
 
-type pgxTx struct{ tx pgx.Tx }
+type pgxTx struct{ outbox.Tx }
 
-func (t pgxTx) Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	tag, err := t.tx.Exec(ctx, query, args...)
-	if err != nil {
-		return 0, err
-	}
-	return tag.RowsAffected(), nil
-}
-
-func (t pgxTx) QueryString(ctx context.Context, query string, args ...any) (string, bool, error) {
-	var s string
-	err := t.tx.QueryRow(ctx, query, args...).Scan(&s)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", false, nil
-	}
-	return s, err == nil, err
-}
-
-func (t pgxTx) IsTxDone(err error) bool { return errors.Is(err, pgx.ErrTxClosed) }
+func (pgxTx) IsTxDone(err error) bool { return errors.Is(err, pgx.ErrTxClosed) }
