@@ -1,9 +1,9 @@
 package drivertest
 
 // The monitor's and janitor's part of the conformance suite: Stats,
-// DeleteSent, ArchiveSent and DeleteInbox. RunOps runs it against one
-// driver; the seeding helpers (OpsSeed, OpsSeedInbox, CreateArchiveTable) are
-// exported for the monitor's and janitor's own tests.
+// DeleteSent, ArchiveSent and DeleteInbox, run by Run. The seeding helpers
+// (OpsSeed, OpsSeedInbox, CreateArchiveTable) are exported for the
+// monitor's and janitor's own tests.
 //
 // Rows are aged with the database clock (an UPDATE setting created_at,
 // sent_at, ... to "now minus d"), never with a bound Go time, and every
@@ -27,29 +27,8 @@ import (
 	"github.com/outboxgen/outboxgen/templates"
 )
 
-// OpsDriver is the part of driver.Driver that RunOps exercises. Every
-// driver.Driver is one.
-type OpsDriver interface {
-	Dialect() dialect.Dialect
-	Tables() driver.Tables
-	Stats(ctx context.Context, staleAfter time.Duration) (driver.Stats, error)
-	DeleteSent(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
-	ArchiveSent(ctx context.Context, archive string, olderThan time.Duration, limit int) (int64, error)
-	DeleteInbox(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
-}
-
-// OpsEnv is one fresh database for RunOps: a driver on it, with
-// outboxgen's schema applied for the driver's Tables, and a database/sql
-// handle on the same database for seeding and inspection.
-type OpsEnv struct {
-	Driver OpsDriver
-	DB     *sql.DB
-}
-
-// RunOps runs the monitor and janitor conformance tests. open is called
-// once per subtest and must return a driver on a fresh database with the
-// schema applied.
-func RunOps(t *testing.T, open func(t *testing.T) OpsEnv) {
+// runOps runs the monitor's and janitor's part of the suite; Run calls it.
+func runOps(t *testing.T, open func(t *testing.T) Env) {
 	t.Run("StatsEmpty", func(t *testing.T) { opsTestStatsEmpty(t, open(t)) })
 	t.Run("Stats", func(t *testing.T) { opsTestStats(t, open(t)) })
 	t.Run("DeleteSent", func(t *testing.T) { opsTestDeleteSent(t, open(t)) })
@@ -64,7 +43,7 @@ const (
 	opsRetention = 7 * opsDay
 )
 
-func opsTestStatsEmpty(t *testing.T, env OpsEnv) {
+func opsTestStatsEmpty(t *testing.T, env Env) {
 	st, err := env.Driver.Stats(context.Background(), 10*time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +71,7 @@ func OpsStatsFixture(t testing.TB, db *sql.DB, d dialect.Dialect, tables driver.
 	return driver.Stats{Pending: 7, OldestPendingAge: 2 * time.Hour, Stale: 3, Failed: 1, ExpiredLeases: 1}
 }
 
-func opsTestStats(t *testing.T, env OpsEnv) {
+func opsTestStats(t *testing.T, env Env) {
 	want := OpsStatsFixture(t, env.DB, env.Driver.Dialect(), env.Driver.Tables())
 	st, err := env.Driver.Stats(context.Background(), 10*time.Minute)
 	if err != nil {
@@ -128,7 +107,7 @@ func OpsCheckStats(t testing.TB, got, want driver.Stats) {
 // opsJanitorFixture seeds rows the janitor must keep and old sent rows it
 // must remove. FAILED and pending rows get an old sent_at too, to prove
 // the status guard. It returns the ids of the old sent rows.
-func opsJanitorFixture(t *testing.T, env OpsEnv, oldSent int) (old []int64, keep []int64) {
+func opsJanitorFixture(t *testing.T, env Env, oldSent int) (old []int64, keep []int64) {
 	t.Helper()
 	d, tb := env.Driver.Dialect(), env.Driver.Tables()
 	ids := OpsSeed(t, env.DB, d, tb.Outbox,
@@ -140,7 +119,7 @@ func opsJanitorFixture(t *testing.T, env OpsEnv, oldSent int) (old []int64, keep
 	return ids[0], append(append(append([]int64(nil), ids[1]...), ids[2]...), ids[3]...)
 }
 
-func opsTestDeleteSent(t *testing.T, env OpsEnv) {
+func opsTestDeleteSent(t *testing.T, env Env) {
 	ctx := context.Background()
 	old, keep := opsJanitorFixture(t, env, 5)
 	tb := env.Driver.Tables()
@@ -166,7 +145,7 @@ func opsTestDeleteSent(t *testing.T, env OpsEnv) {
 	}
 }
 
-func opsTestArchiveSent(t *testing.T, env OpsEnv) {
+func opsTestArchiveSent(t *testing.T, env Env) {
 	ctx := context.Background()
 	d, tb := env.Driver.Dialect(), env.Driver.Tables()
 	archive := tb.Outbox + "_archive"
@@ -205,7 +184,7 @@ func opsTestArchiveSent(t *testing.T, env OpsEnv) {
 	}
 }
 
-func opsTestArchiveMissing(t *testing.T, env OpsEnv) {
+func opsTestArchiveMissing(t *testing.T, env Env) {
 	old, keep := opsJanitorFixture(t, env, 3)
 	if _, err := env.Driver.ArchiveSent(context.Background(), "no_such_archive", opsRetention, 10); err == nil {
 		t.Fatal("ArchiveSent into a missing table succeeded, want an error")
@@ -215,7 +194,7 @@ func opsTestArchiveMissing(t *testing.T, env OpsEnv) {
 	}
 }
 
-func opsTestDeleteInbox(t *testing.T, env OpsEnv) {
+func opsTestDeleteInbox(t *testing.T, env Env) {
 	ctx := context.Background()
 	d, tb := env.Driver.Dialect(), env.Driver.Tables()
 	OpsSeedInbox(t, env.DB, d, tb.Inbox, 3, 8*opsDay)
@@ -242,7 +221,7 @@ func opsTestDeleteInbox(t *testing.T, env OpsEnv) {
 	}
 }
 
-func opsTestBadLimit(t *testing.T, env OpsEnv) {
+func opsTestBadLimit(t *testing.T, env Env) {
 	ctx := context.Background()
 	if _, err := env.Driver.DeleteSent(ctx, opsRetention, 0); err == nil {
 		t.Error("DeleteSent with limit 0 succeeded, want an error")

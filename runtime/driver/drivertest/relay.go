@@ -2,12 +2,13 @@
 // style of river's riverdrivertest: every implementation runs it against
 // a real database from its own tests.
 //
-//	func TestRelay(t *testing.T) {
+//	func TestConformance(t *testing.T) {
 //		drivertest.Run(t, func(t *testing.T) drivertest.Env { ... fresh database ... })
 //	}
 //
-// Run covers the relay's methods (Claim, MarkSent, MarkRetry, Release,
-// ExtendLease, ListFailed, Requeue); RunOps covers the monitor's and janitor's.
+// Run covers every method: the relay's (Claim, MarkSent, MarkRetry,
+// Release, ExtendLease, ListFailed, Requeue) and the monitor's and
+// janitor's (Stats, DeleteSent, ArchiveSent, DeleteInbox).
 package drivertest
 
 // The relay's part of the suite. Rows are aged and leases expired by
@@ -37,7 +38,7 @@ type Env struct {
 	DB     *sql.DB
 }
 
-// Run runs the relay conformance tests. open is called once per subtest
+// Run runs the whole conformance suite. open is called once per subtest
 // and must return a driver on a fresh database with the schema applied.
 func Run(t *testing.T, open func(t *testing.T) Env) {
 	tests := []struct {
@@ -67,6 +68,7 @@ func Run(t *testing.T, open func(t *testing.T) Env) {
 			tc.f(t, &env{Env: ev, d: ev.Driver.Dialect(), table: ev.Driver.Tables().Outbox, ctx: context.Background()})
 		})
 	}
+	runOps(t, open)
 }
 
 type env struct {

@@ -29,8 +29,8 @@ func openPgx(t *testing.T) (*pgxdriver.Driver, *pgxpool.Pool, *sql.DB) {
 	return drv, pool, db
 }
 
-// TestRelay runs the relay conformance suite on a pgx pool.
-func TestRelay(t *testing.T) {
+// TestConformance runs the driver conformance suite on a pgx pool.
+func TestConformance(t *testing.T) {
 	drivertest.Run(t, func(t *testing.T) drivertest.Env {
 		drv, _, db := openPgx(t)
 		return drivertest.Env{Driver: drv, DB: db}

@@ -17,8 +17,8 @@ import (
 	"github.com/outboxgen/outboxgen/templates"
 )
 
-// TestRelay runs the relay conformance suite on every dialect.
-func TestRelay(t *testing.T) {
+// TestConformance runs the driver conformance suite on every dialect.
+func TestConformance(t *testing.T) {
 	for _, name := range testdb.Dialects() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
