@@ -20,6 +20,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/outboxgen/outboxgen/runtime/internal/schedule"
 )
 
 // Store is what the janitor changes: any driver.Driver.
@@ -175,20 +177,9 @@ func (j *Janitor) Run(ctx context.Context) error {
 	defer j.runMu.Unlock()
 	j.log.InfoContext(ctx, "janitor started", slog.Duration("interval", j.opts.Interval), slog.Duration("retention", j.opts.Retention),
 		slog.Duration("inbox_retention", j.opts.InboxRetention), slog.String("archive_table", j.opts.ArchiveTable), slog.Int("batch_size", j.opts.BatchSize))
-	timer := time.NewTimer(j.opts.Interval)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		if ctx.Err() != nil {
-			j.log.Info("janitor stopped")
-			return nil
-		}
+	schedule.FixedDelay(ctx, j.opts.Interval, func(ctx context.Context) {
 		_, _ = j.RunOnce(ctx) // RunOnce logs its outcome
-		timer.Reset(j.opts.Interval)
-		select {
-		case <-ctx.Done():
-		case <-timer.C:
-		}
-		timer.Stop()
-	}
+	})
+	j.log.Info("janitor stopped")
+	return nil
 }

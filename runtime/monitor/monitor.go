@@ -43,6 +43,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/internal/schedule"
 )
 
 // Source is what the monitor reads: any driver.Driver.
@@ -380,22 +381,11 @@ func (m *Monitor) Run(ctx context.Context) error {
 	}
 	defer m.runMu.Unlock()
 	m.log.InfoContext(ctx, "monitor started", slog.Duration("interval", m.opts.Interval), slog.Duration("stale_after", m.opts.StaleAfter))
-	timer := time.NewTimer(m.opts.Interval)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		if ctx.Err() != nil {
-			m.log.Info("monitor stopped")
-			return nil
-		}
+	schedule.FixedDelay(ctx, m.opts.Interval, func(ctx context.Context) {
 		if err := m.tick(ctx); err != nil && ctx.Err() == nil {
 			m.log.ErrorContext(ctx, "monitor check failed", slog.Any("error", err))
 		}
-		timer.Reset(m.opts.Interval)
-		select {
-		case <-ctx.Done():
-		case <-timer.C:
-		}
-		timer.Stop()
-	}
+	})
+	m.log.Info("monitor stopped")
+	return nil
 }

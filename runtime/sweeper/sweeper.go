@@ -36,6 +36,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/internal/schedule"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/runtime/relay"
 )
@@ -165,21 +166,13 @@ func (s *Sweeper) RunOnce(ctx context.Context) (int, error) {
 // the next sweep.
 func (s *Sweeper) Run(ctx context.Context) error {
 	s.log.InfoContext(ctx, "sweeper started", slog.Duration("interval", s.interval), slog.Duration("overdue_after", s.overdue))
-	timer := time.NewTimer(s.interval)
-	timer.Stop()
-	defer timer.Stop()
-	for {
+	schedule.FixedDelay(ctx, s.interval, func(ctx context.Context) {
 		if _, err := s.RunOnce(ctx); err != nil && ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "sweep failed", slog.Any("error", err))
 		}
-		timer.Reset(s.interval)
-		select {
-		case <-ctx.Done():
-			s.log.Info("sweeper stopped")
-			return nil
-		case <-timer.C:
-		}
-	}
+	})
+	s.log.Info("sweeper stopped")
+	return nil
 }
 
 func defaultInstanceID() string {
