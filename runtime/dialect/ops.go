@@ -66,17 +66,6 @@ func NewOpsQueries(d Dialect, outbox, inbox string) (*OpsQueries, error) {
 // Dialect returns the queries' dialect.
 func (q *OpsQueries) Dialect() Dialect { return q.d }
 
-// earlier returns "now - d" in the dialect, binding d.
-func (b *binder) earlier(d time.Duration) string {
-	switch b.d {
-	case Postgres:
-		return "now() - " + b.bind(d.Seconds()) + " * interval '1 second'"
-	case MySQL:
-		return "CURRENT_TIMESTAMP(6) - INTERVAL " + b.bind(d.Microseconds()) + " MICROSECOND"
-	}
-	return "strftime('%Y-%m-%d %H:%M:%f', 'now', " + b.bind(fmt.Sprintf("%+.6f seconds", -d.Seconds())) + ")"
-}
-
 // ageSeconds returns the seconds from timestamp expression ts to now, as a
 // floating-point number.
 func (d Dialect) ageSeconds(ts string) string {
@@ -102,7 +91,7 @@ func (q *OpsQueries) Stats(staleAfter time.Duration) (string, []any) {
 	// cutoff is the only bound value.
 	s := "SELECT COUNT(*)" +
 		", COALESCE(" + q.d.ageSeconds("MIN(created_at)") + ", 0)" +
-		", COALESCE(SUM(CASE WHEN created_at < " + b.earlier(staleAfter) + " THEN 1 ELSE 0 END), 0)" +
+		", COALESCE(SUM(CASE WHEN created_at < " + b.nowPlus(-staleAfter) + " THEN 1 ELSE 0 END), 0)" +
 		", (SELECT COUNT(*) FROM " + q.outbox + " WHERE status = 2)" +
 		", COALESCE(SUM(CASE WHEN lease_expires_at < " + now + " THEN 1 ELSE 0 END), 0)" +
 		" FROM " + q.outbox + " WHERE status = 0"
@@ -112,7 +101,7 @@ func (q *OpsQueries) Stats(staleAfter time.Duration) (string, []any) {
 // sentBefore is the janitor's condition on outbox rows: sent, and sent
 // longer than olderThan ago. FAILED (2) and pending (0) rows never match.
 func (q *OpsQueries) sentBefore(b *binder, olderThan time.Duration) string {
-	return "status = 1 AND sent_at < " + b.earlier(olderThan)
+	return "status = 1 AND sent_at < " + b.nowPlus(-olderThan)
 }
 
 // pgBatch is PostgreSQL's batch of old sent ids, locked with SKIP LOCKED
@@ -247,7 +236,7 @@ func (q *OpsQueries) ArchiveDelete(ids []int64) (string, []any) {
 func (q *OpsQueries) DeleteInbox(olderThan time.Duration, limit int) (string, []any) {
 	b := &binder{d: q.d}
 	t := q.inbox
-	cond := "processed_at < " + b.earlier(olderThan)
+	cond := "processed_at < " + b.nowPlus(-olderThan)
 	switch q.d {
 	case MySQL:
 		s := "DELETE FROM " + t + " WHERE " + cond + " ORDER BY processed_at LIMIT " + b.bind(limit)

@@ -140,10 +140,10 @@ func TestOpsQueriesArchiveKindMismatch(t *testing.T) {
 	}
 }
 
-func TestOpsEarlierSQLiteModifier(t *testing.T) {
+func TestNowPlusSQLiteModifier(t *testing.T) {
 	b := &binder{d: SQLite}
-	s := b.earlier(90 * time.Second)
+	s := b.nowPlus(-90 * time.Second)
 	if !strings.Contains(s, "'now', ?") || b.args[0] != "-90.000000 seconds" {
-		t.Errorf("earlier = %q %v", s, b.args)
+		t.Errorf("nowPlus = %q %v", s, b.args)
 	}
 }

@@ -30,18 +30,6 @@ const MaxInList = 1000
 // ErrorTextLimit is the most bytes of a publish error stored in last_error.
 const ErrorTextLimit = 2048
 
-// Now returns the dialect's current-timestamp expression, the one the DDL
-// defaults use.
-func (d Dialect) Now() string {
-	switch d {
-	case Postgres:
-		return "now()"
-	case MySQL:
-		return "CURRENT_TIMESTAMP(6)"
-	}
-	return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
-}
-
 // RelayQueries holds the relay's statements for one outbox table. Build it
 // once with NewRelayQueries; it is immutable and safe for concurrent use.
 //
@@ -110,44 +98,6 @@ func (q *RelayQueries) Table() string { return q.table }
 // LOCKED returning the candidates), drop the ids ClaimBlocked returns, run
 // ClaimLease on the rest, commit.
 func (q *RelayQueries) ClaimInTransaction() bool { return q.d == MySQL }
-
-// binder numbers placeholders in the order they are written.
-type binder struct {
-	d    Dialect
-	args []any
-}
-
-func (b *binder) bind(v any) string {
-	b.args = append(b.args, v)
-	return b.d.Placeholder(len(b.args))
-}
-
-func (b *binder) list(vs []string) string {
-	ps := make([]string, len(vs))
-	for i, v := range vs {
-		ps[i] = b.bind(v)
-	}
-	return strings.Join(ps, ", ")
-}
-
-func (b *binder) ids(ids []int64) string {
-	ps := make([]string, len(ids))
-	for i, v := range ids {
-		ps[i] = b.bind(v)
-	}
-	return strings.Join(ps, ", ")
-}
-
-// later returns "now + d" in the dialect, binding d.
-func (b *binder) later(d time.Duration) string {
-	switch b.d {
-	case Postgres:
-		return "now() + " + b.bind(d.Seconds()) + " * interval '1 second'"
-	case MySQL:
-		return "CURRENT_TIMESTAMP(6) + INTERVAL " + b.bind(d.Microseconds()) + " MICROSECOND"
-	}
-	return "strftime('%Y-%m-%d %H:%M:%f', 'now', " + b.bind(fmt.Sprintf("%+.6f seconds", d.Seconds())) + ")"
-}
 
 // Claimable is the eligibility of a pending row aliased x: pending, due,
 // and not under a live lease.
@@ -295,9 +245,9 @@ func (q *RelayQueries) expand(stmt string, vals map[string]any) (string, []any) 
 		case "ids":
 			out.WriteString(b.ids(vals["ids"].([]int64)))
 		case "lease":
-			out.WriteString(b.later(vals["lease"].(time.Duration)))
+			out.WriteString(b.nowPlus(vals["lease"].(time.Duration)))
 		case "overdue":
-			out.WriteString(b.earlier(vals["overdue"].(time.Duration)))
+			out.WriteString(b.nowPlus(-vals["overdue"].(time.Duration)))
 		case "owner", "limit":
 			out.WriteString(b.bind(vals[name]))
 		default:
@@ -335,7 +285,7 @@ func (q *RelayQueries) ClaimBlocked(ids []int64) (string, []any) {
 // ClaimLease (MySQL only) leases the locked, unblocked ids to owner.
 func (q *RelayQueries) ClaimLease(owner string, lease time.Duration, ids []int64) (string, []any) {
 	b := &binder{d: q.d}
-	s := "UPDATE " + q.table + " SET lease_owner = " + b.bind(owner) + ", lease_expires_at = " + b.later(lease) +
+	s := "UPDATE " + q.table + " SET lease_owner = " + b.bind(owner) + ", lease_expires_at = " + b.nowPlus(lease) +
 		", updated_at = " + q.d.Now() + " WHERE id IN (" + b.ids(ids) + ")"
 	return s, b.args
 }
@@ -363,7 +313,7 @@ func (q *RelayQueries) MarkRetry(owner string, id int64, errText string, delay t
 	// and SQLite with the old ones; in this order all three agree.
 	s := "UPDATE " + q.table + " SET status = CASE WHEN retry_count + 1 >= " + b.bind(maxAttempts) + " THEN 2 ELSE 0 END" +
 		", retry_count = retry_count + 1, last_error = " + b.bind(TruncateError(errText)) +
-		", next_retry_time = " + b.later(delay) + ", lease_owner = NULL, lease_expires_at = NULL, updated_at = " + now +
+		", next_retry_time = " + b.nowPlus(delay) + ", lease_owner = NULL, lease_expires_at = NULL, updated_at = " + now +
 		" WHERE id = " + b.bind(id) + " AND lease_owner = " + b.bind(owner) + " AND status = 0"
 	return s, b.args
 }
@@ -383,7 +333,7 @@ func (q *RelayQueries) Release(owner string, ids []int64) (string, []any) {
 // are left alone. The rows-affected count tells how many are still owned.
 func (q *RelayQueries) ExtendLease(owner string, ids []int64, lease time.Duration) (string, []any) {
 	b := &binder{d: q.d}
-	s := "UPDATE " + q.table + " SET lease_expires_at = " + b.later(lease) + ", updated_at = " + q.d.Now() +
+	s := "UPDATE " + q.table + " SET lease_expires_at = " + b.nowPlus(lease) + ", updated_at = " + q.d.Now() +
 		" WHERE " + q.idIn(b, ids) + " AND lease_owner = " + b.bind(owner) + " AND status = 0"
 	return s, b.args
 }

@@ -77,13 +77,13 @@ FROM outbox_event c
 WHERE c.status = 0
   AND c.next_retry_time <= CURRENT_TIMESTAMP(6)
   AND (c.lease_expires_at IS NULL OR c.lease_expires_at < CURRENT_TIMESTAMP(6))
-  AND c.created_at <= CURRENT_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+  AND c.created_at <= CURRENT_TIMESTAMP(6) + INTERVAL ? MICROSECOND
   AND (NOT EXISTS (SELECT 1
     FROM outbox_event o
     WHERE o.biz_id = c.biz_id
       AND o.id < c.id
       AND o.status <> 1
-      AND NOT (o.status = 0 AND o.next_retry_time <= CURRENT_TIMESTAMP(6) AND (o.lease_expires_at IS NULL OR o.lease_expires_at < CURRENT_TIMESTAMP(6)) AND o.created_at <= CURRENT_TIMESTAMP(6) - INTERVAL ? MICROSECOND)))
+      AND NOT (o.status = 0 AND o.next_retry_time <= CURRENT_TIMESTAMP(6) AND (o.lease_expires_at IS NULL OR o.lease_expires_at < CURRENT_TIMESTAMP(6)) AND o.created_at <= CURRENT_TIMESTAMP(6) + INTERVAL ? MICROSECOND)))
 ORDER BY c.id
 LIMIT ?
 FOR UPDATE SKIP LOCKED;
@@ -190,7 +190,7 @@ ON DUPLICATE KEY UPDATE last_seq = IF(VALUES(last_seq) > last_seq, VALUES(last_s
 -- OpsQueries.Stats(staleAfter)
 SELECT COUNT(*),
     COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), CURRENT_TIMESTAMP(6)) / 1000000.0, 0),
-    COALESCE(SUM(CASE WHEN created_at < CURRENT_TIMESTAMP(6) - INTERVAL ? MICROSECOND THEN 1 ELSE 0 END), 0),
+    COALESCE(SUM(CASE WHEN created_at < CURRENT_TIMESTAMP(6) + INTERVAL ? MICROSECOND THEN 1 ELSE 0 END), 0),
     (SELECT COUNT(*) FROM outbox_event WHERE status = 2),
     COALESCE(SUM(CASE WHEN lease_expires_at < CURRENT_TIMESTAMP(6) THEN 1 ELSE 0 END), 0)
 FROM outbox_event
@@ -200,14 +200,14 @@ WHERE status = 0;
 -- OpsQueries.DeleteSent(olderThan, limit)
 DELETE FROM outbox_event
 WHERE status = 1
-  AND sent_at < CURRENT_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+  AND sent_at < CURRENT_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 ORDER BY id
 LIMIT ?;
 
 -- name: OpsDeleteInbox :execrows
 -- OpsQueries.DeleteInbox(olderThan, limit)
 DELETE FROM outbox_inbox
-WHERE processed_at < CURRENT_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+WHERE processed_at < CURRENT_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 ORDER BY processed_at
 LIMIT ?;
 
@@ -216,7 +216,7 @@ LIMIT ?;
 SELECT id
 FROM outbox_event
 WHERE status = 1
-  AND sent_at < CURRENT_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+  AND sent_at < CURRENT_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 ORDER BY id
 LIMIT ?
 FOR UPDATE SKIP LOCKED;

@@ -113,13 +113,13 @@ WITH cand AS MATERIALIZED (SELECT c.id, c.biz_id
     WHERE c.status = 0
       AND c.next_retry_time <= now()
       AND (c.lease_expires_at IS NULL OR c.lease_expires_at < now())
-      AND c.created_at <= now() - $1 * interval '1 second'
+      AND c.created_at <= now() + $1 * interval '1 second'
       AND (NOT EXISTS (SELECT 1
         FROM outbox_event o
         WHERE o.biz_id = c.biz_id
           AND o.id < c.id
           AND o.status <> 1
-          AND NOT (o.status = 0 AND o.next_retry_time <= now() AND (o.lease_expires_at IS NULL OR o.lease_expires_at < now()) AND o.created_at <= now() - $2 * interval '1 second')
+          AND NOT (o.status = 0 AND o.next_retry_time <= now() AND (o.lease_expires_at IS NULL OR o.lease_expires_at < now()) AND o.created_at <= now() + $2 * interval '1 second')
         OFFSET 0))
     ORDER BY c.id
     LIMIT $3
@@ -239,7 +239,7 @@ WHERE outbox_inbox_key.last_seq < excluded.last_seq;
 -- name: OpsStats :one
 -- OpsQueries.Stats(staleAfter)
 SELECT COUNT(*), COALESCE(EXTRACT(EPOCH FROM (now() - MIN(created_at)))::float8, 0),
-    COALESCE(SUM(CASE WHEN created_at < now() - $1 * interval '1 second' THEN 1 ELSE 0 END), 0),
+    COALESCE(SUM(CASE WHEN created_at < now() + $1 * interval '1 second' THEN 1 ELSE 0 END), 0),
     (SELECT COUNT(*) FROM outbox_event WHERE status = 2),
     COALESCE(SUM(CASE WHEN lease_expires_at < now() THEN 1 ELSE 0 END), 0)
 FROM outbox_event
@@ -251,7 +251,7 @@ DELETE FROM outbox_event
 WHERE id = ANY(ARRAY(SELECT id
     FROM outbox_event
     WHERE status = 1
-      AND sent_at < now() - $1 * interval '1 second'
+      AND sent_at < now() + $1 * interval '1 second'
     ORDER BY id
     LIMIT $2
     FOR UPDATE SKIP LOCKED));
@@ -261,7 +261,7 @@ WHERE id = ANY(ARRAY(SELECT id
 DELETE FROM outbox_inbox
 WHERE ctid = ANY(ARRAY(SELECT ctid
     FROM outbox_inbox
-    WHERE processed_at < now() - $1 * interval '1 second'
+    WHERE processed_at < now() + $1 * interval '1 second'
     ORDER BY processed_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED));
@@ -272,7 +272,7 @@ WITH moved AS (DELETE FROM outbox_event
     WHERE id = ANY(ARRAY(SELECT id
         FROM outbox_event
         WHERE status = 1
-          AND sent_at < now() - $1 * interval '1 second'
+          AND sent_at < now() + $1 * interval '1 second'
         ORDER BY id
         LIMIT $2
         FOR UPDATE SKIP LOCKED))
