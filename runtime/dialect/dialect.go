@@ -138,3 +138,8 @@ func (d Dialect) InsertEvent(table string, ifAbsent bool) string {
 func (d Dialect) EventIdentity(table string) string {
 	return "SELECT biz_type, biz_id, topic FROM " + table + " WHERE event_id = " + d.Placeholder(1)
 }
+
+// MySQLSessionTimeZone selects a MySQL session's time_zone and its offset
+// from UTC in seconds. DATETIME columns follow the session time zone, so
+// the drivers refuse sessions whose offset is not 0.
+const MySQLSessionTimeZone = "SELECT @@session.time_zone, TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(6), NOW(6))"

@@ -81,7 +81,7 @@ func (x *Driver) checkTimeZone(ctx context.Context) error {
 	}
 	var zone string
 	var offset int64
-	if err := x.db.QueryRowContext(ctx, "SELECT @@session.time_zone, TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(6), NOW(6))").Scan(&zone, &offset); err != nil {
+	if err := x.db.QueryRowContext(ctx, dialect.MySQLSessionTimeZone).Scan(&zone, &offset); err != nil {
 		return fmt.Errorf("sqldriver: check the MySQL session time zone: %w", err)
 	}
 	if offset != 0 {
