@@ -46,7 +46,7 @@ test-unit: ## tests that need no database server (SQLite only)
 	$(GO) test -race -short ./...
 
 fuzz: ## a short fuzz run of the events.yaml parser
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./generator/spec/
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./generator/spec/
 
 bench: ## benchmarks on real databases: micro-benchmarks, then the side-by-side relay benchmark (~10 min; prints the README table)
 	$(TESTDB) && $(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) $$($(GO) list ./... | grep -v '/bench$$')

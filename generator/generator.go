@@ -10,10 +10,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
+	"syscall"
 
 	"github.com/pmezard/go-difflib/difflib"
 
@@ -31,6 +34,10 @@ type File struct {
 	// Delete marks a file outboxgen generated earlier that is no longer
 	// produced: Write removes it, Diff shows its removal.
 	Delete bool
+	// Root is the directory tree the file must stay in: the spec file's
+	// directory, symbolic links resolved. Write refuses to write or remove
+	// a file whose path, symbolic links resolved, leaves it.
+	Root string
 }
 
 // SchemaFileName is the name of the DDL file written for each dialect, in
@@ -40,8 +47,16 @@ const SchemaFileName = "outbox.sql"
 
 // Files renders every file s describes, sorted by path. Output directories
 // in s are relative to the directory of s.File.
+//
+// Every file must stay inside the directory tree of the spec file, with
+// symbolic links resolved: a path that leaves it (through "..", or a
+// symbolic link to elsewhere) is an error, as is a symbolic link loop.
 func Files(s *spec.Spec) ([]File, error) {
 	base := filepath.Dir(s.File)
+	root, err := resolve(base)
+	if err != nil {
+		return nil, fmt.Errorf("the directory of %s: %w", s.File, err)
+	}
 	goFiles, err := gocode.Generate(s)
 	if err != nil {
 		return nil, fmt.Errorf("generate Go code: %w", err)
@@ -59,7 +74,13 @@ func Files(s *spec.Spec) ([]File, error) {
 			files = append(files, File{Path: filepath.Join(base, s.SQL.Out, string(d), SchemaFileName), Content: ddl})
 		}
 	}
-	stale, err := staleFiles(s, files)
+	for i := range files {
+		files[i].Root = root
+		if err := checkInside(root, files[i].Path); err != nil {
+			return nil, err
+		}
+	}
+	stale, err := staleFiles(s, root, files)
 	if err != nil {
 		return nil, err
 	}
@@ -78,8 +99,9 @@ var generatedHeaders = [][]byte{
 
 // staleFiles returns a deletion (File.Delete) for every file in the output
 // directories of s that outboxgen generated earlier but would not generate
-// now: Go files in go.out, and <dialect>/outbox.sql files in sql.out.
-func staleFiles(s *spec.Spec, want []File) ([]File, error) {
+// now: Go files in go.out, and <dialect>/outbox.sql files in sql.out. Only
+// regular files inside root that start with a generated-file header count.
+func staleFiles(s *spec.Spec, root string, want []File) ([]File, error) {
 	keep := map[string]bool{}
 	for _, f := range want {
 		keep[f.Path] = true
@@ -101,18 +123,106 @@ func staleFiles(s *spec.Spec, want []File) ([]File, error) {
 		if keep[path] {
 			continue
 		}
-		b, err := os.ReadFile(path)
+		if err := checkInside(root, path); err != nil {
+			return nil, err
+		}
+		generated, err := isGenerated(path)
 		if err != nil {
 			return nil, err
 		}
-		for _, h := range generatedHeaders {
-			if bytes.HasPrefix(b, h) {
-				out = append(out, File{Path: path, Delete: true})
-				break
-			}
+		if generated {
+			out = append(out, File{Path: path, Delete: true, Root: root})
 		}
 	}
 	return out, nil
+}
+
+// isGenerated reports whether path is a regular file (not a symbolic link)
+// that starts with a generated-file header.
+func isGenerated(path string) (bool, error) {
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() {
+		return false, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	head := make([]byte, 64)
+	n, err := io.ReadFull(f, head)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return false, err
+	}
+	for _, h := range generatedHeaders {
+		if bytes.HasPrefix(head[:n], h) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// resolve returns the absolute form of path with every symbolic link
+// resolved, for a path that need not exist yet: the longest existing prefix
+// is resolved and the rest appended. A symbolic link loop, or a link to a
+// missing target, is an error saying so.
+func resolve(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	existing, rest := abs, []string(nil)
+	for {
+		_, err := os.Lstat(existing)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) && !isLoop(err) {
+			return "", err
+		}
+		// A loop: the parents are resolved next, which names the link.
+		parent := filepath.Dir(existing)
+		if parent == existing {
+			break
+		}
+		rest = append([]string{filepath.Base(existing)}, rest...)
+		existing = parent
+	}
+	r, err := filepath.EvalSymlinks(existing)
+	switch {
+	case err != nil && isLoop(err):
+		return "", fmt.Errorf("%s: %s is a symbolic link loop (it points back to itself); remove it", path, existing)
+	case errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("%s: %s is a symbolic link to a missing file or directory; remove it or create its target", path, existing)
+	case err != nil:
+		return "", err
+	}
+	return filepath.Join(append([]string{r}, rest...)...), nil
+}
+
+// isLoop reports whether err comes from a symbolic link loop.
+func isLoop(err error) bool {
+	return errors.Is(err, syscall.ELOOP) || strings.Contains(err.Error(), "too many links")
+}
+
+// checkInside returns an error unless path, with symbolic links resolved,
+// is inside the directory root (already resolved).
+func checkInside(root, path string) error {
+	if root == "" {
+		return fmt.Errorf("%s: no root directory to keep it in; build the file list with Files", path)
+	}
+	r, err := resolve(path)
+	if err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(root, r)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
+		if abs, _ := filepath.Abs(path); r != abs {
+			return fmt.Errorf("%s resolves to %s, outside %s (the directory of the spec file): outboxgen writes and removes files only there; check for symbolic links", path, r, root)
+		}
+		return fmt.Errorf("%s is outside %s (the directory of the spec file): outboxgen writes and removes files only there", path, root)
+	}
+	return nil
 }
 
 // Schema renders the DDL of the outbox and inbox tables of s for dialect d.
@@ -127,14 +237,34 @@ func Schema(s *spec.Spec, d spec.Dialect) ([]byte, error) {
 // Write writes files, creating directories as needed. A file whose content
 // is already up to date is not touched, so its modification time (and any
 // build cache keyed on it) survives a no-op regeneration.
+//
+// Before each write or removal it checks again that the path, with symbolic
+// links resolved, is inside f.Root, and it removes only regular files that
+// still start with a generated-file header.
 func Write(files []File) (written []string, err error) {
 	for _, f := range files {
+		if err := checkInside(f.Root, f.Path); err != nil {
+			return written, err
+		}
 		if f.Delete {
+			generated, err := isGenerated(f.Path)
+			if err != nil {
+				return written, err
+			}
+			if !generated {
+				if _, err := os.Lstat(f.Path); errors.Is(err, fs.ErrNotExist) {
+					continue
+				}
+				return written, fmt.Errorf("refusing to remove %s: it is not a file outboxgen generated (no generated-file header)", f.Path)
+			}
 			if err := os.Remove(f.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return written, err
 			}
 			written = append(written, f.Path)
 			continue
+		}
+		if fi, err := os.Stat(f.Path); err == nil && !fi.Mode().IsRegular() {
+			return written, fmt.Errorf("cannot write %s: it exists and is not a regular file", f.Path)
 		}
 		old, err := os.ReadFile(f.Path)
 		if err == nil && bytes.Equal(old, f.Content) {
@@ -156,6 +286,9 @@ func Write(files []File) (written []string, err error) {
 func Diff(files []File) (string, error) {
 	var out bytes.Buffer
 	for _, f := range files {
+		if fi, err := os.Stat(f.Path); err == nil && !fi.Mode().IsRegular() {
+			return "", fmt.Errorf("cannot compare %s: it exists and is not a regular file", f.Path)
+		}
 		old, err := os.ReadFile(f.Path)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):

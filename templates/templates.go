@@ -42,6 +42,15 @@ var DefaultTables = Tables{Outbox: "outbox_event", Inbox: "outbox_inbox"}
 // limit; MySQL's is 64).
 const MaxIdentifier = 63
 
+// The longest table names whose derived identifiers (see Identifiers) fit
+// in MaxIdentifier bytes: the longest suffixes are "_event_id_key",
+// "_processed_at_idx" and "_archived_at_idx".
+const (
+	MaxOutboxName  = MaxIdentifier - len("_event_id_key")     // 50
+	MaxInboxName   = MaxIdentifier - len("_processed_at_idx") // 46
+	MaxArchiveName = MaxIdentifier - len("_archived_at_idx")  // 47
+)
+
 var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // Suffixes of the names derived from the table names. PostgreSQL's implicit

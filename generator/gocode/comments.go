@@ -3,6 +3,7 @@ package gocode
 import (
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/dave/jennifer/jen"
 )
@@ -45,10 +46,43 @@ func docText(paragraphs ...string) string {
 			b.WriteString("//")
 		} else {
 			b.WriteString("// ")
-			b.WriteString(l)
+			b.WriteString(neutralize(l))
 		}
 	}
 	return b.String()
+}
+
+// directivePrefixes start comment text that a tool reads as a directive
+// even after "// ": build constraints (go/printer even hoists a "// +build"
+// line from anywhere in the file into the header, as "//go:build") and cgo
+// flags. The compiler's //go:, //line, //export and //extern need the text
+// right after "//", which docText never writes; "go:" is escaped anyway,
+// as it only reads like one.
+var directivePrefixes = []string{"+build", "#cgo", "go:"}
+
+// neutralize makes one line of comment text safe to follow "// ": no
+// character that breaks or disguises the line (controls, line separators,
+// a byte order mark, bidirectional controls, invalid UTF-8; spec.Parse
+// refuses them, this guards hand-built specs), and no directive: a line
+// starting like one gets a leading backslash, "// \+build ignore".
+func neutralize(l string) string {
+	l = strings.Map(func(r rune) rune {
+		switch {
+		case r == '\t':
+			return r
+		case r == utf8.RuneError, unicode.IsControl(r), unicode.Is(unicode.Bidi_Control, r),
+			r == '\ufeff', r == '\u2028', r == '\u2029':
+			return '\ufffd'
+		}
+		return r
+	}, l)
+	t := strings.TrimLeft(l, " \t")
+	for _, p := range directivePrefixes {
+		if strings.HasPrefix(t, p) {
+			return `\` + l
+		}
+	}
+	return l
 }
 
 // splitBlocks splits text into blocks at blank lines and wraps each block.

@@ -5,18 +5,28 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/dave/jennifer/jen"
 
 	"github.com/outboxgen/outboxgen/generator/spec"
 )
 
-// specName is the spec file's base name, as the generated comments cite it.
+// specName is the spec file's base name, as the generated comments cite it:
+// quoted, with escapes, unless it is made of letters, digits, spaces and
+// common punctuation only, so that a file name cannot break or end a
+// comment line (docText also neutralises directives it might start).
 func (g *gen) specName() string {
 	if g.s.File == "" {
 		return "events.yaml"
 	}
-	return filepath.Base(filepath.ToSlash(g.s.File))
+	name := filepath.Base(filepath.ToSlash(g.s.File))
+	for _, r := range name {
+		if !unicode.IsLetter(r) && !unicode.IsDigit(r) && !strings.ContainsRune(" ._-+()[]@,~", r) {
+			return strconv.QuoteToASCII(name)
+		}
+	}
+	return name
 }
 
 // eventsFile renders events.go: named types, then per event its constants,

@@ -342,7 +342,63 @@ sql:
 events:
   - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
 `,
-		want: `testdata.yaml:5:16: derived identifier "inbox_table_name_that_is_long_enough_to_overflow_63_processed_at_idx" is 68 characters, longer than 63: shorten the table name`,
+		want: `testdata.yaml:5:16: sql.inbox_table "inbox_table_name_that_is_long_enough_to_overflow_63" is 51 characters long; the limit is 46, so that the names derived from it, such as inbox_table_name_that_is_long_enough_to_overflow_63_processed_at_idx, fit in 63 characters`,
+	},
+	{
+		name: "every table name too long",
+		src: `version: 1
+go: {package: events, out: gen}
+sql:
+  dialects: [postgres]
+  outbox_table: outbox_table_name_that_is_long_enough_to_overflow_6
+  inbox_table: inbox_table_name_that_is_long_enough_to_overflow_63
+  archive_table: archive_table_name_that_is_long_enough_to_overflow
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:5:17: sql.outbox_table "outbox_table_name_that_is_long_enough_to_overflow_6" is 51 characters long; the limit is 50, so that the names derived from it, such as outbox_table_name_that_is_long_enough_to_overflow_6_event_id_key, fit in 63 characters
+testdata.yaml:6:16: sql.inbox_table "inbox_table_name_that_is_long_enough_to_overflow_63" is 51 characters long; the limit is 46, so that the names derived from it, such as inbox_table_name_that_is_long_enough_to_overflow_63_processed_at_idx, fit in 63 characters
+testdata.yaml:7:18: sql.archive_table "archive_table_name_that_is_long_enough_to_overflow" is 50 characters long; the limit is 47, so that the names derived from it, such as archive_table_name_that_is_long_enough_to_overflow_archived_at_idx, fit in 63 characters`,
+	},
+	{
+		name: "package main and a cgo go_type",
+		src: `version: 1
+go: {package: main, out: gen}
+sql: {dialects: [postgres]}
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}, {name: x, type: int64, go_type: C.Foo}, {name: y, type: int64, go_type: {import: C, type: Bar}}]}
+`,
+		want: `testdata.yaml:2:15: go.package main cannot hold the generated code: a main package cannot be imported by the code that writes and handles the events; choose another name such as events
+testdata.yaml:5:101: go_type import path "C" is cgo's pseudo-package, which the generated code cannot import (a C type does not marshal to JSON); use a Go type, e.g. github.com/shopspring/decimal.Decimal
+testdata.yaml:5:159: go_type import path "C" is cgo's pseudo-package, which the generated code cannot import (a C type does not marshal to JSON); use a Go type, e.g. github.com/shopspring/decimal.Decimal`,
+	},
+	{
+		name: "output directories outside the spec's directory",
+		src: `version: 1
+go: {package: events, out: ../../x}
+sql: {dialects: [postgres], out: a/../../../x}
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:2:28: go.out "../../x" leaves the spec file's directory; outboxgen writes only inside the directory tree of the spec file, so move the spec file up or the output directory down
+testdata.yaml:3:34: sql.out "a/../../../x" leaves the spec file's directory; outboxgen writes only inside the directory tree of the spec file, so move the spec file up or the output directory down`,
+	},
+	{
+		name: "NUL, byte order mark and bidi controls in descriptions",
+		src: "version: 1\ngo: {package: events, out: gen}\nsql: {dialects: [postgres]}\n" +
+			"types:\n  - {name: T, enum: [a], description: \"x\\0y\"}\n" +
+			"events:\n  - name: A\n    description: ok \ufeffthen\n    topic: a\n    key: id\n" +
+			"    fields:\n      - {name: id, type: string, description: admin \u202e nimda}\n" +
+			"consumers:\n  - {name: c, events: [A], description: \"a\\rb\"}\n",
+		want: `testdata.yaml:5:39: description of type T contains a NUL character (U+0000); remove it (descriptions become Go comments)
+testdata.yaml:8:21: description of event A contains a byte order mark (U+FEFF); remove it (descriptions become Go comments)
+testdata.yaml:12:53: description of field id of event A contains the invisible bidirectional control U+202E, which can make text display differently from what it is; remove it (descriptions become Go comments)
+testdata.yaml:14:41: description of consumer c contains a carriage return (U+000D) that does not end a line; remove it (descriptions become Go comments)`,
+	},
+	{
+		name: "raw NUL byte",
+		src:  "version: 1\ngo: {package: events, out: gen}\nsql: {dialects: [postgres]}\nevents:\n  - {name: A, description: a\x00b}\n",
+		want: `testdata.yaml:5:29: invalid YAML: control characters are not allowed: a NUL character (U+0000); remove it`,
 	},
 	{
 		name: "archive table",

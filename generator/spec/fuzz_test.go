@@ -1,11 +1,40 @@
 package spec
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
+
+// fuzzBudget is the most one Parse call may take in FuzzParse. Inputs are
+// bounded by MaxSpecBytes and every other limit, so a real spec parses in
+// milliseconds; an input that takes longer is a bug (a blow-up the limits
+// miss), and failing on it makes the fuzzer save it. This is the one place
+// a timing check is right: it bounds one call, generously.
+const fuzzBudget = time.Second
+
+// fuzzMinimizeTime replaces go test's default -fuzzminimizetime of 60s.
+// Minimizing an input costs O(n²) calls for n bytes: a 1 KB YAML input,
+// at about 75µs a call with coverage instrumentation, needs more than a
+// minute, during which the worker reports no executions. With two workers
+// minimizing, a short fuzz run (make fuzz) stalled at 0 execs/s after
+// about 15 s and fuzzed nothing after that.
+const fuzzMinimizeTime = "1s"
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.fuzzminimizetime" })
+	if !set {
+		if err := flag.Set("test.fuzzminimizetime", fuzzMinimizeTime); err != nil {
+			panic(err)
+		}
+	}
+	os.Exit(m.Run())
+}
 
 // FuzzParse checks that Parse never panics, that failures are always a
 // non-empty ErrorList with real positions, and that successes are fully
@@ -21,8 +50,27 @@ func FuzzParse(f *testing.F) {
 	for _, tc := range errorCases {
 		f.Add([]byte(tc.src))
 	}
+	// The inputs of issue 8 that exhausted memory, at a size that still
+	// crosses each limit.
+	f.Add([]byte(aliasBomb(300)))
+	f.Add([]byte(manyEvents(MaxEvents+1, 1)))
+	f.Add([]byte(specHead + "x-deep: " + strings.Repeat("[", MaxNestingDepth+1) + strings.Repeat("]", MaxNestingDepth+1) + "\n"))
+	f.Add([]byte(specHead + "events: &a [{name: A, topic: a, key: id, fields: [*a]}]\n"))
+	f.Add([]byte(specHead + "events:\n  - {name: A, topic: a, key: id, fields: [{name: id, type: string, description: \"a\\0b\\ufeff\\u202e\"}]}\n"))
+	f.Add([]byte(specHead + "events:\n  - {name: A, description: a\x00b}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s, err := Parse("fuzz.yaml", data)
+		var s *Spec
+		var err error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s, err = Parse("fuzz.yaml", data)
+		}()
+		select {
+		case <-done:
+		case <-time.After(fuzzBudget):
+			t.Fatalf("Parse took more than %v on this %d-byte input; find what makes it slow and bound it", fuzzBudget, len(data))
+		}
 		if err != nil {
 			if s != nil {
 				t.Fatalf("Parse returned both a spec and an error")

@@ -94,28 +94,41 @@ func isExportedIdent(s string) bool {
 	return true
 }
 
-// levenshtein returns the edit distance between a and b (bytes), capped
-// for long inputs to keep suggestions cheap.
-func levenshtein(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		if a == b {
-			return 0
-		}
-		return 100
+// levenshtein returns the edit distance between a and b (bytes) if it is
+// at most k, else k+1. It computes only the band of width 2k+1 around the
+// diagonal, so a suggestion costs O(len*k) per candidate, and inputs longer
+// than 64 bytes are never close to anything but themselves.
+func levenshtein(a, b string, k int) int {
+	far := k + 1
+	if a == b {
+		return 0
 	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
+	if len(a) > 64 || len(b) > 64 || len(a)-len(b) > k || len(b)-len(a) > k {
+		return far
+	}
+	prev := make([]int, len(b)+2)
+	cur := make([]int, len(b)+2)
 	for j := range prev {
-		prev[j] = j
+		prev[j] = min(j, far)
 	}
 	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
+		lo, hi := max(1, i-k), min(len(b), i+k)
+		cur[lo-1] = far
+		if lo == 1 {
+			cur[0] = min(i, far)
+		}
+		rowMin := cur[lo-1]
+		for j := lo; j <= hi; j++ {
 			cost := 1
 			if a[i-1] == b[j-1] {
 				cost = 0
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost, far)
+			rowMin = min(rowMin, cur[j])
+		}
+		cur[hi+1] = far
+		if rowMin >= far {
+			return far
 		}
 		prev, cur = cur, prev
 	}
@@ -136,7 +149,7 @@ func suggest(s string, candidates []string) string {
 	}
 	best, bestD := "", 3
 	for _, c := range candidates {
-		if d := levenshtein(strings.ToLower(s), strings.ToLower(c)); d < bestD && d < len(s) && (d <= 1 || len(s) > 3) {
+		if d := levenshtein(strings.ToLower(s), strings.ToLower(c), bestD-1); d < bestD && d < len(s) && (d <= 1 || len(s) > 3) {
 			best, bestD = c, d
 		}
 	}

@@ -17,13 +17,82 @@ import (
 	"github.com/outboxgen/outboxgen/templates"
 )
 
-// ParseFile reads and parses the spec file at path; see Parse.
+// ParseFile reads and parses the spec file at path; see Parse. It reads
+// regular files only (not a FIFO or a device such as /dev/zero), and at most
+// MaxSpecBytes of them.
 func ParseFile(path string) (*Spec, error) {
-	data, err := os.ReadFile(path)
+	data, err := readSpecFile(path)
 	if err != nil {
-		return nil, ErrorList{{File: path, Msg: "cannot read spec file: " + err.Error()}}
+		var pos Pos
+		if errors.Is(err, errTooLarge) {
+			pos = Pos{1, 1}
+		}
+		return nil, ErrorList{{File: path, Pos: pos, Msg: err.Error()}}
 	}
 	return Parse(path, data)
+}
+
+// errTooLarge marks a spec file larger than MaxSpecBytes.
+var errTooLarge = errors.New("split it into several events.yaml files, each with its own go.out")
+
+// tooLarge is the error for a spec file of size bytes (-1: unknown, more
+// than MaxSpecBytes).
+func tooLarge(size int64) error {
+	if size < 0 {
+		return fmt.Errorf("the spec file is larger than %d bytes, the limit (MaxSpecBytes); %w", MaxSpecBytes, errTooLarge)
+	}
+	return fmt.Errorf("the spec file is %d bytes; the limit is %d (MaxSpecBytes); %w", size, MaxSpecBytes, errTooLarge)
+}
+
+// readSpecFile reads the regular file at path, refusing anything larger
+// than MaxSpecBytes.
+func readSpecFile(path string) ([]byte, error) {
+	// Stat before opening: opening a FIFO blocks until a writer appears.
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read spec file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("cannot read spec file: it is %s, not a regular file", modeName(fi.Mode()))
+	}
+	if fi.Size() > MaxSpecBytes {
+		return nil, tooLarge(fi.Size())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read spec file: %w", err)
+	}
+	defer f.Close()
+	// The file may have been replaced or may grow: check again, and read
+	// through a bounded reader.
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("cannot read spec file: not a regular file")
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxSpecBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("cannot read spec file: %w", err)
+	}
+	if len(data) > MaxSpecBytes {
+		return nil, tooLarge(-1)
+	}
+	return data, nil
+}
+
+// modeName describes a non-regular file mode for error messages.
+func modeName(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	}
+	return "not a regular file (" + m.Type().String() + ")"
 }
 
 // Parse parses and validates the events.yaml contents data; filename is
@@ -38,20 +107,39 @@ func Parse(filename string, data []byte) (spec *Spec, err error) {
 			spec, err = nil, ErrorList{{File: filename, Pos: Pos{1, 1}, Msg: fmt.Sprintf("%s: %v; please report this bug", internalError, r)}}
 		}
 	}()
+	if len(data) > MaxSpecBytes {
+		return nil, ErrorList{{File: filename, Pos: Pos{1, 1}, Msg: tooLarge(int64(len(data))).Error()}}
+	}
 	p := &parser{
 		file:        filename,
 		spec:        &Spec{File: filename},
 		typeByName:  map[string]*typeDecl{},
 		eventByName: map[string]*eventDecl{},
 	}
-	if root := p.decode(data); root != nil {
-		p.parseRoot(root)
-		p.validate()
-	}
+	p.run(data)
 	if len(p.errs) > 0 {
 		return nil, p.errs.normalize()
 	}
 	return p.spec, nil
+}
+
+// run parses and validates data, stopping early after MaxErrors problems.
+func (p *parser) run(data []byte) {
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(errTooManyErrors); !ok {
+				panic(r)
+			}
+		}
+	}()
+	root := p.decode(data)
+	if root == nil || !p.checkTree(root) {
+		return
+	}
+	p.parseRoot(root)
+	if !p.tooBig {
+		p.validate()
+	}
 }
 
 // internalError starts the message of a recovered panic.
@@ -70,6 +158,10 @@ type parser struct {
 	consumers   []*consumerDecl
 
 	driverNode *yaml.Node // the go.driver value, if given
+
+	declared int  // declarations counted so far, see MaxDeclarations
+	handled  int  // consumers' handled events counted so far, see MaxHandlers
+	tooBig   bool // a size limit was hit: skip validation
 }
 
 // typeDecl is a declared type and what validation needs about it.
@@ -103,11 +195,16 @@ type fieldDecl struct {
 
 // errorf records a problem at the position of n (1:1 if n is nil).
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
-	p.errs.add(p.file, posOf(n), format, args...)
+	p.errorAt(posOf(n), format, args...)
 }
 
-// errorAt records a problem at pos.
+// errorAt records a problem at pos. After MaxErrors problems it records
+// that it stops, and stops the parse (see run).
 func (p *parser) errorAt(pos Pos, format string, args ...any) {
+	if len(p.errs) >= MaxErrors {
+		p.errs.add(p.file, pos, "too many problems (more than %d, MaxErrors); fix these and run again", MaxErrors)
+		panic(errTooManyErrors{})
+	}
 	p.errs.add(p.file, pos, format, args...)
 }
 
@@ -131,6 +228,9 @@ func deref(n *yaml.Node) *yaml.Node {
 func (p *parser) decode(data []byte) (root *yaml.Node) {
 	defer func() {
 		if r := recover(); r != nil {
+			if _, ok := r.(errTooManyErrors); ok {
+				panic(r)
+			}
 			p.errorAt(Pos{1, 1}, "invalid YAML: %v", r)
 			root = nil
 		}
@@ -439,6 +539,8 @@ func (p *parser) parseGo(n *yaml.Node) {
 				p.errorf(v, "go.package %q is not a valid Go package name; use a lower-case identifier such as events", s)
 			case token.IsKeyword(s):
 				p.errorf(v, "go.package %q is a Go keyword; choose another name such as events", s)
+			case s == "main":
+				p.errorf(v, "go.package main cannot hold the generated code: a main package cannot be imported by the code that writes and handles the events; choose another name such as events")
 			}
 			p.spec.Go.Package = s
 		}
@@ -482,6 +584,15 @@ func (p *parser) outDir(v *yaml.Node, subject string) string {
 		p.errorf(v, "%s %q must be relative to the spec file's directory, not absolute", subject, s)
 		return ""
 	}
+	if off, why := firstBadRune(s); off >= 0 {
+		p.errorAt(offsetPos(v, off), "%s must be a plain directory path; it contains %s", subject, why)
+		return ""
+	}
+	clean := path.Clean(strings.ReplaceAll(s, `\`, "/"))
+	if clean == ".." || strings.HasPrefix(clean, "../") {
+		p.errorf(v, "%s %q leaves the spec file's directory; outboxgen writes only inside the directory tree of the spec file, so move the spec file up or the output directory down", subject, s)
+		return ""
+	}
 	return path.Clean(filepath.ToSlash(s))
 }
 
@@ -507,15 +618,18 @@ func (p *parser) parseSQL(n *yaml.Node) {
 	p.spec.SQL.OutboxTable = "outbox_event"
 	p.spec.SQL.InboxTable = "outbox_inbox"
 	var outboxNode *yaml.Node
+	outboxOK, inboxOK, archiveOK := true, true, true
 	if v := m.get("outbox_table"); v != nil {
 		outboxNode = v
-		if s, ok := p.sqlIdent(v, "sql.outbox_table"); ok {
+		var s string
+		if s, outboxOK = p.tableName(v, "sql.outbox_table", templates.MaxOutboxName, "_event_id_key"); outboxOK {
 			p.spec.SQL.OutboxTable = s
 		}
 	}
 	inboxNode := m.get("inbox_table")
 	if v := inboxNode; v != nil {
-		if s, ok := p.sqlIdent(v, "sql.inbox_table"); ok {
+		var s string
+		if s, inboxOK = p.tableName(v, "sql.inbox_table", templates.MaxInboxName, "_processed_at_idx"); inboxOK {
 			p.spec.SQL.InboxTable = s
 			if s == p.spec.SQL.OutboxTable {
 				where := "the default outbox table name"
@@ -523,21 +637,20 @@ func (p *parser) parseSQL(n *yaml.Node) {
 					where = fmt.Sprintf("sql.outbox_table (line %d)", outboxNode.Line)
 				}
 				p.errorf(v, "sql.inbox_table %q is the same as %s; the two tables must have different names", s, where)
+				inboxOK = false
 			}
 		}
 	}
 	archiveNode := m.get("archive_table")
-	archiveOK := true
 	if archiveNode != nil {
 		var s string
-		if s, archiveOK = p.sqlIdent(archiveNode, "sql.archive_table"); archiveOK {
+		if s, archiveOK = p.tableName(archiveNode, "sql.archive_table", templates.MaxArchiveName, "_archived_at_idx"); archiveOK {
 			p.spec.SQL.ArchiveTable = s
 		}
 	}
-	// The DDL derives index and constraint names from the table names; they
-	// must fit the 63-byte identifier limit and differ (templates owns
-	// those rules).
-	if archiveOK && sqlIdentRe.MatchString(p.spec.SQL.OutboxTable) && sqlIdentRe.MatchString(p.spec.SQL.InboxTable) && p.spec.SQL.OutboxTable != p.spec.SQL.InboxTable {
+	// The DDL derives index and constraint names from the table names;
+	// they must differ (templates owns those rules).
+	if outboxOK && inboxOK && archiveOK {
 		tables := templates.Tables{Outbox: p.spec.SQL.OutboxTable, Inbox: p.spec.SQL.InboxTable, Archive: p.spec.SQL.ArchiveTable}
 		if err := tables.Validate(); err != nil {
 			at := outboxNode
@@ -553,6 +666,21 @@ func (p *parser) parseSQL(n *yaml.Node) {
 			p.errorf(at, "%s", strings.TrimPrefix(err.Error(), "templates: "))
 		}
 	}
+}
+
+// tableName validates a table name: a safe SQL identifier of at most max
+// characters, so that the longest name derived from it (name + suffix)
+// fits the 63-character identifier limit.
+func (p *parser) tableName(v *yaml.Node, subject string, max int, suffix string) (string, bool) {
+	s, ok := p.sqlIdent(v, subject)
+	if !ok {
+		return "", false
+	}
+	if len(s) > max {
+		p.errorf(v, "%s %q is %d characters long; the limit is %d, so that the names derived from it, such as %s%s, fit in %d characters", subject, s, len(s), max, s, suffix, templates.MaxIdentifier)
+		return "", false
+	}
+	return s, true
 }
 
 func (p *parser) parseDialects(v *yaml.Node) {
@@ -630,7 +758,7 @@ func (p *parser) sqlIdent(v *yaml.Node, subject string) (string, bool) {
 
 func (p *parser) parseTypes(n *yaml.Node) {
 	items, ok := p.list(n, "types")
-	if !ok {
+	if !ok || !p.limit(n, len(items), MaxTypes, "the types list", "MaxTypes") || !p.declare(n, len(items)) {
 		return
 	}
 	for i, it := range items {
@@ -667,7 +795,7 @@ func (p *parser) parseType(n *yaml.Node, i int) {
 		p.errorf(v, "type name must not be empty; use a PascalCase name, e.g. Address")
 	}
 	if v := m.get("description"); v != nil {
-		t.Description, _ = p.str(v, "description of "+ctx)
+		t.Description = p.description(v, "description of "+ctx)
 	}
 	d := &typeDecl{t: t}
 	fieldsNode, enumNode := m.get("fields"), m.get("enum")
@@ -707,6 +835,9 @@ func (p *parser) parseEnum(n *yaml.Node, ctx string) []*EnumValue {
 		p.errorf(n, "enum of %s must list at least one value", ctx)
 		return values
 	}
+	if !p.limit(n, len(items), MaxEnumValues, "enum of "+ctx, "MaxEnumValues") || !p.declare(n, len(items)) {
+		return values
+	}
 	first := map[string]int{}
 	for _, it := range items {
 		s, ok := p.str(it, "each enum value of "+ctx)
@@ -735,6 +866,9 @@ func (p *parser) parseFields(n *yaml.Node, ctx string) []*fieldDecl {
 	}
 	if len(items) == 0 {
 		p.errorf(n, "%s must have at least one field", ctx)
+		return nil
+	}
+	if !p.limit(n, len(items), MaxFields, ctx, "MaxFields") || !p.declare(n, len(items)) {
 		return nil
 	}
 	var out []*fieldDecl
@@ -804,7 +938,7 @@ func (p *parser) parseFields(n *yaml.Node, ctx string) []*fieldDecl {
 			f.Optional, _ = p.boolean(v, "optional of "+fctx)
 		}
 		if v := m.get("description"); v != nil {
-			f.Description, _ = p.str(v, "description of "+fctx)
+			f.Description = p.description(v, "description of "+fctx)
 		}
 		if v := m.get("go_type"); v != nil {
 			d.goType = p.parseGoType(v, fctx)
@@ -875,6 +1009,9 @@ func (p *parser) parseEvents(n *yaml.Node) {
 		p.errorf(n, "events must list at least one event")
 		return
 	}
+	if !p.limit(n, len(items), MaxEvents, "the events list", "MaxEvents") || !p.declare(n, len(items)) {
+		return
+	}
 	for i, it := range items {
 		p.parseEvent(it, i)
 	}
@@ -911,7 +1048,7 @@ func (p *parser) parseEvent(n *yaml.Node, i int) {
 		}
 	}
 	if v := m.get("description"); v != nil {
-		e.Description, _ = p.str(v, "description of "+ctx)
+		e.Description = p.description(v, "description of "+ctx)
 	}
 	if v := p.require(m, ctx, "topic", "add topic: the broker topic to publish to, e.g. orders.paid"); v != nil {
 		if s, ok := p.str(v, "topic of "+ctx); ok {
@@ -955,7 +1092,11 @@ func (p *parser) parseEvent(n *yaml.Node, i int) {
 
 func (p *parser) parseConsumers(n *yaml.Node) {
 	items, ok := p.list(n, "consumers")
-	if !ok {
+	if !ok || p.tooBig {
+		// When events were skipped, every handled event would look unknown.
+		return
+	}
+	if !p.limit(n, len(items), MaxConsumers, "the consumers list", "MaxConsumers") || !p.declare(n, len(items)) {
 		return
 	}
 	byName := map[string]*Consumer{}
@@ -987,7 +1128,7 @@ func (p *parser) parseConsumers(n *yaml.Node) {
 			}
 		}
 		if v := m.get("description"); v != nil {
-			c.Description, _ = p.str(v, "description of "+ctx)
+			c.Description = p.description(v, "description of "+ctx)
 		}
 		if v := p.require(m, ctx, "events", "add events: the list of events it handles, e.g. [ORDER_PAID]"); v != nil {
 			p.parseConsumerEvents(v, c, ctx)
@@ -1009,6 +1150,9 @@ func (p *parser) parseConsumerEvents(v *yaml.Node, c *Consumer, ctx string) {
 	}
 	if len(items) == 0 {
 		p.errorf(v, "%s must handle at least one event; list it under events:", ctx)
+		return
+	}
+	if !p.handlers(v, len(items)) || !p.declare(v, len(items)) {
 		return
 	}
 	first := map[string]int{}
@@ -1043,8 +1187,14 @@ func (p *parser) parseConsumerEvents(v *yaml.Node, c *Consumer, ctx string) {
 // list that get the stale guard.
 func (p *parser) parseLatestOnly(v *yaml.Node, c *Consumer, ctx string) {
 	items, ok := p.list(v, "latest_only of "+ctx)
-	if !ok {
+	if !ok || !p.declare(v, len(items)) {
 		return
+	}
+	names := make([]string, 0, len(c.Events))
+	handledByName := make(map[string]*Event, len(c.Events))
+	for _, e := range c.Events {
+		names = append(names, e.Name)
+		handledByName[e.Name] = e
 	}
 	first := map[string]int{}
 	for _, it := range items {
@@ -1057,14 +1207,7 @@ func (p *parser) parseLatestOnly(v *yaml.Node, c *Consumer, ctx string) {
 			continue
 		}
 		first[s] = it.Line
-		var handled *Event
-		names := make([]string, 0, len(c.Events))
-		for _, e := range c.Events {
-			names = append(names, e.Name)
-			if e.Name == s {
-				handled = e
-			}
-		}
+		handled := handledByName[s]
 		if handled == nil {
 			if p.eventByName[s] != nil {
 				p.errorf(it, "%s lists %s under latest_only but does not handle it; add it to its events or remove it from latest_only", ctx, s)

@@ -227,6 +227,9 @@ func checkImportPath(path string) string {
 	if path == "" {
 		return bad("is empty")
 	}
+	if path == "C" {
+		return `go_type import path "C" is cgo's pseudo-package, which the generated code cannot import (a C type does not marshal to JSON); use a Go type, e.g. github.com/shopspring/decimal.Decimal`
+	}
 	if strings.HasPrefix(path, "/") || strings.HasSuffix(path, "/") {
 		return bad("must not start or end with a slash")
 	}

@@ -21,6 +21,13 @@ func (p *parser) yamlError(data []byte, err error) {
 	} else {
 		msg = strings.TrimPrefix(msg, "yaml: ")
 	}
+	if line == 0 && (strings.Contains(msg, "control characters") || strings.Contains(msg, "UTF-8")) {
+		// The reader's errors have no position: find the character.
+		if pos, what, ok := sourceRunePos(string(data)); ok {
+			p.errorAt(pos, "invalid YAML: %s: %s; remove it", msg, what)
+			return
+		}
+	}
 	pos, hint := yamlErrorPos(string(data), line, msg)
 	p.errorAt(pos, "invalid YAML: %s%s", msg, hint)
 }
