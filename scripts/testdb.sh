@@ -69,12 +69,40 @@ tail_log() {
 	return 0
 }
 
+# secure_dir: create $DIR, or accept an existing one only when it is a real
+# directory (not a symlink) owned by this user and writable by nobody else.
+# The default lives in the world-writable /tmp: a directory someone else
+# created there first could hold symlinks planted at the paths this script
+# writes as root (.lock, env, apt.log, postgres/...), so it is refused
+# rather than used.
+secure_dir() {
+	local uid owner mode
+	uid=$(id -u)
+	if [ ! -e "$DIR" ] && [ ! -L "$DIR" ]; then
+		mkdir -p -m 755 "$DIR" || die "cannot create $DIR"
+	fi
+	[ ! -L "$DIR" ] || die "$DIR is a symlink: refusing to use it (remove it, or set OUTBOXGEN_TESTDB_DIR)"
+	[ -d "$DIR" ] || die "$DIR is not a directory (remove it, or set OUTBOXGEN_TESTDB_DIR)"
+	owner=$(stat -c %u "$DIR")
+	[ "$owner" = "$uid" ] || die "$DIR belongs to uid $owner, not to this user ($uid): refusing to use it (remove it, or set OUTBOXGEN_TESTDB_DIR)"
+	# Nobody else may write here; the postgres and mysql users must be able
+	# to reach their subdirectories.
+	chmod 755 "$DIR" || die "cannot chmod 755 $DIR"
+}
+
 # lock: one start/stop at a time (parallel make targets, several shells).
-# The servers are started with fd 9 closed: a daemon that inherited it
-# would hold the lock for as long as it runs.
+# $DIR/.lock is never followed when it is a symlink (a plain redirection
+# would truncate whatever it points to) and is opened for appending, so an
+# existing file is never truncated. The servers are started with fd 9
+# closed: a daemon that inherited it would hold the lock for as long as it
+# runs.
 lock() {
-	exec 9>"$DIR/.lock"
-	flock -w 120 9 || die "another testdb.sh holds $DIR/.lock"
+	local f=$DIR/.lock
+	if [ -L "$f" ] || { [ -e "$f" ] && [ ! -f "$f" ]; }; then
+		die "$f is a symlink or not a regular file: refusing to follow it (remove it)"
+	fi
+	exec 9>>"$f"
+	flock -w 120 9 || die "another testdb.sh holds $f"
 }
 
 # ---------------------------------------------------------------- PostgreSQL
@@ -320,8 +348,7 @@ cmd_start() {
 	local t0 pg_dsn=$DEFAULT_PG_DSN my_dsn=$DEFAULT_MY_DSN
 	t0=$(now_ms)
 	need_root
-	mkdir -p "$DIR"
-	chmod 755 "$DIR"
+	secure_dir
 	lock
 	if pg_external_ok; then
 		pg_dsn=$OUTBOXGEN_TEST_POSTGRES_DSN
@@ -346,7 +373,7 @@ cmd_start() {
 
 cmd_stop() {
 	need_root
-	mkdir -p "$DIR"
+	secure_dir
 	lock
 	pg_stop
 	my_stop

@@ -6,6 +6,7 @@
 //	outboxgen generate [-f events.yaml]         write the Go code and SQL DDL
 //	outboxgen check    [-f events.yaml]         validate; fail with a diff when generated files are stale
 //	outboxgen schema   -dialect D [-f events.yaml] print the DDL for one dialect
+//	outboxgen grants   -dialect D -database DB [role flags] print the least-privilege GRANT script
 //	outboxgen version                           print the version
 //
 // Exit codes: 0 success, 1 the work failed (invalid events.yaml, stale
@@ -60,6 +61,7 @@ Commands:
   generate   write the Go code and SQL DDL described by events.yaml
   check      validate events.yaml and fail with a diff when generated files are stale
   schema     print the outbox and inbox DDL for one dialect
+  grants     print the GRANT script giving each component's role exactly what it needs
   version    print the version
 
 Run "outboxgen <command> -h" for a command's flags.
@@ -82,6 +84,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdCheck(args, stdout, stderr)
 	case "schema":
 		err = cmdSchema(args, stdout, stderr)
+	case "grants":
+		err = cmdGrants(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "outboxgen", version())
 	case "-h", "-help", "--help", "help":
@@ -229,25 +233,9 @@ func cmdSchema(args []string, stdout, stderr io.Writer) error {
 		fl.Usage()
 		return errUsage
 	}
-	tables := templates.Tables{Outbox: "outbox_event", Inbox: "outbox_inbox"}
-	path := *file
-	if path == "" {
-		if _, err := os.Stat(defaultSpec); err == nil {
-			path = defaultSpec
-		}
-	}
-	if path != "" {
-		s, err := spec.ParseFile(path)
-		if err != nil {
-			return err
-		}
-		tables = templates.Tables{Outbox: s.SQL.OutboxTable, Inbox: s.SQL.InboxTable, Archive: s.SQL.ArchiveTable}
-	}
-	if *outbox != "" {
-		tables.Outbox = *outbox
-	}
-	if *inbox != "" {
-		tables.Inbox = *inbox
+	tables, err := specTables(*file, *outbox, *inbox)
+	if err != nil {
+		return err
 	}
 	d := normalizeDialect(*dialect)
 	if !slices.Contains(templates.Dialects(), d) {
@@ -259,6 +247,74 @@ func cmdSchema(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("outboxgen schema: %w", err)
 	}
 	_, err = stdout.Write(ddl)
+	return err
+}
+
+// specTables returns the table names of the spec at path (events.yaml in
+// the current directory when path is empty and that file exists; else the
+// defaults), overridden by outbox and inbox when they are set.
+func specTables(path, outbox, inbox string) (templates.Tables, error) {
+	tables := templates.DefaultTables
+	if path == "" {
+		if _, err := os.Stat(defaultSpec); err == nil {
+			path = defaultSpec
+		}
+	}
+	if path != "" {
+		s, err := spec.ParseFile(path)
+		if err != nil {
+			return tables, err
+		}
+		tables = templates.Tables{Outbox: s.SQL.OutboxTable, Inbox: s.SQL.InboxTable, Archive: s.SQL.ArchiveTable}
+	}
+	if outbox != "" {
+		tables.Outbox = outbox
+	}
+	if inbox != "" {
+		tables.Inbox = inbox
+	}
+	return tables, nil
+}
+
+func cmdGrants(args []string, stdout, stderr io.Writer) error {
+	fl := newFlags("grants", "grants -dialect postgres|mysql -database DB [-f events.yaml] [-writer R] [-relay R] [-sweeper R] [-monitor R] [-janitor R] [-consumer R]", stderr)
+	dialect := fl.String("dialect", "", "SQL dialect: postgres or mysql (also MariaDB); SQLite has no grants (required)")
+	database := fl.String("database", "", "the database holding the tables (required)")
+	file := fl.String("f", "", "read table names from this events.yaml (default: events.yaml when present)")
+	outbox := fl.String("outbox-table", "", "outbox table name (default from events.yaml, else outbox_event)")
+	inbox := fl.String("inbox-table", "", "inbox table name (default from events.yaml, else outbox_inbox)")
+	schemaName := fl.String("schema", "", "PostgreSQL schema of the tables (default public)")
+	host := fl.String("host", "", "MySQL account host of every role (default %)")
+	var roles templates.Roles
+	fl.StringVar(&roles.Writer, "writer", "", "role of the services calling the generated InsertX writers")
+	fl.StringVar(&roles.Relay, "relay", "", "role of the relay")
+	fl.StringVar(&roles.Sweeper, "sweeper", "", "role of the sweeper")
+	fl.StringVar(&roles.Monitor, "monitor", "", "role of the monitor")
+	fl.StringVar(&roles.Janitor, "janitor", "", "role of the janitor")
+	fl.StringVar(&roles.Consumer, "consumer", "", "role of the consumers (inbox)")
+	if err := parseFlags(fl, args); err != nil {
+		return err
+	}
+	if *dialect == "" || *database == "" {
+		fmt.Fprintln(stderr, "outboxgen grants: -dialect and -database are required")
+		fl.Usage()
+		return errUsage
+	}
+	if roles == (templates.Roles{}) {
+		roles = templates.Roles{Writer: "outbox_writer", Relay: "outbox_relay", Sweeper: "outbox_sweeper",
+			Monitor: "outbox_monitor", Janitor: "outbox_janitor", Consumer: "outbox_consumer"}
+	}
+	tables, err := specTables(*file, *outbox, *inbox)
+	if err != nil {
+		return err
+	}
+	script, err := templates.RenderGrants(normalizeDialect(*dialect), templates.GrantParams{
+		Tables: tables, Database: *database, Schema: *schemaName, Host: *host, Roles: roles,
+	})
+	if err != nil {
+		return fmt.Errorf("outboxgen grants: %w", err)
+	}
+	_, err = stdout.Write(script)
 	return err
 }
 

@@ -203,3 +203,68 @@ func TestStaleGeneratedFilesRemoved(t *testing.T) {
 		t.Fatalf("check after generate: exit %d\n%s", code, stdout)
 	}
 }
+
+// TestSpecNameCannotInjectDirectives: a spec file name holding a build
+// constraint does not become one in the generated code.
+func TestSpecNameCannotInjectDirectives(t *testing.T) {
+	dir := t.TempDir()
+	name := "x\n\n+build ignore\n\n.yaml"
+	starterPath := filepath.Join(dir, "events.yaml")
+	if code, _, stderr := cli(t, dir, "init"); code != 0 {
+		t.Fatalf("init: exit %d: %s", code, stderr)
+	}
+	if err := os.Rename(starterPath, filepath.Join(dir, name)); err != nil {
+		t.Skipf("cannot use the file name %q here: %v", name, err)
+	}
+	if code, stdout, stderr := cli(t, dir, "generate", "-f", name); code != 0 {
+		t.Fatalf("generate: exit %d: %s%s", code, stdout, stderr)
+	}
+	for _, f := range []string{"events.go", "writers.go"} {
+		b, err := os.ReadFile(filepath.Join(dir, "internal/events", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			text := strings.TrimSpace(strings.TrimPrefix(line, "//"))
+			if strings.HasPrefix(line, "//") && (strings.HasPrefix(text, "+build") || strings.HasPrefix(line, "//go:")) {
+				t.Errorf("%s holds the directive %q", f, line)
+			}
+		}
+	}
+}
+
+func TestGrants(t *testing.T) {
+	dir := t.TempDir()
+	spec := "version: 1\ngo: {package: events, out: events}\nsql: {dialects: [postgres], outbox_table: ship_outbox, inbox_table: ship_inbox}\n" +
+		"events:\n  - {name: SHIPPED, topic: ship, key: id, fields: [{name: id, type: string}]}\n"
+	if err := os.WriteFile(filepath.Join(dir, "events.yaml"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Table names come from events.yaml; only the roles asked for appear.
+	code, stdout, stderr := cli(t, dir, "grants", "-dialect", "postgresql", "-database", "shop", "-relay", "ship_relay")
+	if code != 0 {
+		t.Fatalf("grants: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "GRANT SELECT, UPDATE ON ship_outbox TO ship_relay;") || strings.Contains(stdout, "outbox_event") || strings.Contains(stdout, "outbox_writer") {
+		t.Errorf("grants output does not grant the relay on the spec's table alone:\n%s", stdout)
+	}
+	// Without role flags every component gets its default role.
+	code, stdout, _ = cli(t, dir, "grants", "-dialect", "mariadb", "-database", "shop")
+	if code != 0 || !strings.Contains(stdout, "GRANT SELECT ON shop.ship_outbox TO 'outbox_monitor'@'%';") {
+		t.Errorf("grants -dialect mariadb: exit %d:\n%s", code, stdout)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"grants", "-dialect", "postgres"}, 2, "-dialect and -database are required"},
+		{[]string{"grants", "-dialect", "sqlite", "-database", "x"}, 1, "file permissions"},
+		{[]string{"grants", "-dialect", "postgres", "-database", "x", "-relay", "r; DROP TABLE t"}, 1, "Roles.Relay"},
+	} {
+		code, _, stderr := cli(t, dir, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, stderr, tc.code, tc.want)
+		}
+	}
+}

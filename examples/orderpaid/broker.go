@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/outboxgen/outboxgen/runtime/brokers/natsjs"
+	"github.com/outboxgen/outboxgen/runtime/redact"
 )
 
 // broker is the message broker between the relay and the consumers.
@@ -86,10 +87,10 @@ func openBroker(spec string, logger watermill.LoggerAdapter) (*broker, error) {
 		if err != nil {
 			return nil, err
 		}
-		b.desc = "NATS JetStream at " + spec
+		b.desc = "NATS JetStream at " + natsjs.RedactURL(spec)
 		return b, nil
 	}
-	return nil, fmt.Errorf("-broker %q: use gochannel, nats-embedded or a nats:// URL", spec)
+	return nil, fmt.Errorf("-broker %q: use gochannel, nats-embedded or a nats:// URL", redact.URL(spec))
 }
 
 // openNATS connects the relay's publisher and one subscriber per consumer
@@ -103,7 +104,7 @@ func openNATS(url string, logger watermill.LoggerAdapter) (*broker, error) {
 		Logger:         logger,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("nats publisher (%s): %w", url, err)
+		return nil, fmt.Errorf("nats publisher (%s): %w", natsjs.RedactURL(url), err) // err is redacted by natsjs
 	}
 	b := &broker{pub: pub, closers: []func(){func() { pub.Close() }}}
 	b.subscriber = func(consumer string) (message.Subscriber, error) {
@@ -124,7 +125,7 @@ func openNATS(url string, logger watermill.LoggerAdapter) (*broker, error) {
 			Logger:           logger,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("nats subscriber for %s (%s): %w", consumer, url, err)
+			return nil, fmt.Errorf("nats subscriber for %s (%s): %w", consumer, natsjs.RedactURL(url), err)
 		}
 		b.closers = append(b.closers, func() { sub.Close() })
 		return sub, nil

@@ -22,6 +22,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
 	"github.com/outboxgen/outboxgen/runtime/inbox"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
+	"github.com/outboxgen/outboxgen/runtime/redact"
 	"github.com/outboxgen/outboxgen/runtime/relay"
 )
 
@@ -150,7 +151,9 @@ func (a *app) run(ctx context.Context) (Result, error) {
 	if cfg.Verbose {
 		level = slog.LevelDebug
 	}
-	logger := slog.New(slog.NewTextHandler(a.out, &slog.HandlerOptions{Level: level}))
+	// Every log line, the relay's and watermill's included, goes through
+	// redact: no password of a DSN or URL reaches the output.
+	logger := slog.New(redact.NewHandler(slog.NewTextHandler(a.out, &slog.HandlerOptions{Level: level})))
 	wlogger := watermill.NewSlogLogger(logger)
 
 	a.brk, err = openBroker(cfg.Broker, wlogger)

@@ -27,6 +27,8 @@ import (
 	"os"
 	"os/signal"
 	"time"
+
+	"github.com/outboxgen/outboxgen/runtime/redact"
 )
 
 func main() {
@@ -76,7 +78,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	res, err := Run(ctx, cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "orderpaid: %v\n", err)
+		// redact: the last line of defence for a DSN or URL quoted by a
+		// driver or a broker client.
+		fmt.Fprintf(stderr, "orderpaid: %v\n", redact.Error(err))
 		return 1
 	}
 	if !res.Reconciled {

@@ -6,7 +6,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/outboxgen/outboxgen/examples/orderpaid/db/pgdb"
 	"github.com/outboxgen/outboxgen/examples/orderpaid/db/sqlitedb"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/redact"
 	"github.com/outboxgen/outboxgen/templates"
 )
 
@@ -74,7 +74,7 @@ func openStore(ctx context.Context, dsn, driverName string) (*store, error) {
 	}
 	s.db, err = sql.Open(sqlDriver, dsn)
 	if err != nil {
-		return nil, err
+		return nil, redact.Error(err)
 	}
 	if d == dialect.SQLite {
 		// One writer at a time in any case; a small pool keeps the
@@ -87,7 +87,7 @@ func openStore(ctx context.Context, dsn, driverName string) (*store, error) {
 	defer cancel()
 	if err := s.db.PingContext(pctx); err != nil {
 		s.db.Close()
-		return nil, fmt.Errorf("connect to %s (%s): %w", d, where, err)
+		return nil, redact.Error(fmt.Errorf("connect to %s (%s): %w", d, where, err))
 	}
 	return s, nil
 }
@@ -127,15 +127,13 @@ func resolveDSN(dsn, driverName string) (dialect.Dialect, string, string, error)
 	}
 	switch d {
 	case dialect.Postgres:
-		where := dsn
-		if u, err := url.Parse(dsn); err == nil {
-			where = u.Redacted()
-		}
-		return d, dsn, where + " (PostgreSQL)", nil
+		// Never the DSN itself: it may hold a password (also one that
+		// net/url cannot parse, or a password=... keyword).
+		return d, dsn, redact.URL(dsn) + " (PostgreSQL)", nil
 	case dialect.MySQL:
 		cfg, err := mysql.ParseDSN(dsn)
 		if err != nil {
-			return "", "", "", fmt.Errorf("-db: not a MySQL DSN (user:pass@tcp(host:3306)/dbname): %w", err)
+			return "", "", "", redact.Error(fmt.Errorf("-db: not a MySQL DSN (user:pass@tcp(host:3306)/dbname): %w", err))
 		}
 		cfg.ParseTime = true // scan DATETIME into time.Time
 		where := fmt.Sprintf("%s@%s(%s)/%s (MySQL/MariaDB)", cfg.User, cfg.Net, cfg.Addr, cfg.DBName)
@@ -147,7 +145,7 @@ func resolveDSN(dsn, driverName string) (dialect.Dialect, string, string, error)
 		}
 		return d, sqliteDSN(path), path + " (SQLite)", nil
 	}
-	return "", "", "", fmt.Errorf("-db %q: cannot tell the database; use a postgres:// or mysql:// URL, a SQLite file (*.db), or set -driver", dsn)
+	return "", "", "", fmt.Errorf("-db %q: cannot tell the database; use a postgres:// or mysql:// URL, a SQLite file (*.db), or set -driver", redact.URL(dsn))
 }
 
 func pick(explicit, fromDSN dialect.Dialect) dialect.Dialect {

@@ -18,4 +18,9 @@
 //     at-least-once; the stream becomes effectively-once).
 //   - kafka: the outbox key becomes the Kafka record key, so all events of
 //     one key land in one partition and keep their order there.
+//
+// Errors of both adapters are redacted (package redact): they never show a
+// password or token of the configuration (URL userinfo, NATS token and
+// user/password options, Kafka SASL password), while errors.Is and
+// errors.As still see the broker client's errors.
 package brokers

@@ -37,8 +37,10 @@
 package kafka
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -46,6 +48,7 @@ import (
 	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/outboxgen/outboxgen/runtime/redact"
 	"github.com/outboxgen/outboxgen/runtime/relay"
 )
 
@@ -191,6 +194,7 @@ func (c PublisherConfig) Validate() error {
 	if len(c.Brokers) == 0 {
 		errs = append(errs, errors.New("kafka: PublisherConfig.Brokers is empty: list at least one bootstrap broker host:port"))
 	}
+	errs = append(errs, checkBrokers("PublisherConfig", c.Brokers)...)
 	if c.Retries < 1 {
 		errs = append(errs, fmt.Errorf("kafka: PublisherConfig.Retries is %d: use at least 1 (or 0 for %d)", c.Retries, DefaultPublishRetry))
 	}
@@ -247,27 +251,91 @@ func (c PublisherConfig) saramaConfig() (*sarama.Config, error) {
 	return sc, nil
 }
 
+// checkBrokers reports broker addresses that are not host:port: a URL or
+// credentials (user:password@host:port) would reach sarama's dial errors,
+// password included. Credentials belong in the sarama configuration
+// (Net.SASL). The addresses are redacted in the message.
+func checkBrokers(what string, brokers []string) []error {
+	var errs []error
+	for i, b := range brokers {
+		if strings.Contains(b, "@") || strings.Contains(b, "://") {
+			errs = append(errs, fmt.Errorf("kafka: %s.Brokers[%d] %q is not host:port: give bare addresses, and credentials in Sarama.Net.SASL", what, i, redact.StringWith(b, addrSecrets(b)...)))
+		}
+	}
+	return errs
+}
+
+// secrets returns the credentials in the brokers' addresses and sc, for
+// redact.ErrorWith: sarama's errors quote broker addresses, and nothing may
+// echo a password.
+func secrets(brokers []string, sc *sarama.Config) []string {
+	var s []string
+	for _, b := range brokers {
+		s = append(s, addrSecrets(b)...)
+	}
+	if sc != nil {
+		s = append(s, sc.Net.SASL.Password, sc.Net.SASL.GSSAPI.Password)
+	}
+	return s
+}
+
+// addrSecrets returns the password (or the lone user name, which may be a
+// token) of a broker address written as [scheme://]user[:password]@host.
+func addrSecrets(addr string) []string {
+	at := strings.LastIndex(addr, "@")
+	if at < 0 {
+		return nil
+	}
+	ui := addr[:at]
+	if i := strings.Index(ui, "://"); i >= 0 {
+		ui = ui[i+3:]
+	}
+	if _, pw, ok := strings.Cut(ui, ":"); ok {
+		return []string{pw}
+	}
+	return []string{ui}
+}
+
+// Publisher is the watermill-kafka publisher (a sarama SyncProducer)
+// NewPublisher returns. Its errors never show the credentials of its
+// configuration.
+type Publisher struct {
+	*wmkafka.Publisher
+	secrets []string
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// Publish publishes msgs to topic and returns once the brokers
+// acknowledged every record. Errors are redacted (package redact).
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	return redact.ErrorWith(p.Publisher.Publish(topic, msgs...), p.secrets...)
+}
+
 // NewPublisher returns a watermill-kafka publisher (a sarama SyncProducer:
 // Publish returns after the brokers acknowledged the record) whose records
-// are keyed by the outbox key.
-func NewPublisher(cfg PublisherConfig) (*wmkafka.Publisher, error) {
+// are keyed by the outbox key. Its errors, and NewPublisher's, are
+// redacted: the SASL password and any credentials in an address are
+// masked (errors.Is and errors.As still see sarama's errors).
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	sc, err := cfg.saramaConfig()
 	if err != nil {
-		return nil, err
+		return nil, redact.ErrorWith(err, secrets(cfg.Brokers, cfg.Sarama)...)
 	}
+	sec := secrets(cfg.Brokers, sc)
 	pub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{
 		Brokers:               cfg.Brokers,
 		Marshaler:             NewMarshaler(cfg.PartitionKey),
 		OverwriteSaramaConfig: sc,
 	}, cfg.Logger)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: %w", err)
+		return nil, redact.ErrorWith(fmt.Errorf("kafka: %w", err), sec...)
 	}
-	return pub, nil
+	return &Publisher{Publisher: pub, secrets: sec}, nil
 }
 
 // SubscriberConfig configures a Subscriber for the consumers of outbox
@@ -322,6 +390,7 @@ func (c SubscriberConfig) Validate() error {
 	if len(c.Brokers) == 0 {
 		errs = append(errs, errors.New("kafka: SubscriberConfig.Brokers is empty: list at least one bootstrap broker host:port"))
 	}
+	errs = append(errs, checkBrokers("SubscriberConfig", c.Brokers)...)
 	if c.ConsumerGroup == "" {
 		errs = append(errs, errors.New("kafka: SubscriberConfig.ConsumerGroup is empty: name the consumer group (it keeps per-partition order and offsets)"))
 	}
@@ -334,10 +403,28 @@ func (c SubscriberConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Subscriber is the watermill-kafka consumer-group subscriber
+// NewSubscriber returns. Its errors never show the credentials of its
+// configuration.
+type Subscriber struct {
+	*wmkafka.Subscriber
+	secrets []string
+}
+
+var _ message.Subscriber = (*Subscriber)(nil)
+
+// Subscribe joins the consumer group for topic (connecting on the first
+// call). Errors are redacted (package redact).
+func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	ch, err := s.Subscriber.Subscribe(ctx, topic)
+	return ch, redact.ErrorWith(err, s.secrets...)
+}
+
 // NewSubscriber returns a watermill-kafka consumer-group subscriber.
 // Messages carry UUID = event_id and the relay's metadata; the record key
-// is not exposed (it equals relay.MetadataKey).
-func NewSubscriber(cfg SubscriberConfig) (*wmkafka.Subscriber, error) {
+// is not exposed (it equals relay.MetadataKey). Errors are redacted as
+// NewPublisher's.
+func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -354,8 +441,9 @@ func NewSubscriber(cfg SubscriberConfig) (*wmkafka.Subscriber, error) {
 	if cfg.FromNewest {
 		sc.Consumer.Offsets.Initial = sarama.OffsetNewest
 	}
+	sec := secrets(cfg.Brokers, sc)
 	if err := sc.Validate(); err != nil {
-		return nil, fmt.Errorf("kafka: sarama config: %w", err)
+		return nil, redact.ErrorWith(fmt.Errorf("kafka: sarama config: %w", err), sec...)
 	}
 	sub, err := wmkafka.NewSubscriber(wmkafka.SubscriberConfig{
 		Brokers:               cfg.Brokers,
@@ -365,7 +453,7 @@ func NewSubscriber(cfg SubscriberConfig) (*wmkafka.Subscriber, error) {
 		NackResendSleep:       cfg.NackResendSleep,
 	}, cfg.Logger)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: %w", err)
+		return nil, redact.ErrorWith(fmt.Errorf("kafka: %w", err), sec...)
 	}
-	return sub, nil
+	return &Subscriber{Subscriber: sub, secrets: sec}, nil
 }

@@ -48,6 +48,7 @@ package natsjs
 import (
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +58,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
+	"github.com/outboxgen/outboxgen/runtime/redact"
 	"github.com/outboxgen/outboxgen/runtime/relay"
 )
 
@@ -174,11 +176,18 @@ type Publisher struct {
 	ownConn       bool
 	autoProvision bool
 	prov          *provisioner
+	secrets       []string // masked in every error (redact.ErrorWith)
 }
 
 var _ message.Publisher = (*Publisher)(nil)
 
 // NewPublisher connects (unless cfg.Conn is set) and returns a publisher.
+//
+// Its errors, and those of the publisher's methods, never show a password
+// or token: a URL's password, a token given as a URL's user
+// (nats://TOKEN@host) and the password and token of NatsOptions
+// (nats.UserInfo, nats.Token) are masked (package redact). errors.Is and
+// errors.As still see the nats errors.
 func NewPublisher(cfg Config) (*Publisher, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -188,6 +197,7 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 	if err != nil {
 		return nil, err
 	}
+	sec := connSecrets(conn, cfg.URL)
 	pub, err := wmnats.NewPublisherWithNatsConn(conn, wmnats.PublisherPublishConfig{
 		Marshaler:         Marshaler{},
 		SubjectCalculator: wmnats.DefaultSubjectCalculator,
@@ -202,7 +212,7 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 	}, cfg.Logger)
 	if err != nil {
 		closeIfOwned(conn, own)
-		return nil, fmt.Errorf("natsjs: %w", err)
+		return nil, redact.ErrorWith(fmt.Errorf("natsjs: %w", err), sec...)
 	}
 	return &Publisher{
 		Publisher:     pub,
@@ -210,13 +220,18 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 		ownConn:       own,
 		autoProvision: cfg.AutoProvision,
 		prov:          newProvisioner(js, cfg.DuplicateWindow, cfg.StreamName, cfg.ConfigureStream),
+		secrets:       sec,
 	}, nil
 }
 
 // Publish publishes msgs to the subject topic and waits for JetStream's
 // acknowledgement of each. A duplicate (an id already stored inside the
-// window) is acknowledged as success.
+// window) is acknowledged as success. Errors are redacted.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	return redact.ErrorWith(p.publish(topic, msgs...), p.secrets...)
+}
+
+func (p *Publisher) publish(topic string, msgs ...*message.Message) error {
 	if err := ValidateTopic(topic); err != nil {
 		return relay.Permanent(err) // no retry makes the subject valid
 	}
@@ -249,7 +264,7 @@ func (p *Publisher) EnsureStream(topic string) error {
 	if err := ValidateTopic(topic); err != nil {
 		return err
 	}
-	return p.prov.ensure(topic)
+	return redact.ErrorWith(p.prov.ensure(topic), p.secrets...)
 }
 
 // Conn returns the publisher's NATS connection.
@@ -393,9 +408,83 @@ func connect(conn *nats.Conn, url string, opts []nats.Option) (*nats.Conn, bool,
 	all := append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectBufSize(-1)}, opts...)
 	c, err := nats.Connect(url, all...)
 	if err != nil {
-		return nil, false, fmt.Errorf("natsjs: connect to %s: %w", url, err)
+		// nats.go's own errors may quote the URL too (a parse error).
+		return nil, false, redact.ErrorWith(fmt.Errorf("natsjs: connect to %s: %w", url, err), optionSecrets(url, all)...)
 	}
 	return c, true, nil
+}
+
+// RedactURL returns a NATS server URL list (comma separated) fit for a
+// log line: every password, and every token given as a URL's user name
+// (nats://TOKEN@host), masked as "xxxxx". A user name followed by a
+// password is kept.
+func RedactURL(urls string) string {
+	return redact.StringWith(urls, urlSecrets(urls)...)
+}
+
+// urlSecrets returns the secrets of a NATS server URL list (comma
+// separated): each URL's password, or its user name when it has no
+// password (NATS takes a lone user name as a token).
+func urlSecrets(urls string) []string {
+	var s []string
+	for _, raw := range strings.Split(urls, ",") {
+		raw = strings.TrimSpace(raw)
+		if u, err := neturl.Parse(raw); err == nil {
+			if u.User == nil {
+				continue
+			}
+			if pw, ok := u.User.Password(); ok {
+				s = append(s, pw)
+			} else {
+				s = append(s, u.User.Username())
+			}
+			continue
+		}
+		// Unparsable: the userinfo runs from "://" to the last '@'.
+		at := strings.LastIndex(raw, "@")
+		if at < 0 {
+			continue
+		}
+		ui := raw[:at]
+		if i := strings.Index(ui, "://"); i >= 0 {
+			ui = ui[i+3:]
+		}
+		if _, pw, ok := strings.Cut(ui, ":"); ok {
+			s = append(s, pw)
+		} else {
+			s = append(s, ui)
+		}
+	}
+	return s
+}
+
+// optionSecrets returns the secrets of url and of the connection options
+// opts (nats.UserInfo's password, nats.Token), read by applying opts to a
+// copy of the default options, as nats.Connect does.
+func optionSecrets(url string, opts []nats.Option) []string {
+	o := nats.GetDefaultOptions()
+	for _, opt := range opts {
+		if opt != nil {
+			_ = opt(&o)
+		}
+	}
+	s := append(urlSecrets(url), o.Password, o.Token)
+	for _, srv := range o.Servers {
+		s = append(s, urlSecrets(srv)...)
+	}
+	return s
+}
+
+// connSecrets returns the secrets of an established connection and of url.
+func connSecrets(c *nats.Conn, url string) []string {
+	s := append(urlSecrets(url), c.Opts.Password, c.Opts.Token)
+	for _, srv := range append(c.Opts.Servers, c.Opts.Url) {
+		s = append(s, urlSecrets(srv)...)
+	}
+	if u := c.ConnectedUrl(); u != "" {
+		s = append(s, urlSecrets(u)...)
+	}
+	return s
 }
 
 // connectJetStream connects like connect and opens a JetStream context.
@@ -407,7 +496,7 @@ func connectJetStream(conn *nats.Conn, url string, opts []nats.Option) (*nats.Co
 	js, err := conn.JetStream()
 	if err != nil {
 		closeIfOwned(conn, own)
-		return nil, nil, false, fmt.Errorf("natsjs: jetstream context: %w", err)
+		return nil, nil, false, redact.ErrorWith(fmt.Errorf("natsjs: jetstream context: %w", err), connSecrets(conn, url)...)
 	}
 	return conn, js, own, nil
 }

@@ -10,6 +10,8 @@ import (
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
+
+	"github.com/outboxgen/outboxgen/runtime/redact"
 )
 
 // SubscriberConfig configures a Subscriber for the consumers of outbox
@@ -138,11 +140,13 @@ type Subscriber struct {
 	conn          *nats.Conn
 	autoProvision bool
 	prov          *provisioner
+	secrets       []string // masked in every error (redact.ErrorWith)
 }
 
 var _ message.Subscriber = (*Subscriber)(nil)
 
 // NewSubscriber connects (unless cfg.Conn is set) and returns a subscriber.
+// Its errors, and Subscribe's, are redacted as NewPublisher's.
 func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -152,6 +156,7 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	if err != nil {
 		return nil, err
 	}
+	sec := connSecrets(conn, cfg.URL)
 	opts := append([]nats.SubOpt{nats.DeliverAll(), nats.AckExplicit(), nats.ManualAck(), nats.AckWait(cfg.AckWait)}, cfg.SubscribeOptions...)
 	queue := cfg.QueueGroup
 	sub, err := wmnats.NewSubscriberWithNatsConn(conn, wmnats.SubscriberSubscriptionConfig{
@@ -178,13 +183,14 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	}, cfg.Logger)
 	if err != nil {
 		closeIfOwned(conn, own)
-		return nil, fmt.Errorf("natsjs: %w", err)
+		return nil, redact.ErrorWith(fmt.Errorf("natsjs: %w", err), sec...)
 	}
 	return &Subscriber{
 		Subscriber:    sub,
 		conn:          conn,
 		autoProvision: cfg.AutoProvision,
 		prov:          newProvisioner(js, cfg.DuplicateWindow, cfg.StreamName, cfg.ConfigureStream),
+		secrets:       sec,
 	}, nil
 }
 
@@ -200,10 +206,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			return nil, err
 		}
 		if err := s.prov.ensure(topic); err != nil {
-			return nil, err
+			return nil, redact.ErrorWith(err, s.secrets...)
 		}
 	}
-	return s.Subscriber.Subscribe(ctx, topic)
+	ch, err := s.Subscriber.Subscribe(ctx, topic)
+	return ch, redact.ErrorWith(err, s.secrets...)
 }
 
 // DurableName returns the consumer name of a durable subscriber for topic:

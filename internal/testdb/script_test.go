@@ -1,0 +1,192 @@
+package testdb
+
+import (
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// These tests run scripts/testdb.sh against a private OUTBOXGEN_TESTDB_DIR
+// (never the shared /tmp/outboxgen-testdb) with ports nobody listens on, so
+// the servers other tests use are never stopped or started. The script
+// runs as root only; elsewhere they skip.
+
+// runScript runs scripts/testdb.sh cmd with dir as its data directory and
+// returns its combined output and whether it exited 0.
+func runScript(t *testing.T, dir, cmd string, extraEnv ...string) (string, bool) {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join("..", "..", "scripts", "testdb.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := os.Getenv("OUTBOXGEN_TESTDB_SCRIPT"); s != "" {
+		script = s // another version of the script, e.g. to show a test fails on it
+	}
+	c := exec.Command("bash", script, cmd)
+	env := []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + os.Getenv("HOME"),
+		"OUTBOXGEN_TESTDB_DIR=" + dir,
+		// Ports nothing listens on: the script's own servers are never
+		// reached from a test.
+		"OUTBOXGEN_TESTDB_PG_PORT=1",
+		"OUTBOXGEN_TESTDB_MYSQL_PORT=2",
+	}
+	c.Env = append(env, extraEnv...)
+	out, err := c.CombinedOutput()
+	if err != nil {
+		if _, ok := err.(*exec.ExitError); !ok {
+			t.Fatalf("run %s %s: %v", script, cmd, err)
+		}
+		return string(out), false
+	}
+	return string(out), true
+}
+
+func needScriptRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("scripts/testdb.sh runs as root only")
+	}
+	for _, bin := range []string{"bash", "flock", "stat"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s not installed", bin)
+		}
+	}
+}
+
+// plantLockSymlink makes dir/.lock a symlink to a file outside dir holding
+// known content and returns that file's path.
+func plantLockSymlink(t *testing.T, dir string) (target, content string) {
+	t.Helper()
+	content = "precious: must survive testdb.sh\n"
+	target = filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(target, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(dir, ".lock")); err != nil {
+		t.Fatal(err)
+	}
+	return target, content
+}
+
+func checkUntouched(t *testing.T, target, content string) {
+	t.Helper()
+	b, err := os.ReadFile(target)
+	if err != nil {
+		t.Fatalf("read symlink target: %v", err)
+	}
+	if string(b) != content {
+		t.Fatalf("testdb.sh changed the file the .lock symlink points to: now %q, was %q", b, content)
+	}
+}
+
+// TestScriptLockSymlinkStop: `testdb.sh stop` with a symlink planted at
+// $DIR/.lock refuses to follow it and leaves its target alone.
+func TestScriptLockSymlinkStop(t *testing.T) {
+	needScriptRoot(t)
+	dir := filepath.Join(t.TempDir(), "testdb")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	target, content := plantLockSymlink(t, dir)
+	out, ok := runScript(t, dir, "stop")
+	checkUntouched(t, target, content)
+	if ok || !strings.Contains(out, "symlink") {
+		t.Fatalf("stop with a symlinked .lock: want a refusal naming the symlink, got ok=%v:\n%s", ok, out)
+	}
+}
+
+// TestScriptLockSymlinkStart: the same for `testdb.sh start`. The servers
+// configured in the environment are passed as external ones, so that a
+// script that did get past the lock would use them instead of starting
+// anything (it reaches no server of its own on the ports above).
+func TestScriptLockSymlinkStart(t *testing.T) {
+	needScriptRoot(t)
+	pg, my := os.Getenv(PostgresEnv), os.Getenv(MySQLEnv)
+	if pg == "" || my == "" {
+		t.Skipf("%s and %s must name running servers (so that the script starts none)", PostgresEnv, MySQLEnv)
+	}
+	dir := filepath.Join(t.TempDir(), "testdb")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	target, content := plantLockSymlink(t, dir)
+	out, ok := runScript(t, dir, "start", PostgresEnv+"="+pg, MySQLEnv+"="+my)
+	checkUntouched(t, target, content)
+	if ok || !strings.Contains(out, "symlink") {
+		t.Fatalf("start with a symlinked .lock: want a refusal naming the symlink, got ok=%v:\n%s", ok, out)
+	}
+}
+
+// TestScriptLockRegularFile: a regular .lock file is used, and not
+// truncated, and stop on a directory with no servers succeeds.
+func TestScriptLockRegularFile(t *testing.T) {
+	needScriptRoot(t)
+	dir := filepath.Join(t.TempDir(), "testdb")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	lock := filepath.Join(dir, ".lock")
+	if err := os.WriteFile(lock, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, ok := runScript(t, dir, "stop")
+	if !ok || !strings.Contains(out, "postgres: not running") || !strings.Contains(out, "mariadb: not running") {
+		t.Fatalf("stop on an empty directory: ok=%v\n%s", ok, out)
+	}
+	if b, _ := os.ReadFile(lock); string(b) != "x" {
+		t.Fatalf(".lock truncated: %q", b)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("data directory mode: %v %v, want 0755 (the postgres and mysql users must reach it)", fi.Mode(), err)
+	}
+}
+
+// TestScriptRefusesForeignDir: a data directory owned by another user (in
+// /tmp anyone can create /tmp/outboxgen-testdb first and plant symlinks in
+// it) or a symlinked one is refused before anything is written there.
+func TestScriptRefusesForeignDir(t *testing.T) {
+	needScriptRoot(t)
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skip("no user nobody")
+	}
+	uid, _ := strconv.Atoi(nobody.Uid)
+	gid, _ := strconv.Atoi(nobody.Gid)
+
+	t.Run("foreign owner", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "testdb")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		out, ok := runScript(t, dir, "stop")
+		if ok || !strings.Contains(out, "refusing") {
+			t.Fatalf("stop in a directory owned by nobody: want a refusal, got ok=%v:\n%s", ok, out)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, ".lock")); err == nil {
+			t.Fatal("the script created .lock in a directory it refused")
+		}
+	})
+	t.Run("symlinked dir", func(t *testing.T) {
+		real := t.TempDir()
+		dir := filepath.Join(t.TempDir(), "testdb")
+		if err := os.Symlink(real, dir); err != nil {
+			t.Fatal(err)
+		}
+		out, ok := runScript(t, dir, "stop")
+		if ok || !strings.Contains(out, "symlink") {
+			t.Fatalf("stop with a symlinked data directory: want a refusal, got ok=%v:\n%s", ok, out)
+		}
+		if _, err := os.Lstat(filepath.Join(real, ".lock")); err == nil {
+			t.Fatal("the script wrote through the symlinked directory")
+		}
+	})
+}
