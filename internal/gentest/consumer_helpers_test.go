@@ -48,7 +48,8 @@ var businessDDL = []string{
 type backend struct {
 	name    string
 	dialect outbox.Dialect
-	db      *sql.DB // database/sql backends only
+	db      *sql.DB       // database/sql backends only
+	pool    *pgxpool.Pool // pgx backend only
 	// exec and queryInt run outside any consumer transaction.
 	exec     func(ctx context.Context, query string, args ...any) error
 	queryInt func(ctx context.Context, query string, args ...any) (int64, error)
@@ -126,6 +127,7 @@ func pgxBackend(t testing.TB) *backend {
 	b := &backend{
 		name:    "pgx",
 		dialect: outbox.Postgres,
+		pool:    pool,
 		exec: func(ctx context.Context, query string, args ...any) error {
 			_, err := pool.Exec(ctx, query, args...)
 			return err

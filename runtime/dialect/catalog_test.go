@@ -134,6 +134,8 @@ func catalog(t *testing.T, d Dialect) []catalogEntry {
 	must(err)
 	s, _ = iq.Record("billing", "0190c7a4-0000-7000-8000-000000000001", "ORDER_PAID", "order-1")
 	add("InboxRecord", ":execrows", "InboxQueries.Record(consumer, eventID, bizType, bizID)", s)
+	s, _ = iq.Recorded("billing", "0190c7a4-0000-7000-8000-000000000001")
+	add("InboxRecorded", ":one", "InboxQueries.Recorded(consumer, eventID)", s)
 	s, _ = iq.Guard("billing", "ORDER_PAID", "order-1", 101)
 	add("InboxGuard", ":execrows", "InboxQueries.Guard(consumer, bizType, bizID, seq)", s)
 

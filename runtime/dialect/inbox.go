@@ -25,11 +25,12 @@ func InboxKeyTable(inbox string) string { return inbox + InboxKeySuffix }
 // InboxQueries holds the consumer statements for one inbox table. Build it
 // once with NewInboxQueries; it is immutable and safe for concurrent use.
 type InboxQueries struct {
-	d      Dialect
-	inbox  string
-	keys   string
-	record string
-	guard  string
+	d        Dialect
+	inbox    string
+	keys     string
+	record   string
+	recorded string
+	guard    string
 }
 
 // NewInboxQueries returns the inbox statements of dialect d for inbox table
@@ -54,6 +55,15 @@ func NewInboxQueries(d Dialect, inbox string) (*InboxQueries, error) {
 		q.record += " ON DUPLICATE KEY UPDATE consumer = consumer"
 	} else {
 		q.record += " ON CONFLICT (consumer, event_id) DO NOTHING"
+	}
+
+	// What an existing record says the event was: read after a duplicate,
+	// to tell a redelivery from another event reusing the id. On MySQL a
+	// locking read, so that it sees the row the INSERT found even when a
+	// REPEATABLE READ snapshot predates it.
+	q.recorded = "SELECT COALESCE(biz_type, ''), COALESCE(biz_id, '') FROM " + inbox + " WHERE consumer = " + d.Placeholder(1) + " AND event_id = " + d.Placeholder(2)
+	if d == MySQL {
+		q.recorded += " LOCK IN SHARE MODE"
 	}
 
 	ins := "INSERT INTO " + keys + " (consumer, biz_type, biz_id, last_seq) VALUES (" + d.placeholders(4) + ")"
@@ -84,6 +94,15 @@ func (q *InboxQueries) KeyTable() string { return q.keys }
 // committed: the statement waits for a concurrent insert of the same key).
 func (q *InboxQueries) Record(consumer, eventID, bizType, bizID string) (string, []any) {
 	return q.record, []any{consumer, eventID, nullable(bizType), nullable(bizID)}
+}
+
+// Recorded reads back the event type and key (each "" when NULL) of the
+// record of (consumer, eventID), after Record found one: the caller
+// compares them with the delivery's to tell a redelivery of the same event
+// from another event reusing its id. No row: the record is gone (deleted
+// by retention since).
+func (q *InboxQueries) Recorded(consumer, eventID string) (string, []any) {
+	return q.recorded, []any{consumer, eventID}
 }
 
 // Guard advances the newest applied sequence of (consumer, bizType, bizID)

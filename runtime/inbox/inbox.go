@@ -3,9 +3,12 @@
 //
 // Every delivery runs in one local transaction:
 //
-//  1. insert (consumer, event_id) into the inbox table; when the row exists
-//     the event was handled already: commit, ack, skip (counted as
-//     "duplicate");
+//  1. insert (consumer, event_id, event type, key) into the inbox table;
+//     when the row exists the event was handled already: commit, ack, skip
+//     (counted as "duplicate"), unless the recorded event type or key
+//     differs from the delivery's: then another event reuses the id, and
+//     the delivery is a permanent failure (ReusedEventIDError) instead of
+//     being dropped;
 //  2. for events marked latest_only, advance the stale guard (the newest
 //     outbox sequence applied per consumer, event type and key); an older
 //     event is skipped (counted as "stale") — its inbox row is kept;
@@ -23,8 +26,33 @@
 // failures — an undecodable payload, an unknown payload version, malformed
 // outbox metadata, an event id, event type or key that cannot fit the inbox
 // table (see MaxEventIDLen, MaxTypeLen, MaxKeyLen; checked before any SQL),
-// errors wrapped with Permanent — skip the retries. A panic in a handler is
-// recovered and treated as an error.
+// an event id reused by another event, errors wrapped with Permanent — skip
+// the retries. A panic in a handler is recovered and treated as an error;
+// its stack trace is logged at ERROR, and the error (and so the poison
+// reason, metadata "reason_poisoned") is one line of at most MaxReasonLen
+// bytes.
+//
+// Infrastructure failures are the database's fault, not the message's: the
+// database is unreachable or the connection was lost, the user lacks a
+// privilege, a table is missing, the database is out of resources,
+// shutting down, read-only or locked (SQLITE_BUSY), or a statement timed
+// out (context.DeadlineExceeded). They are recognised by driver error code
+// (PostgreSQL SQLSTATE classes 08, 28, 53, 57P, 58 and 42501, 42P01,
+// 42703, 3D000, 3F000, 25006; MySQL/MariaDB 1044, 1045, 1049, 1054, 1142,
+// 1143, 1146, 1290, 2002, 2006, 2013 and others; SQLite BUSY, READONLY,
+// PERM, IOERR, FULL, "no such table") or as driver.ErrBadConn, net errors
+// and the like, whether the inbox's own statements or the handler's hit
+// them (a handler error must wrap the driver's error with %w to be
+// recognised). Such a delivery is rolled back and tried again, with the
+// Options' backoff (RetryInitialInterval doubling up to RetryMaxInterval),
+// until it gets through or the router stops (then it is nacked); these
+// attempts do not count toward MaxAttempts and the message is never
+// poisoned for them. Each one is logged at ERROR with the error class and
+// what to do, and counted with outcome "infrastructure" (SQLITE_BUSY: at
+// INFO, outcome "busy"). A consumer whose table is missing or whose
+// privileges are wrong therefore stops and alerts rather than poisoning
+// valid messages, and carries on once the schema is applied or the
+// privilege granted. Errors wrapped with Permanent stay permanent.
 //
 // Generated code calls Register (database/sql) or pgxinbox.Register (pgx/v5)
 // with one Route per event; applications call the generated RegisterX.
@@ -50,19 +78,21 @@
 //
 // Without a busy timeout every concurrent write fails at once with
 // SQLITE_BUSY ("database is locked").
-// The inbox treats SQLITE_BUSY ("database is locked") as transient: the
-// delivery is rolled back and tried again, with the Options' backoff
-// (RetryInitialInterval doubling up to RetryMaxInterval), until it gets
-// through or the router stops; these attempts do not count toward
-// MaxAttempts and are never poisoned (they are counted as "busy"). A
-// consumer stuck behind a lock that is never released therefore waits
-// rather than poisoning valid messages: watch the "busy" outcome.
+// The inbox treats SQLITE_BUSY ("database is locked") as an infrastructure
+// failure (see above): retried until it gets through, never poisoned,
+// counted as "busy". A consumer stuck behind a lock that is never released
+// therefore waits rather than poisoning valid messages: watch the "busy"
+// outcome.
 //
 // Metrics: the counter outboxgen.inbox.deliveries, with attributes consumer,
 // event_type and outcome: processed, duplicate, stale, unhandled (a type on
 // the topic this consumer does not handle: acked), failed (one failed
-// attempt), permanent (a permanent failure) and busy (one attempt that found
-// the SQLite database locked, retried without counting toward MaxAttempts).
+// attempt), permanent (a permanent failure), infrastructure (one attempt
+// that failed because of the database, retried without counting toward
+// MaxAttempts; attribute error_class says which: connection,
+// permission_denied, missing_table, resources, shutdown, read_only,
+// timeout) and busy (one attempt that found the SQLite database locked,
+// likewise). Alert on infrastructure > 0.
 package inbox
 
 import (
@@ -73,6 +103,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -82,6 +113,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
@@ -175,6 +207,11 @@ type Store[T any] interface {
 	Begin(ctx context.Context) (T, error)
 	// Exec runs a statement in tx and returns the affected-row count.
 	Exec(ctx context.Context, tx T, query string, args ...any) (int64, error)
+	// QueryRow runs a query returning at most one row in tx and scans it
+	// into dest; found is false (and err nil) when there is no row. The
+	// inbox uses it after a duplicate only, to compare the recorded event
+	// type and key with the delivery's.
+	QueryRow(ctx context.Context, tx T, query string, args []any, dest ...any) (found bool, err error)
 	Commit(ctx context.Context, tx T) error
 	// Rollback ends tx; it must be harmless after a failed Commit.
 	Rollback(ctx context.Context, tx T) error
@@ -254,8 +291,10 @@ func RegisterStore[T any](r *message.Router, sub message.Subscriber, s Store[T],
 	var mws []message.HandlerMiddleware
 	if !o.NoPoisonQueue {
 		poison, err := middleware.PoisonQueueWithFilter(o.PoisonPublisher, o.PoisonTopic, func(err error) bool {
-			// A shutdown is not the message's fault: nack, redeliver later.
-			return !errors.Is(err, context.Canceled)
+			// A shutdown, or a database that failed (and was still failing
+			// when the wait for it ended), is not the message's fault:
+			// nack, redeliver later.
+			return !errors.Is(err, context.Canceled) && !isInfrastructure(err)
 		})
 		if err != nil {
 			return fmt.Errorf("inbox: %w", err)
@@ -272,7 +311,9 @@ func RegisterStore[T any](r *message.Router, sub message.Subscriber, s Store[T],
 		MaxInterval:     o.RetryMaxInterval,
 		Multiplier:      2,
 		ShouldRetry: func(p middleware.RetryParams) bool {
-			return !errors.Is(p.Err, ErrPermanent) && !errors.Is(p.Err, context.Canceled)
+			// Infrastructure failures were retried in the handler already,
+			// until the message's context ended.
+			return !errors.Is(p.Err, ErrPermanent) && !errors.Is(p.Err, context.Canceled) && !isInfrastructure(p.Err)
 		},
 		Logger: o.Logger,
 	}.Middleware)
@@ -280,7 +321,7 @@ func RegisterStore[T any](r *message.Router, sub message.Subscriber, s Store[T],
 	for _, topic := range topics {
 		h := &handler[T]{
 			name: c.Name, store: s, q: q, routes: byTopic[topic], counter: counter,
-			busyRetry: q.Dialect() == dialect.SQLite, backoff: o.RetryInitialInterval, maxBackoff: o.RetryMaxInterval,
+			backoff: o.RetryInitialInterval, maxBackoff: o.RetryMaxInterval,
 			logger: o.Logger,
 		}
 		wh := r.AddConsumerHandler(c.Name+"/"+topic, topic, sub, h.handle)
@@ -297,9 +338,8 @@ type handler[T any] struct {
 	routes  map[string]Route[T]
 	counter metric.Int64Counter
 
-	// busyRetry retries SQLITE_BUSY failures in place (SQLite only),
-	// waiting backoff, doubling up to maxBackoff.
-	busyRetry           bool
+	// Infrastructure failures (SQLITE_BUSY among them) are retried in
+	// place, waiting backoff, doubling up to maxBackoff.
 	backoff, maxBackoff time.Duration
 	logger              watermill.LoggerAdapter
 }
@@ -315,17 +355,28 @@ const (
 	// OutcomeBusy is one attempt that found the SQLite database locked
 	// (SQLITE_BUSY): retried without counting toward MaxAttempts.
 	OutcomeBusy = "busy"
+	// OutcomeInfrastructure is one attempt that failed because of the
+	// database, not the message (unreachable, a missing privilege or table,
+	// out of resources, shutting down, read-only, timed out): retried
+	// with backoff without counting toward MaxAttempts, never poisoned, and
+	// logged at ERROR. The counter's error_class attribute says which (see
+	// the package documentation).
+	OutcomeInfrastructure = "infrastructure"
 )
 
-func (h *handler[T]) count(ctx context.Context, eventType, outcome string) {
-	h.counter.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(
+func (h *handler[T]) count(ctx context.Context, eventType, outcome string, attrs ...attribute.KeyValue) {
+	h.counter.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(append([]attribute.KeyValue{
 		attribute.String("consumer", h.name),
 		attribute.String("event_type", eventType),
 		attribute.String("outcome", outcome),
-	))
+	}, attrs...)...))
 }
 
-func (h *handler[T]) handle(msg *message.Message) (err error) {
+func (h *handler[T]) handle(msg *message.Message) error {
+	return oneLine(h.logger, h.handleMessage(msg))
+}
+
+func (h *handler[T]) handleMessage(msg *message.Message) (err error) {
 	ctx := msg.Context()
 	m, err := outbox.ParseMeta(msg.Metadata, msg.UUID)
 	if err != nil {
@@ -347,19 +398,19 @@ func (h *handler[T]) handle(msg *message.Message) (err error) {
 		return Permanent(fmt.Errorf("inbox: %s event %s is latest_only but has no %q and %q metadata to order it by", m.Type, m.EventID, outbox.MetadataSequence, outbox.MetadataKey))
 	}
 	outcome, err := h.run(ctx, rt, msg.Payload, m)
-	for wait := h.backoff; err != nil && h.busyRetry && !errors.Is(err, ErrPermanent) && isBusy(err); wait = min(2*wait, h.maxBackoff) {
-		// The database is locked by another writer: not the message's
-		// fault, and not one of its MaxAttempts. Try again after a pause.
-		h.count(ctx, m.Type, OutcomeBusy)
-		if h.logger != nil {
-			h.logger.Info("inbox: SQLite database is locked, retrying (not counted toward MaxAttempts)", watermill.LogFields{
-				"consumer": h.name, "event_type": m.Type, "event_id": m.EventID, "wait_time": wait, "error": err.Error(),
-			})
+	for wait := h.backoff; err != nil && !errors.Is(err, ErrPermanent); wait = min(2*wait, h.maxBackoff) {
+		class := dberr.Infrastructure(err)
+		if class == dberr.NoInfra {
+			break
 		}
+		// The database failed, not the message: never poison it, and do
+		// not use up its MaxAttempts. Wait and try again until the
+		// cause is fixed or gone, or the router stops.
+		h.infrastructure(ctx, m, class, wait, err)
 		if werr := sleep(ctx, wait); werr != nil {
 			// Shutting down: nack (never poison) and let the broker
 			// redeliver later.
-			return fmt.Errorf("%w (stopped waiting: %w)", err, werr)
+			return &infraError{err: fmt.Errorf("%w (stopped waiting: %w)", err, werr)}
 		}
 		outcome, err = h.run(ctx, rt, msg.Payload, m)
 	}
@@ -373,6 +424,93 @@ func (h *handler[T]) handle(msg *message.Message) (err error) {
 	h.count(ctx, m.Type, outcome)
 	return err
 }
+
+// infrastructure counts and logs one attempt that failed because of the
+// database: SQLITE_BUSY at INFO (a lock that waiting resolves, counted as
+// "busy"), anything else at ERROR with what to do (counted as
+// "infrastructure").
+func (h *handler[T]) infrastructure(ctx context.Context, m outbox.Meta, class dberr.Infra, wait time.Duration, err error) {
+	fields := watermill.LogFields{
+		"consumer": h.name, "event_type": m.Type, "event_id": m.EventID, "wait_time": wait,
+	}
+	if class == dberr.InfraBusy {
+		h.count(ctx, m.Type, OutcomeBusy)
+		if h.logger != nil {
+			fields["error"] = err.Error()
+			h.logger.Info("inbox: SQLite database is locked, retrying (not counted toward MaxAttempts)", fields)
+		}
+		return
+	}
+	h.count(ctx, m.Type, OutcomeInfrastructure, attribute.String("error_class", class.String()))
+	if h.logger != nil {
+		fields["error_class"] = class.String()
+		fields["inbox_table"] = h.q.Table()
+		fields["what_to_do"] = class.Hint()
+		h.logger.Error("inbox: the database failed ("+class.String()+"); the message is kept and retried until it gets through (not counted toward MaxAttempts, never poisoned)", err, fields)
+	}
+}
+
+// infraError is an infrastructure failure still failing when the handler
+// stopped waiting for it (the router is stopping): nacked, never poisoned.
+type infraError struct{ err error }
+
+func (e *infraError) Error() string { return e.err.Error() }
+func (e *infraError) Unwrap() error { return e.err }
+
+// isInfrastructure reports whether err is a database infrastructure
+// failure (and not marked permanent): it must not poison the message.
+func isInfrastructure(err error) bool {
+	var ie *infraError
+	if errors.As(err, &ie) {
+		return true
+	}
+	return !errors.Is(err, ErrPermanent) && dberr.Infrastructure(err) != dberr.NoInfra
+}
+
+// MaxReasonLen caps, in bytes, the text of a failure as the poison queue
+// records it (metadata "reason_poisoned"): one line, so that it fits a
+// message header. The whole error is logged.
+const MaxReasonLen = 1024
+
+// oneLine returns err with its text on one line (line breaks and other
+// control characters replaced) and at most MaxReasonLen bytes; errors.Is
+// and errors.As see through it. When it had to shorten the text, it logs
+// the whole error first.
+func oneLine(logger watermill.LoggerAdapter, err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	line := strings.Join(strings.FieldsFunc(msg, func(r rune) bool { return r == '\n' || r == '\r' }), " | ")
+	line = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(line, "\uFFFD"))
+	if len(line) > MaxReasonLen {
+		if logger != nil {
+			logger.Error("inbox: delivery failed (the poison reason is shortened to one line of this)", err, nil)
+		}
+		cut := MaxReasonLen - len("...")
+		for cut > 0 && !utf8.RuneStart(line[cut]) {
+			cut--
+		}
+		line = line[:cut] + "..."
+	}
+	if line == msg {
+		return err
+	}
+	return &lineError{line: line, err: err}
+}
+
+type lineError struct {
+	line string
+	err  error
+}
+
+func (e *lineError) Error() string { return e.line }
+func (e *lineError) Unwrap() error { return e.err }
 
 // checkFits reports, as a plain error, a value of m that cannot be stored in
 // the inbox table: too long for its column, or not valid UTF-8 text (which
@@ -401,20 +539,10 @@ func checkFits(m outbox.Meta) error {
 
 // isBusy reports whether err is SQLite's SQLITE_BUSY ("database is
 // locked"): another connection holds the lock, and trying again later can
-// succeed. It recognises modernc.org/sqlite's and mattn/go-sqlite3's errors
-// without importing either: by the primary result code when the error has
-// a Code() int method, else by the message. SQLITE_LOCKED ("database table
-// is locked") is left out: outside shared-cache mode it is a conflict
-// within one connection, which waiting does not resolve.
-func isBusy(err error) bool {
-	const sqliteBusy = 5
-	var coded interface{ Code() int }
-	if errors.As(err, &coded) && coded.Code()&0xff == sqliteBusy { // extended codes keep the primary code in the low byte
-		return true
-	}
-	msg := err.Error()
-	return strings.Contains(msg, "database is locked") || strings.Contains(msg, "SQLITE_BUSY")
-}
+// succeed. SQLITE_LOCKED ("database table is locked") is left out: outside
+// shared-cache mode it is a conflict within one connection, which waiting
+// does not resolve.
+func isBusy(err error) bool { return dberr.Infrastructure(err) == dberr.InfraBusy }
 
 // sleep waits d or until ctx is done, returning ctx's error then.
 func sleep(ctx context.Context, d time.Duration) error {
@@ -457,6 +585,11 @@ func (h *handler[T]) run(ctx context.Context, rt Route[T], payload []byte, m out
 		return "", fmt.Errorf("inbox: %s: record %s %s in %s: %w", h.name, m.Type, m.EventID, h.q.Table(), err)
 	}
 	if n == 0 {
+		// Handled before: the same event redelivered, unless another
+		// event reuses its id.
+		if err := h.sameEvent(ctx, tx, m); err != nil {
+			return "", err
+		}
 		return OutcomeDuplicate, commit()
 	}
 	if rt.LatestOnly {
@@ -470,18 +603,59 @@ func (h *handler[T]) run(ctx context.Context, rt Route[T], payload []byte, m out
 			return OutcomeStale, commit()
 		}
 	}
-	if err := callSafely(ctx, rt, tx, payload, m); err != nil {
+	if err := h.callSafely(ctx, rt, tx, payload, m); err != nil {
 		return "", err
 	}
 	return OutcomeProcessed, commit()
 }
 
+// sameEvent reads the event type and key recorded with m's event id and
+// refuses, as a permanent failure, a delivery that is another event: a
+// message reusing a handled event id would otherwise be acked as a
+// duplicate and silently dropped. A record without a type (written by an
+// older inbox) or gone by now cannot be compared and counts as the same.
+func (h *handler[T]) sameEvent(ctx context.Context, tx T, m outbox.Meta) error {
+	query, args := h.q.Recorded(h.name, m.EventID)
+	var typ, key string
+	found, err := h.store.QueryRow(ctx, tx, query, args, &typ, &key)
+	if err != nil {
+		return fmt.Errorf("inbox: %s: read the record of %s %s in %s: %w", h.name, m.Type, m.EventID, h.q.Table(), err)
+	}
+	if !found || typ == "" || (typ == m.Type && key == m.Key) {
+		return nil
+	}
+	return Permanent(&ReusedEventIDError{Consumer: h.name, EventID: m.EventID, Type: m.Type, Key: m.Key, HadType: typ, HadKey: key})
+}
+
+// ReusedEventIDError is the permanent failure of a delivery whose event id
+// the consumer already handled for another event (another type or key).
+// It matches ErrPermanent and outbox.ErrDuplicateEventID.
+type ReusedEventIDError struct {
+	Consumer, EventID string
+	// Type and Key are the delivery's; HadType and HadKey the handled
+	// event's.
+	Type, Key, HadType, HadKey string
+}
+
+func (e *ReusedEventIDError) Error() string {
+	return fmt.Sprintf("inbox: %s: event id %.64q was already handled for %s key %.64q, and this delivery is %s key %.64q: one id cannot name two events; the producer reuses event ids",
+		e.Consumer, e.EventID, e.HadType, e.HadKey, e.Type, e.Key)
+}
+
+// Is makes errors.Is(err, outbox.ErrDuplicateEventID) true.
+func (e *ReusedEventIDError) Is(target error) bool { return target == outbox.ErrDuplicateEventID }
+
 // callSafely calls the route's decoder and handler, turning a panic into an
-// error.
-func callSafely[T any](ctx context.Context, rt Route[T], tx T, payload []byte, m outbox.Meta) (err error) {
+// error of one line; the stack goes to the log.
+func (h *handler[T]) callSafely(ctx context.Context, rt Route[T], tx T, payload []byte, m outbox.Meta) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("inbox: handler for %s %s panicked: %v\n%s", m.Type, m.EventID, r, debug.Stack())
+			err = fmt.Errorf("inbox: handler for %s %s panicked: %v", m.Type, m.EventID, r)
+			if h.logger != nil {
+				h.logger.Error("inbox: handler panicked", err, watermill.LogFields{
+					"consumer": h.name, "event_type": m.Type, "event_id": m.EventID, "stack": string(debug.Stack()),
+				})
+			}
 		}
 	}()
 	return rt.call(ctx, tx, payload, m)
@@ -500,6 +674,15 @@ func (s SQLStore) Exec(ctx context.Context, tx *sql.Tx, query string, args ...an
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// QueryRow runs query in tx and scans its row, if any, into dest.
+func (s SQLStore) QueryRow(ctx context.Context, tx *sql.Tx, query string, args []any, dest ...any) (bool, error) {
+	err := tx.QueryRowContext(ctx, query, args...).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // Commit commits tx.

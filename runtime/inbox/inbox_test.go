@@ -8,11 +8,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
@@ -123,10 +125,44 @@ func TestPermanent(t *testing.T) {
 	if err := rt.call(context.Background(), struct{}{}, nil, outbox.Meta{}); !errors.Is(err, ErrPermanent) || !errors.Is(err, outbox.ErrUndecodable) {
 		t.Errorf("decode error = %v, want permanent and undecodable", err)
 	}
-	// A panic becomes an error.
+	// A panic becomes an error of one line; the stack goes to the log.
 	rt = On("X", "t", func([]byte, int) (int, error) { return 1, nil }, func(context.Context, struct{}, int, outbox.Meta) error { panic("oops") })
-	if err := callSafely(context.Background(), rt, struct{}{}, nil, outbox.Meta{Type: "X"}); err == nil || !strings.Contains(err.Error(), "panicked: oops") {
-		t.Errorf("panic = %v", err)
+	logger := watermill.NewCaptureLogger()
+	h := &handler[struct{}]{name: "c", logger: logger}
+	err = h.callSafely(context.Background(), rt, struct{}{}, nil, outbox.Meta{Type: "X", EventID: "e1"})
+	if err == nil || err.Error() != "inbox: handler for X e1 panicked: oops" {
+		t.Errorf("panic = %q, want one line", err)
+	}
+	logged := logger.Captured()[watermill.ErrorLogLevel]
+	if len(logged) != 1 || !strings.Contains(logged[0].Fields["stack"].(string), "inbox_test.go") {
+		t.Errorf("logged %+v, want the stack at ERROR", logged)
+	}
+}
+
+// The text of a failure, as the poison queue records it, is one line of at
+// most MaxReasonLen bytes; errors.Is sees through it, and a shortened
+// error is logged whole.
+func TestOneLine(t *testing.T) {
+	if oneLine(nil, nil) != nil {
+		t.Fatal("oneLine(nil) != nil")
+	}
+	short := errors.New("short")
+	if oneLine(nil, short) != short {
+		t.Error("a one-line error is returned as is")
+	}
+	base := Permanent(errors.New("first\nsecond\r\nthird\x00"))
+	err := oneLine(nil, base)
+	if got, want := err.Error(), "inbox: permanent failure: first | second | third "; got != want || !errors.Is(err, ErrPermanent) {
+		t.Errorf("oneLine = %q (permanent %v), want %q", got, errors.Is(err, ErrPermanent), want)
+	}
+	logger := watermill.NewCaptureLogger()
+	long := errors.New(strings.Repeat("é", MaxReasonLen) + "\n" + strings.Repeat("x", 3000))
+	err = oneLine(logger, long)
+	if n := len(err.Error()); n > MaxReasonLen || strings.ContainsAny(err.Error(), "\r\n") || !utf8.ValidString(err.Error()) || !strings.HasSuffix(err.Error(), "...") {
+		t.Errorf("long error: %d bytes, %.40q...", n, err.Error())
+	}
+	if !errors.Is(err, long) || !logger.HasError(long) {
+		t.Error("the long error is not wrapped, or not logged whole")
 	}
 }
 
@@ -169,6 +205,9 @@ func (fakeStore) Begin(context.Context) (struct{}, error) { return struct{}{}, n
 func (fakeStore) Exec(context.Context, struct{}, string, ...any) (int64, error) {
 	return 1, nil
 }
+func (fakeStore) QueryRow(context.Context, struct{}, string, []any, ...any) (bool, error) {
+	return false, nil
+}
 func (fakeStore) Commit(context.Context, struct{}) error   { return nil }
 func (fakeStore) Rollback(context.Context, struct{}) error { return nil }
 
@@ -207,15 +246,39 @@ func TestIsBusy(t *testing.T) {
 		want bool
 	}{
 		{codedError{5, "database is locked (5) (SQLITE_BUSY)"}, true},
-		{fmt.Errorf("inbox: record: %w", codedError{5 | 2<<8, "x"}), true}, // SQLITE_BUSY_SNAPSHOT
-		{codedError{6, "database table is locked"}, false},                 // SQLITE_LOCKED: one connection's own conflict
-		{errors.New("database is locked"), true},                           // mattn/go-sqlite3
+		{fmt.Errorf("inbox: record: %w", codedError{5 | 2<<8, "database is locked"}), true}, // SQLITE_BUSY_SNAPSHOT
+		{codedError{6, "database table is locked"}, false},                                  // SQLITE_LOCKED: one connection's own conflict
+		{errors.New("database is locked"), true},                                            // mattn/go-sqlite3
 		{codedError{19, "constraint failed: UNIQUE (SQLITE_CONSTRAINT)"}, false},
 		{codedError{1, "no such table: outbox_inbox (SQLITE_ERROR)"}, false},
 		{errors.New("test: handler fails"), false},
 	} {
 		if got := isBusy(c.err); got != c.want {
 			t.Errorf("isBusy(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// Infrastructure failures are never poisoned (the PoisonQueue filter) nor
+// retried by watermill's Retry (the handler retried them already): also
+// when one is still failing as the router stops, and through oneLine.
+// Permanent wins.
+func TestIsInfrastructure(t *testing.T) {
+	denied := fmt.Errorf("inbox: points: record: %w", &pgconn.PgError{Code: "42501", Message: "permission denied for table outbox_inbox"})
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{denied, true},
+		{oneLine(nil, denied), true},
+		{&infraError{err: fmt.Errorf("%w (stopped waiting: %w)", denied, context.DeadlineExceeded)}, true},
+		{oneLine(nil, &infraError{err: errors.New("x\ny")}), true},
+		{Permanent(denied), false},
+		{errors.New("test: handler fails"), false},
+		{&pgconn.PgError{Code: "23505"}, false},
+	} {
+		if got := isInfrastructure(c.err); got != c.want {
+			t.Errorf("isInfrastructure(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }

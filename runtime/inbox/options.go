@@ -40,11 +40,14 @@ type Options struct {
 	// PoisonPublisher receives messages that cannot be handled: at once for
 	// permanent failures (an undecodable payload, an unknown payload
 	// version, malformed outbox metadata, an event id or key too long for
-	// the inbox table, an error wrapped with Permanent),
-	// after MaxAttempts failed attempts for any other error. The message
-	// keeps its payload and metadata; watermill's PoisonQueue adds the
-	// reason (metadata "reason_poisoned"), topic and handler. Required
-	// unless NoPoisonQueue is set.
+	// the inbox table, an event id already handled for another event type
+	// or key, an error wrapped with Permanent), after MaxAttempts failed
+	// attempts for any other error except infrastructure failures (the
+	// database's, which are retried until they clear and never poison; see
+	// the package documentation). The message keeps its payload and
+	// metadata; watermill's PoisonQueue adds the reason (metadata
+	// "reason_poisoned", one line of at most MaxReasonLen bytes), topic
+	// and handler. Required unless NoPoisonQueue is set.
 	PoisonPublisher message.Publisher
 	// PoisonTopic is where poisoned messages go. Default: the consumer name
 	// + ".poison", e.g. "points.poison".
@@ -59,16 +62,19 @@ type Options struct {
 	// Retry middleware, exponential backoff) before it is poisoned; 1 means
 	// no retry. Each attempt is a fresh transaction. The count restarts when
 	// the broker redelivers (after a crash, or without a poison queue).
-	// Attempts that find a SQLite database locked (SQLITE_BUSY) are retried
-	// with the same backoff without being counted (see the package
-	// documentation). Default 4.
+	// Attempts that fail because of the database (unreachable, a missing
+	// privilege or table, SQLITE_BUSY, ...) are retried with the same
+	// backoff without being counted, until they get through (see the
+	// package documentation). Default 4.
 	MaxAttempts int
 	// RetryInitialInterval is the backoff before the first retry; it
 	// doubles up to RetryMaxInterval. Defaults 100ms and 5s.
 	RetryInitialInterval time.Duration
 	RetryMaxInterval     time.Duration
 
-	// Logger logs failed attempts. Default: the router's logger.
+	// Logger logs failed attempts, infrastructure failures (at ERROR, with
+	// what to do) and handler panics (at ERROR, with the stack). Default:
+	// the router's logger.
 	Logger watermill.LoggerAdapter
 	// MeterProvider makes the outboxgen.inbox.deliveries counter. Default:
 	// the global OpenTelemetry provider (a no-op unless one is installed).

@@ -21,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
 	"github.com/outboxgen/outboxgen/runtime/internal/schedule"
 )
 
@@ -69,6 +71,7 @@ type Janitor struct {
 	store Store
 	opts  Options
 	log   *slog.Logger
+	need  dberr.Need // what the janitor needs, for error advice
 	runMu sync.Mutex
 }
 
@@ -81,7 +84,28 @@ func New(store Store, opts Options) (*Janitor, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	return &Janitor{store: store, opts: opts, log: opts.Logger.With(slog.String("component", "outboxgen.janitor"))}, nil
+	return &Janitor{store: store, opts: opts, log: opts.Logger.With(slog.String("component", "outboxgen.janitor")), need: need(store, opts)}, nil
+}
+
+// need says what the janitor needs from the database, for error advice.
+func need(store Store, opts Options) dberr.Need {
+	outboxT, inboxT := "the outbox table", "the inbox table"
+	if t, ok := store.(interface{ Tables() driver.Tables }); ok {
+		outboxT, inboxT = t.Tables().Outbox, t.Tables().Inbox
+	}
+	// PostgreSQL also wants UPDATE: the janitor picks its batches with
+	// FOR UPDATE SKIP LOCKED, and any locking read needs it there.
+	const del = "SELECT and DELETE (and UPDATE on PostgreSQL)"
+	tables, privs := outboxT, del+" on "+outboxT
+	if opts.ArchiveTable != "" {
+		tables += ", " + opts.ArchiveTable
+		privs += ", INSERT on " + opts.ArchiveTable
+	}
+	if opts.InboxRetention > 0 {
+		tables += ", " + inboxT
+		privs += ", " + del + " on " + inboxT
+	}
+	return dberr.Need{Component: "janitor", Tables: tables, Privileges: privs}
 }
 
 // Options returns the options in effect (defaults applied).
@@ -89,8 +113,20 @@ func (j *Janitor) Options() Options { return j.opts }
 
 // RunOnce removes sent outbox rows older than Retention, then inbox rows
 // older than InboxRetention, in batches, until a batch comes back short or
-// ctx is done. It returns what it removed, also on error.
+// ctx is done. It returns what it removed, also on error; errors that
+// waiting cannot mend (a missing table, a missing privilege, a read-only
+// database) say what to do.
 func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
+	res, took, err := j.run(ctx)
+	if err != nil && ctx.Err() == nil {
+		j.log.ErrorContext(ctx, "janitor run failed", append(resultAttrs(res, took), slog.Any("error", err))...)
+	}
+	return res, err
+}
+
+// run is RunOnce without logging a failure (Run logs it with its retry
+// delay).
+func (j *Janitor) run(ctx context.Context) (Result, time.Duration, error) {
 	var res Result
 	res.Archived = j.opts.ArchiveTable != ""
 	start := time.Now()
@@ -107,20 +143,22 @@ func (j *Janitor) RunOnce(ctx context.Context) (Result, error) {
 			return j.store.DeleteInbox(ctx, j.opts.InboxRetention, j.opts.BatchSize)
 		})
 	}
-	attrs := []any{
-		slog.Int64("sent_rows", res.Sent), slog.Int("sent_batches", res.SentBatches), slog.Bool("archived", res.Archived),
-		slog.Int64("inbox_rows", res.Inbox), slog.Int("inbox_batches", res.InboxBatches), slog.Duration("took", time.Since(start)),
-	}
+	took := time.Since(start)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			j.log.InfoContext(ctx, "janitor run interrupted", attrs...)
-		} else {
-			j.log.ErrorContext(ctx, "janitor run failed", append(attrs, slog.Any("error", err))...)
+			j.log.InfoContext(ctx, "janitor run interrupted", resultAttrs(res, took)...)
 		}
-		return res, err
+		return res, took, dberr.Explain(err, j.need)
 	}
-	j.log.InfoContext(ctx, "janitor run done", attrs...)
-	return res, nil
+	j.log.InfoContext(ctx, "janitor run done", resultAttrs(res, took)...)
+	return res, took, nil
+}
+
+func resultAttrs(res Result, took time.Duration) []any {
+	return []any{
+		slog.Int64("sent_rows", res.Sent), slog.Int("sent_batches", res.SentBatches), slog.Bool("archived", res.Archived),
+		slog.Int64("inbox_rows", res.Inbox), slog.Int("inbox_batches", res.InboxBatches), slog.Duration("took", took),
+	}
 }
 
 // drain runs batch until one removes fewer than BatchSize rows, pausing
@@ -168,8 +206,12 @@ func (j *Janitor) drain(ctx context.Context, target Target, archived bool, batch
 
 // Run cleans at once and then every Interval after the previous run ended
 // (fixed delay) until ctx is done; it then returns nil. A failed run is
-// logged and retried at the next interval. Run one Run per Janitor at a
-// time.
+// logged and retried after a pause that grows from Interval (at least
+// 100 ms), doubling up to DatabaseBackoffMax if that is longer, and resets
+// at the first successful run. A missing table or a missing privilege in
+// the first run ends Run with that error (also logged) unless a run has
+// succeeded before: a deployment mistake that waiting does not mend. Run
+// one Run per Janitor at a time.
 func (j *Janitor) Run(ctx context.Context) error {
 	if !j.runMu.TryLock() {
 		return errors.New("janitor: Run is already running on this Janitor: run one Run per Janitor")
@@ -177,9 +219,32 @@ func (j *Janitor) Run(ctx context.Context) error {
 	defer j.runMu.Unlock()
 	j.log.InfoContext(ctx, "janitor started", slog.Duration("interval", j.opts.Interval), slog.Duration("retention", j.opts.Retention),
 		slog.Duration("inbox_retention", j.opts.InboxRetention), slog.String("archive_table", j.opts.ArchiveTable), slog.Int("batch_size", j.opts.BatchSize))
-	schedule.FixedDelay(ctx, j.opts.Interval, func(ctx context.Context) {
-		_, _ = j.RunOnce(ctx) // RunOnce logs its outcome
+	started := false
+	var last Result
+	var took time.Duration
+	err := schedule.FixedDelay{
+		Interval:   j.opts.Interval,
+		BackoffMax: j.opts.DatabaseBackoffMax,
+		OnError: func(ctx context.Context, err error, failures int, retryIn time.Duration) {
+			j.log.ErrorContext(ctx, "janitor run failed", append(resultAttrs(last, took), slog.Any("error", err),
+				slog.Int("consecutive_failures", failures), slog.Duration("retry_in", retryIn))...)
+		},
+		OnRecover: func(ctx context.Context, failures int) {
+			j.log.InfoContext(ctx, "janitor run succeeded again", slog.Int("failed_runs", failures))
+		},
+	}.Run(ctx, func(ctx context.Context) error {
+		var err error
+		last, took, err = j.run(ctx)
+		if err != nil && !started && ctx.Err() == nil && dberr.Classify(err).FatalAtStart() {
+			j.log.ErrorContext(ctx, "janitor not started: its tables are not usable", slog.Any("error", err))
+			return schedule.Stop(err)
+		}
+		started = started || err == nil
+		return err
 	})
+	if err != nil {
+		return err
+	}
 	j.log.Info("janitor stopped")
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
 )
 
 // Defaults of Options.
@@ -16,6 +17,9 @@ const (
 	DefaultInboxRetention = 7 * 24 * time.Hour
 	DefaultBatchSize      = 1000
 	DefaultBatchPause     = 100 * time.Millisecond
+	// DefaultDatabaseBackoffMax caps the pause of Run after consecutive
+	// failed runs (see Options.DatabaseBackoffMax).
+	DefaultDatabaseBackoffMax = backoff.DefaultMax
 	// MaxBatchSize bounds BatchSize, so that one statement never holds
 	// many row locks for long.
 	MaxBatchSize = 10000
@@ -27,6 +31,13 @@ type Options struct {
 	// Interval is the delay between the end of one run and the start of
 	// the next (fixed delay; default 1 hour). Run cleans once at start.
 	Interval time.Duration
+
+	// DatabaseBackoffMax caps the pause of Run after consecutive failed
+	// runs (default 30s). The pauses start at Interval (at least 100 ms)
+	// and double, jittered; the first successful run resets them. With
+	// the default Interval of 1 hour, above the cap, a failed run is
+	// simply retried every Interval.
+	DatabaseBackoffMax time.Duration
 
 	// Retention is how long sent rows stay in the outbox table after
 	// sent_at (default 7 days). Pending and FAILED rows are never removed,
@@ -66,6 +77,9 @@ func (o *Options) setDefaults() {
 	if o.Retention == 0 {
 		o.Retention = DefaultRetention
 	}
+	if o.DatabaseBackoffMax == 0 {
+		o.DatabaseBackoffMax = DefaultDatabaseBackoffMax
+	}
 	if o.InboxRetention == 0 {
 		o.InboxRetention = DefaultInboxRetention
 	}
@@ -86,6 +100,9 @@ func (o Options) Validate() error {
 	var errs []error
 	if o.Interval <= 0 {
 		errs = append(errs, fmt.Errorf("janitor: Options.Interval is %s: use a positive duration (or 0 for %s)", o.Interval, DefaultInterval))
+	}
+	if o.DatabaseBackoffMax <= 0 {
+		errs = append(errs, fmt.Errorf("janitor: Options.DatabaseBackoffMax is %s: use a positive duration (or 0 for %s)", o.DatabaseBackoffMax, DefaultDatabaseBackoffMax))
 	}
 	if o.Retention <= 0 {
 		errs = append(errs, fmt.Errorf("janitor: Options.Retention is %s: use a positive duration (or 0 for %s); to keep sent rows forever, do not run the janitor", o.Retention, DefaultRetention))

@@ -43,6 +43,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
 	"github.com/outboxgen/outboxgen/runtime/internal/schedule"
 )
 
@@ -102,6 +103,7 @@ type Monitor struct {
 	reg   metric.Registration
 	errs  metric.Int64Counter
 	now   func() time.Time // the local clock; replaced in tests
+	need  dberr.Need       // what the monitor needs, for error advice
 
 	mu     sync.Mutex
 	last   driver.Stats
@@ -126,8 +128,10 @@ func New(src Source, opts Options) (*Monitor, error) {
 		return nil, err
 	}
 	kv := make([]attribute.KeyValue, 0, len(opts.Attributes)+1)
+	need := dberr.Need{Component: "monitor", Tables: "the outbox table", Privileges: "SELECT on the outbox table"}
 	if t, ok := src.(interface{ Tables() driver.Tables }); ok {
 		kv = append(kv, attribute.String("outboxgen.table", t.Tables().Outbox))
+		need.Tables, need.Privileges = t.Tables().Outbox, "SELECT on "+t.Tables().Outbox
 	}
 	for _, a := range opts.Attributes {
 		kv = append(kv, attribute.String(a.Key, a.Value))
@@ -139,6 +143,7 @@ func New(src Source, opts Options) (*Monitor, error) {
 		attrs:  metric.WithAttributeSet(attribute.NewSet(kv...)),
 		active: map[Kind]bool{},
 		now:    time.Now,
+		need:   need,
 	}
 	if err := m.register(); err != nil {
 		return nil, fmt.Errorf("monitor: metrics: %w", err)
@@ -231,7 +236,7 @@ func (m *Monitor) Check(ctx context.Context) (driver.Stats, []Alert, error) {
 	st, err := m.src.Stats(ctx, m.opts.StaleAfter)
 	if err != nil {
 		m.errs.Add(ctx, 1, m.attrs)
-		return driver.Stats{}, nil, fmt.Errorf("monitor: read outbox stats: %w", err)
+		return driver.Stats{}, nil, fmt.Errorf("monitor: read outbox stats: %w", dberr.Explain(err, m.need))
 	}
 	m.mu.Lock()
 	m.last, m.lastAt, m.have = st, m.now(), true
@@ -373,19 +378,40 @@ func statsAttr(st driver.Stats) slog.Attr {
 // Run checks at once and then every Interval after the previous check
 // ended (fixed delay) until ctx is done; it then returns nil. A failed
 // check is logged (and counted in outboxgen.monitor.check_errors) and
-// retried at the next interval; alert state carries over. Run one Run per
-// Monitor at a time.
+// retried after a pause that grows from Interval (at least 100 ms),
+// doubling up to DatabaseBackoffMax if that is longer, and resets at the
+// first successful check; alert state carries over. A missing table or
+// column or a missing privilege before the first successful check ends Run
+// with that error (also logged): a deployment mistake that waiting does
+// not mend. Run one Run per Monitor at a time.
 func (m *Monitor) Run(ctx context.Context) error {
 	if !m.runMu.TryLock() {
 		return errors.New("monitor: Run is already running on this Monitor: run one Run per Monitor")
 	}
 	defer m.runMu.Unlock()
 	m.log.InfoContext(ctx, "monitor started", slog.Duration("interval", m.opts.Interval), slog.Duration("stale_after", m.opts.StaleAfter))
-	schedule.FixedDelay(ctx, m.opts.Interval, func(ctx context.Context) {
-		if err := m.tick(ctx); err != nil && ctx.Err() == nil {
-			m.log.ErrorContext(ctx, "monitor check failed", slog.Any("error", err))
+	started := false
+	err := schedule.FixedDelay{
+		Interval:   m.opts.Interval,
+		BackoffMax: m.opts.DatabaseBackoffMax,
+		OnError: func(ctx context.Context, err error, failures int, retryIn time.Duration) {
+			m.log.ErrorContext(ctx, "monitor check failed", slog.Any("error", err), slog.Int("consecutive_failures", failures), slog.Duration("retry_in", retryIn))
+		},
+		OnRecover: func(ctx context.Context, failures int) {
+			m.log.InfoContext(ctx, "monitor check succeeded again", slog.Int("failed_checks", failures))
+		},
+	}.Run(ctx, func(ctx context.Context) error {
+		err := m.tick(ctx)
+		if err != nil && !started && ctx.Err() == nil && dberr.Classify(err).FatalAtStart() {
+			m.log.ErrorContext(ctx, "monitor not started: the outbox table is not usable", slog.Any("error", err))
+			return schedule.Stop(err)
 		}
+		started = started || err == nil
+		return err
 	})
+	if err != nil {
+		return err
+	}
 	m.log.Info("monitor stopped")
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
 )
 
 // Defaults of Options.
@@ -18,6 +20,9 @@ const (
 	// DefaultStaleAfter is the seed design's alarm: a row committed but not
 	// sent after 10 minutes means the relay is not doing its job.
 	DefaultStaleAfter = 10 * time.Minute
+	// DefaultDatabaseBackoffMax caps the pause of Run after consecutive
+	// failed checks (see Options.DatabaseBackoffMax).
+	DefaultDatabaseBackoffMax = backoff.DefaultMax
 	// MeterName is the instrumentation scope of the default meter.
 	MeterName = "github.com/outboxgen/outboxgen/runtime/monitor"
 )
@@ -53,6 +58,12 @@ type Options struct {
 	// older than 2×Interval the gauges report nothing, and Run raises
 	// CheckFailing while its checks keep failing.
 	Interval time.Duration
+	// DatabaseBackoffMax caps the pause of Run after consecutive failed
+	// checks (default 30s). The pauses start at Interval (at least
+	// 100 ms) and double, jittered; the first successful check resets
+	// them. With the default Interval of 1 minute, above the cap, a failed
+	// check is simply retried every Interval.
+	DatabaseBackoffMax time.Duration
 	// StaleAfter is the age after which a pending row counts as stale
 	// (default 10 minutes).
 	StaleAfter time.Duration
@@ -90,6 +101,9 @@ func (o *Options) setDefaults() {
 	if o.StaleAfter == 0 {
 		o.StaleAfter = DefaultStaleAfter
 	}
+	if o.DatabaseBackoffMax == 0 {
+		o.DatabaseBackoffMax = DefaultDatabaseBackoffMax
+	}
 	if o.Thresholds.OldestPendingAge == 0 {
 		o.Thresholds.OldestPendingAge = o.StaleAfter
 	}
@@ -110,6 +124,9 @@ func (o Options) Validate() error {
 	}
 	if o.StaleAfter <= 0 {
 		errs = append(errs, fmt.Errorf("monitor: Options.StaleAfter is %s: use a positive duration (or 0 for %s)", o.StaleAfter, DefaultStaleAfter))
+	}
+	if o.DatabaseBackoffMax <= 0 {
+		errs = append(errs, fmt.Errorf("monitor: Options.DatabaseBackoffMax is %s: use a positive duration (or 0 for %s)", o.DatabaseBackoffMax, DefaultDatabaseBackoffMax))
 	}
 	if o.Meter == nil {
 		errs = append(errs, errors.New("monitor: Options.Meter is nil: set it, or leave it nil before New to use the global meter provider"))

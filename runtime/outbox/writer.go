@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
@@ -50,6 +49,10 @@ func WithEventID(id EventID) InsertOption {
 
 // WithHeaders attaches headers to the event (merged over earlier ones). The
 // relay publishes them as message metadata, e.g. a trace parent or tenant.
+// Names and values must keep to the header limits (token-character names
+// of at most MaxHeaderNameLen bytes, values without NUL, CR or LF, at most
+// MaxHeaders headers and MaxHeadersSize bytes; see MaxHeadersSize), or the
+// insert fails with ErrInvalidEvent before any SQL runs.
 func WithHeaders(h map[string]string) InsertOption {
 	return func(o *insertOptions) {
 		if o.headers == nil {
@@ -74,29 +77,36 @@ type Writer struct {
 	insert      string
 	insertIfNew string
 	identity    string
+	maxMessage  int // cap of payload + headers bytes; <= 0: none
 }
 
-// NewWriter returns a Writer for table in dialect d.
-func NewWriter(d Dialect, table string) (*Writer, error) {
+// NewWriter returns a Writer for table in dialect d. Its message size cap
+// is MaxMessageSize unless an option changes it.
+func NewWriter(d Dialect, table string, opts ...WriterOption) (*Writer, error) {
 	if !d.Valid() {
 		return nil, fmt.Errorf("outbox: unknown dialect %q: use outbox.Postgres, outbox.MySQL or outbox.SQLite", d)
 	}
 	if err := dialect.CheckIdentifier("outbox: table name", table); err != nil {
 		return nil, err
 	}
-	return &Writer{
+	w := &Writer{
 		dialect:     d,
 		table:       table,
 		insert:      d.InsertEvent(table, false),
 		insertIfNew: d.InsertEvent(table, true),
 		identity:    d.EventIdentity(table),
-	}, nil
+		maxMessage:  MaxMessageSize,
+	}
+	for _, opt := range opts {
+		opt(w)
+	}
+	return w, nil
 }
 
 // MustNewWriter is NewWriter for package-level variables: it panics on a
 // bad dialect or table name, which are programming errors.
-func MustNewWriter(d Dialect, table string) *Writer {
-	w, err := NewWriter(d, table)
+func MustNewWriter(d Dialect, table string, opts ...WriterOption) *Writer {
+	w, err := NewWriter(d, table, opts...)
 	if err != nil {
 		panic(err)
 	}
@@ -108,6 +118,11 @@ func (w *Writer) Dialect() Dialect { return w.dialect }
 
 // Table returns the writer's outbox table name.
 func (w *Writer) Table() string { return w.table }
+
+// MaxMessageSize returns the writer's cap, in bytes, on an event's payload
+// plus headers (names and values); 0 when there is none. See
+// WithMaxMessageSize.
+func (w *Writer) MaxMessageSize() int { return max(w.maxMessage, 0) }
 
 // Statement is a prepared insert: the id the event will carry and the SQL
 // with its arguments. Writer.Exec runs it.
@@ -198,7 +213,10 @@ func (w *Writer) Exec(ctx context.Context, tx Tx, st Statement) error {
 }
 
 // Prepare marshals ev and builds its INSERT without touching the database.
-// Any error leaves the caller's transaction untouched and usable.
+// It refuses, with an error matching ErrInvalidEvent, an event that could
+// not be stored, published or consumed (see the limits next to
+// MaxHeadersSize): any error leaves the caller's transaction untouched and
+// usable.
 func (w *Writer) Prepare(ev Event, opts ...InsertOption) (Statement, error) {
 	var o insertOptions
 	for _, opt := range opts {
@@ -207,21 +225,28 @@ func (w *Writer) Prepare(ev Event, opts ...InsertOption) (Statement, error) {
 	if ev.Type == "" || ev.Topic == "" {
 		return Statement{}, errors.New("outbox: event type and topic must be set")
 	}
+	typ := truncate(printable(ev.Type), MaxTypeLen) // for error messages
 	if ev.Key == "" {
-		return Statement{}, &InvalidEventError{Type: ev.Type, Reason: "the key (biz_id) is empty"}
+		return Statement{}, &InvalidEventError{Type: typ, Reason: "the key (biz_id) is empty"}
 	}
-	// The outbox table's column sizes: refused here, before any SQL, since
-	// on PostgreSQL a failing INSERT would abort the caller's transaction.
+	// The outbox table's column sizes and what the databases and brokers
+	// can carry: refused here, before any SQL, since on PostgreSQL a
+	// failing INSERT would abort the caller's transaction, and elsewhere
+	// the row would be stored and then fail at the relay or the consumer.
 	for _, c := range []struct {
 		what, value string
 		max         int
+		strict      bool
 	}{
-		{"the event type (biz_type)", ev.Type, MaxTypeLen},
-		{"the key (biz_id)", ev.Key, MaxKeyLen},
-		{"the topic", ev.Topic, MaxTopicLen},
+		{"the event type (biz_type)", ev.Type, MaxTypeLen, false},
+		{"the key (biz_id)", ev.Key, MaxKeyLen, false},
+		{"the topic", ev.Topic, MaxTopicLen, true},
 	} {
+		if reason := checkText(c.what, c.value, c.strict); reason != "" {
+			return Statement{}, &InvalidEventError{Type: typ, Reason: reason}
+		}
 		if n := utf8.RuneCountInString(c.value); n > c.max {
-			return Statement{}, &InvalidEventError{Type: truncate(ev.Type, MaxTypeLen), Reason: fmt.Sprintf("%s is %d characters long; the outbox table holds at most %d", c.what, n, c.max)}
+			return Statement{}, &InvalidEventError{Type: typ, Reason: fmt.Sprintf("%s is %d characters long; the outbox table holds at most %d", c.what, n, c.max)}
 		}
 	}
 	payload, err := json.Marshal(ev.Payload)
@@ -229,17 +254,27 @@ func (w *Writer) Prepare(ev Event, opts ...InsertOption) (Statement, error) {
 		return Statement{}, fmt.Errorf("outbox: marshal %s payload: %w", ev.Type, err)
 	}
 	var headers any // NULL when there are none
+	headersSize := 0
 	if len(o.headers) > 0 {
-		for k := range o.headers {
-			if err := checkHeaderName(k); err != nil {
+		if err := CheckHeaders(o.headers); err != nil {
+			return Statement{}, &InvalidEventError{Type: ev.Type, Field: "headers", Reason: err.Error()}
+		}
+		for k, v := range o.headers {
+			if err := checkReservedHeader(k); err != nil {
 				return Statement{}, &InvalidEventError{Type: ev.Type, Field: "headers", Reason: err.Error()}
 			}
+			headersSize += len(k) + len(v)
 		}
 		h, err := json.Marshal(o.headers)
 		if err != nil {
 			return Statement{}, fmt.Errorf("outbox: marshal %s headers: %w", ev.Type, err)
 		}
 		headers = string(h)
+	}
+	if w.maxMessage > 0 && len(payload)+headersSize > w.maxMessage {
+		return Statement{}, &InvalidEventError{Type: ev.Type, Reason: fmt.Sprintf(
+			"the payload (%d bytes of JSON) and headers (%d bytes) exceed the writer's message size limit of %d bytes (outbox.MaxMessageSize; brokers refuse larger messages by default)",
+			len(payload), headersSize, w.maxMessage)}
 	}
 	query := w.insert
 	id := o.id
@@ -289,22 +324,4 @@ func (w *Writer) InsertTx(ctx context.Context, tx Tx, ev Event, opts ...InsertOp
 		return EventID{}, err
 	}
 	return st.ID, nil
-}
-
-// checkHeaderName refuses header names that the relay or a broker adapter
-// gives a meaning of their own: a stored header with such a name would be
-// overwritten, or would change how the broker treats the message (a
-// "_watermill_message_uuid" header makes watermill-kafka refuse every
-// publish; "Nats-Expected-*" headers change JetStream's checks).
-func checkHeaderName(k string) error {
-	lk := strings.ToLower(k)
-	switch {
-	case k == "":
-		return errors.New("a header name is empty")
-	case strings.HasPrefix(lk, "outbox_") || lk == MetadataPartitionKey:
-		return fmt.Errorf("header %q is reserved: the relay sets outbox_* and %s itself", k, MetadataPartitionKey)
-	case strings.HasPrefix(lk, "_watermill_") || strings.HasPrefix(lk, "nats-"):
-		return fmt.Errorf("header %q is reserved by the broker client (_watermill_*, Nats-*); choose another name", k)
-	}
-	return nil
 }

@@ -77,6 +77,15 @@
 // pauses claiming, probing with one row per pause (BreakerBackoff) until a
 // publish succeeds. A single failing key never opens it.
 //
+// Database errors are the relay's, not the rows': nothing is charged, and
+// Run backs off (PollInterval, at least 100 ms, doubling to
+// DatabaseBackoffMax, jittered, reset by the first successful poll),
+// whether or not the breaker is open, logging each failed poll once.
+// Errors that waiting cannot mend (a missing table or column, a missing
+// privilege, a read-only database) are worded with what to do; a missing
+// table or privilege found at start (Run probes the table before its first
+// poll) ends Run with the error.
+//
 // # Leases
 //
 // While a batch publishes, the relay extends its lease every

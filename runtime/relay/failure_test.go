@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -233,5 +235,53 @@ func TestPublishTimeout(t *testing.T) {
 			}
 		}
 		checkKeyOrder(t, rec, ins)
+	})
+}
+
+// A publisher error quoting a broker URL with a password and echoing a
+// large payload reaches last_error, OnFailed and the log with the password
+// masked and cut to dialect.ErrorTextLimit.
+func TestPublishErrorRedactedAndCapped(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		ctx := context.Background()
+		pub := newRecPub(t)
+		ins := insertEvents(t, db, d, ev{Key: "A"})
+		echo := strings.Repeat("payload ", 1000)
+		pub.setFail(func(m *message.Message) error {
+			return Permanent(fmt.Errorf("nats: dial nats://relay:S3cretPw@broker:4222: refused; message was %s", echo))
+		})
+		var failed []FailedEvent
+		opts := testOptions(pub, "redact")
+		opts.MaxAttempts = 1
+		opts.OnFailed = func(f FailedEvent) { failed = append(failed, f) }
+		h := &errLog{}
+		opts.Logger = slog.New(h)
+		r := mustRelay(t, drv, opts)
+		if _, err := r.poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s := state(t, db, d, ins[0].ID)
+		if s.Status != 2 || !strings.Contains(s.LastError.String, "nats://relay:xxxxx@broker:4222") {
+			t.Fatalf("row after a permanent failure: status %d, last_error %.120q", s.Status, s.LastError.String)
+		}
+		if len(s.LastError.String) > dialect.ErrorTextLimit {
+			t.Errorf("last_error holds %d bytes, want at most %d", len(s.LastError.String), dialect.ErrorTextLimit)
+		}
+		if len(failed) != 1 || failed[0].LastError != s.LastError.String {
+			t.Errorf("OnFailed: %+v", failed)
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if len(h.msgs) == 0 {
+			t.Fatal("nothing logged")
+		}
+		for _, m := range h.msgs {
+			if strings.Contains(m, "S3cretPw") {
+				t.Errorf("log line holds the password: %.200s", m)
+			}
+			if len(m) > 2*dialect.ErrorTextLimit {
+				t.Errorf("log line of %d bytes: the broker's text is not capped", len(m))
+			}
+		}
 	})
 }

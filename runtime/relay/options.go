@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
@@ -31,6 +32,10 @@ const (
 	// BreakerBackoff: 1s doubling to 1 minute, ±20%.
 	DefaultBreakerInitial = time.Second
 	DefaultBreakerMax     = time.Minute
+
+	// DefaultDatabaseBackoffMax caps the pause after consecutive
+	// database errors (see Options.DatabaseBackoffMax).
+	DefaultDatabaseBackoffMax = backoff.DefaultMax
 
 	// DefaultBackoffInitial, DefaultBackoffMax and DefaultBackoffJitter
 	// parameterise DefaultBackoff: 1, 2, 4, ... minutes, capped at 64, ±20%.
@@ -113,6 +118,15 @@ type Options struct {
 	// minute, ±20% jitter.
 	BreakerBackoff func(n int) time.Duration
 
+	// DatabaseBackoffMax caps the pause of Run after consecutive
+	// database errors (default 30s). After a failed poll (the database is
+	// down, unreachable or misconfigured) Run waits PollInterval (at least
+	// 100 ms), then twice that, and so on up to this cap, each pause
+	// jittered within its upper half; the first successful poll resets it.
+	// Neither Notify nor an open circuit breaker shortens these pauses.
+	// Each failed poll is logged once, with the pause that follows it.
+	DatabaseBackoffMax time.Duration
+
 	// ShutdownTimeout bounds how long Run keeps publishing the current
 	// batch after its context is cancelled (default 10s). It must be
 	// shorter than LeaseDuration. Publishes are interrupted through the
@@ -170,6 +184,9 @@ func (o *Options) setDefaults() {
 	if o.BreakerBackoff == nil {
 		o.BreakerBackoff = ExponentialBackoff(DefaultBreakerInitial, DefaultBreakerMax, DefaultBackoffJitter)
 	}
+	if o.DatabaseBackoffMax == 0 {
+		o.DatabaseBackoffMax = DefaultDatabaseBackoffMax
+	}
 	if o.InstanceID == "" {
 		o.InstanceID = defaultInstanceID()
 	}
@@ -213,6 +230,9 @@ func (o Options) Validate() error {
 	}
 	if o.BreakerBackoff == nil {
 		errs = append(errs, errors.New("relay: Options.BreakerBackoff is nil: set it, or leave it nil before New to use the default (1s doubling to 1m)"))
+	}
+	if o.DatabaseBackoffMax <= 0 {
+		errs = append(errs, fmt.Errorf("relay: Options.DatabaseBackoffMax is %s: use a positive duration (or 0 for %s)", o.DatabaseBackoffMax, DefaultDatabaseBackoffMax))
 	}
 	if o.OverdueAfter < 0 {
 		errs = append(errs, fmt.Errorf("relay: Options.OverdueAfter is %s: use 0 (claim every row) or a positive duration", o.OverdueAfter))

@@ -16,7 +16,10 @@ import (
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
+	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
+	"github.com/outboxgen/outboxgen/runtime/redact"
 )
 
 // Metadata keys the relay sets on every message (the definitions live in
@@ -119,8 +122,23 @@ func (r *Relay) Notify() {
 // results, then wait PollInterval (or for Notify) — or poll again at once
 // when the batch was full. On cancellation it stops claiming, finishes
 // publishing the batch in hand for at most ShutdownTimeout, records the
-// results (rows it did not get to are released) and returns nil. Database
-// errors are logged and retried on the next poll; they do not stop Run.
+// results (rows it did not get to are released) and returns nil.
+//
+// Database errors do not stop Run once it has started: each failed poll is
+// logged (once, with the pause that follows) and Run backs off, PollInterval
+// (at least 100 ms) doubling to DatabaseBackoffMax, jittered, until a poll
+// succeeds; Notify and the circuit breaker do not shorten these pauses.
+// Errors that waiting cannot mend (a missing table or column, a missing
+// privilege, a read-only database) say what to do.
+//
+// Start-up check: Run first probes the outbox table with a statement that
+// changes nothing (an UPDATE of no row, which needs the table, its lease
+// columns and the UPDATE privilege). Until that probe and a first poll
+// have succeeded, a missing table or column or a missing privilege ends
+// Run with that error (also logged), since no amount of waiting mends a
+// deployment mistake; a transient error (the database is not up yet) or a
+// read-only database (a failover in progress) is retried with the backoff
+// above instead.
 //
 // When the driver is a driver.Notifier (pgxdriver: PostgreSQL
 // LISTEN/NOTIFY), Run also wakes when it reports new rows, so writers in
@@ -149,6 +167,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		go func() { defer close(done); r.listen(listenCtx, n) }()
 		defer func() { stopListen(); <-done }()
 	}
+	dbBackoff := backoff.New(r.opts.PollInterval, r.opts.DatabaseBackoffMax)
+	started, probed := false, false
 	// Go 1.23+ timer semantics: Reset and Stop never leave a stale tick.
 	timer := time.NewTimer(r.opts.PollInterval)
 	timer.Stop()
@@ -158,26 +178,60 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.log.Info("relay stopped")
 			return nil
 		}
-		n, err := r.poll(ctx)
-		if err != nil && ctx.Err() == nil {
-			r.log.ErrorContext(ctx, "relay poll failed", slog.Any("error", err))
+		var n int
+		var err error
+		if !probed {
+			err = r.probeTable(ctx)
+			probed = err == nil
 		}
-		if err == nil && n >= r.opts.BatchSize && !r.brk.open {
-			continue // a full batch: more is probably waiting
+		if err == nil {
+			n, err = r.poll(ctx)
 		}
-		if r.brk.open {
-			// Broker outage: wait for the next probe; notifications do
-			// not shorten the pause.
-			timer.Reset(max(time.Until(r.brk.next), 0))
-			select {
-			case <-ctx.Done():
-			case <-timer.C:
+		var wait time.Duration
+		wakeable := false
+		switch {
+		case err != nil && ctx.Err() != nil:
+			continue // shutting down: not the database's fault
+		case err != nil:
+			err = r.explain(err)
+			if !started && dberr.Classify(err).FatalAtStart() {
+				r.log.ErrorContext(ctx, "relay not started: the outbox table is not usable", slog.Any("error", err))
+				return err
 			}
-		} else {
-			timer.Reset(r.opts.PollInterval)
+			wait = dbBackoff.Next()
+			if r.brk.open {
+				wait = max(wait, time.Until(r.brk.next))
+			}
+			r.log.ErrorContext(ctx, "relay poll failed", slog.Any("error", err),
+				slog.Int("consecutive_failures", dbBackoff.Failures()), slog.Duration("retry_in", wait))
+		default:
+			started = true
+			if f := dbBackoff.Failures(); f > 0 {
+				dbBackoff.Reset()
+				r.log.InfoContext(ctx, "relay poll succeeded again", slog.Int("failed_polls", f))
+			}
+			switch {
+			case r.brk.open:
+				// Broker outage: wait for the next probe (at least
+				// PollInterval, e.g. when a probe found nothing to
+				// claim); notifications do not shorten the pause.
+				wait = max(time.Until(r.brk.next), r.opts.PollInterval)
+			case n >= r.opts.BatchSize:
+				continue // a full batch: more is probably waiting
+			default:
+				wait, wakeable = r.opts.PollInterval, true
+			}
+		}
+		timer.Reset(wait)
+		if wakeable {
 			select {
 			case <-ctx.Done():
 			case <-r.wake:
+			case <-timer.C:
+			}
+		} else {
+			select {
+			case <-ctx.Done():
 			case <-timer.C:
 			}
 		}
@@ -185,28 +239,65 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
+// probeID is the row id probeTable updates: no row has it (ids
+// start at 1), and the update is fenced by this relay's own InstanceID
+// besides.
+const probeID = 0
+
+// probeTable checks that the outbox table is usable without changing it: a
+// lease extension of a row that does not exist fails when the table or its
+// lease columns are missing, the user lacks SELECT or UPDATE on it, or the
+// database is read-only, and otherwise changes nothing.
+func (r *Relay) probeTable(ctx context.Context) error {
+	_, err := r.drv.ExtendLease(ctx, r.opts.InstanceID, []int64{probeID}, r.opts.LeaseDuration)
+	return err
+}
+
+// explain adds the operator's advice to a database error that waiting
+// cannot mend (see package dberr).
+func (r *Relay) explain(err error) error {
+	t := r.drv.Tables().Outbox
+	who := "relay"
+	if r.opts.OverdueAfter > 0 {
+		who = "sweeper"
+	}
+	return dberr.Explain(err, dberr.Need{Component: who, Tables: t, Privileges: "SELECT and UPDATE on " + t})
+}
+
 // listen turns the driver's notifications into Notify calls until ctx is
-// done. After an error it waits PollInterval (at least a second) before
-// listening again; polling goes on meanwhile.
+// done. After an error it waits before listening again, PollInterval (at
+// least a second) doubling per consecutive failure up to
+// DatabaseBackoffMax, jittered; polling goes on meanwhile.
 func (r *Relay) listen(ctx context.Context, n driver.Notifier) {
-	pause := max(r.opts.PollInterval, time.Second)
+	b := backoff.New(max(r.opts.PollInterval, listenFloor), r.opts.DatabaseBackoffMax)
+	timer := time.NewTimer(0)
+	timer.Stop()
+	defer timer.Stop()
 	for {
 		err := n.WaitForNotification(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			r.log.WarnContext(ctx, "waiting for notifications failed: polling only until it recovers", slog.Any("error", err))
+			pause := b.Next()
+			r.log.WarnContext(ctx, "waiting for notifications failed: polling only until it recovers", slog.Any("error", err),
+				slog.Int("consecutive_failures", b.Failures()), slog.Duration("retry_in", pause))
+			timer.Reset(pause)
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(pause):
+			case <-timer.C:
 			}
 			continue
 		}
+		b.Reset()
 		r.Notify()
 	}
 }
+
+// listenFloor is the shortest pause after a failed wait for notifications:
+// polling goes on meanwhile, so there is no hurry.
+const listenFloor = time.Second
 
 // RunOnce drains the claimable rows once: it polls (claim, publish,
 // record) until a poll comes back with fewer than BatchSize rows, and
@@ -215,15 +306,23 @@ func (r *Relay) listen(ctx context.Context, n driver.Notifier) {
 // while it runs; when the circuit breaker opens (a broker outage, see
 // Options.BreakerBackoff) it returns at its next poll. It stops early,
 // returning ctx's error, when ctx is done (the batch in hand is finished
-// and recorded as in Run); database errors are returned at once. It is
-// meant for one-shot jobs (the sweeper's Kubernetes CronJob) and tests;
-// long-running processes use Run. While Run or another RunOnce runs on the
-// same Relay it returns ErrRunning.
+// and recorded as in Run); database errors are returned at once, those
+// that waiting cannot mend with advice (see Run). It first probes the
+// table as Run does, so that a missing UPDATE privilege shows even when
+// nothing is pending. It is meant for one-shot jobs (the sweeper's
+// Kubernetes CronJob) and tests; long-running processes use Run. While Run
+// or another RunOnce runs on the same Relay it returns ErrRunning.
 func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 	if !r.running.TryLock() {
 		return 0, ErrRunning
 	}
 	defer r.running.Unlock()
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := r.probeTable(ctx); err != nil {
+		return 0, r.explain(err)
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return published, err
@@ -231,7 +330,7 @@ func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 		claimed, sent, err := r.cycle(ctx)
 		published += sent
 		if err != nil {
-			return published, err
+			return published, r.explain(err)
 		}
 		if claimed < r.opts.BatchSize {
 			return published, nil
@@ -519,12 +618,15 @@ func (r *Relay) publishUnit(ctx context.Context, abandon <-chan struct{}, unit [
 		if delay < 0 {
 			delay = 0
 		}
+		// The broker's text goes to last_error and the log: credentials
+		// masked, cut to the column's size (it may echo the payload).
+		text := dialect.TruncateError(redact.String(err.Error()))
 		r.log.WarnContext(ctx, "publish failed",
 			slog.Int64("id", rw.ID), slog.String("event_id", rw.EventID), slog.String("type", rw.Type),
 			slog.String("key", rw.Key), slog.String("topic", rw.Topic), slog.Int("attempt", attempt),
-			slog.Duration("retry_in", delay), slog.Any("error", err))
+			slog.Duration("retry_in", delay), slog.String("error", text))
 		out.mu.Lock()
-		out.failures = append(out.failures, driver.Failure{Row: rw, Error: err.Error(), Delay: delay, Permanent: permanent})
+		out.failures = append(out.failures, driver.Failure{Row: rw, Error: text, Delay: delay, Permanent: permanent})
 		out.mu.Unlock()
 		out.addRelease(unit[i+1:])
 		return
@@ -651,7 +753,7 @@ func (r *Relay) reportFailed(ctx context.Context, fs []driver.Failure, failed []
 			RetryCount: f.Row.RetryCount + 1, LastError: dialect.TruncateError(f.Error), CreatedAt: f.Row.CreatedAt}
 		r.log.ErrorContext(ctx, "event marked FAILED after its last attempt: requeue it once the cause is fixed",
 			slog.Int64("id", id), slog.String("event_id", fe.EventID), slog.String("type", fe.Type), slog.String("key", fe.Key),
-			slog.Int("attempts", fe.RetryCount), slog.String("error", f.Error))
+			slog.Int("attempts", fe.RetryCount), slog.String("error", fe.LastError))
 		if r.opts.OnFailed != nil {
 			r.opts.OnFailed(fe)
 		}

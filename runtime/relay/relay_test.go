@@ -660,24 +660,25 @@ func TestOptionsValidate(t *testing.T) {
 	o := base()
 	if o.BatchSize != 100 || o.PollInterval != 2*time.Second || o.LeaseDuration != 30*time.Second || o.Concurrency != 8 ||
 		o.MaxAttempts != 5 || o.OverdueAfter != 0 || o.InstanceID == "" || len(o.InstanceID) > 64 ||
-		o.PublishTimeout != time.Minute || o.BreakerBackoff == nil {
+		o.PublishTimeout != time.Minute || o.BreakerBackoff == nil || o.DatabaseBackoffMax != 30*time.Second {
 		t.Fatalf("defaults: %+v", o)
 	}
 	if b1, b9 := o.BreakerBackoff(1), o.BreakerBackoff(9); b1 < 800*time.Millisecond || b1 > 1200*time.Millisecond || b9 < 48*time.Second || b9 > 72*time.Second {
 		t.Fatalf("default breaker pauses %s, %s: want 1s doubling to 1m", b1, b9)
 	}
 	for name, mod := range map[string]func(*Options){
-		"Publisher":       func(o *Options) { o.Publisher = nil },
-		"OverdueAfter":    func(o *Options) { o.OverdueAfter = -1 },
-		"BatchSize":       func(o *Options) { o.BatchSize = 5000 },
-		"PollInterval":    func(o *Options) { o.PollInterval = -1 },
-		"LeaseDuration":   func(o *Options) { o.LeaseDuration = -1 },
-		"ShutdownTimeout": func(o *Options) { o.ShutdownTimeout = time.Minute },
-		"PublishTimeout":  func(o *Options) { o.PublishTimeout = -1 },
-		"BreakerBackoff":  func(o *Options) { o.BreakerBackoff = nil },
-		"Concurrency":     func(o *Options) { o.Concurrency = -2 },
-		"MaxAttempts":     func(o *Options) { o.MaxAttempts = -1 },
-		"InstanceID":      func(o *Options) { o.InstanceID = strings.Repeat("x", 65) },
+		"Publisher":          func(o *Options) { o.Publisher = nil },
+		"OverdueAfter":       func(o *Options) { o.OverdueAfter = -1 },
+		"BatchSize":          func(o *Options) { o.BatchSize = 5000 },
+		"PollInterval":       func(o *Options) { o.PollInterval = -1 },
+		"LeaseDuration":      func(o *Options) { o.LeaseDuration = -1 },
+		"ShutdownTimeout":    func(o *Options) { o.ShutdownTimeout = time.Minute },
+		"PublishTimeout":     func(o *Options) { o.PublishTimeout = -1 },
+		"BreakerBackoff":     func(o *Options) { o.BreakerBackoff = nil },
+		"Concurrency":        func(o *Options) { o.Concurrency = -2 },
+		"MaxAttempts":        func(o *Options) { o.MaxAttempts = -1 },
+		"DatabaseBackoffMax": func(o *Options) { o.DatabaseBackoffMax = -1 },
+		"InstanceID":         func(o *Options) { o.InstanceID = strings.Repeat("x", 65) },
 	} {
 		o := base()
 		mod(&o)

@@ -36,6 +36,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
 	"github.com/outboxgen/outboxgen/runtime/internal/schedule"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/runtime/relay"
@@ -82,16 +83,24 @@ type Options struct {
 	// sweeper-hostname-pid-random; at most 64 bytes).
 	InstanceID string
 
+	// DatabaseBackoffMax caps the pause of Run after consecutive failed
+	// sweeps (default 30s; see relay.Options.DatabaseBackoffMax). The
+	// pauses start at Interval (at least 100 ms) and double; with the
+	// default Interval of 1 minute, above the cap, a failed sweep is
+	// simply retried every Interval.
+	DatabaseBackoffMax time.Duration
+
 	// Logger receives structured logs (default slog.Default()).
 	Logger *slog.Logger
 }
 
 // Sweeper rescues overdue outbox rows. Create it with New.
 type Sweeper struct {
-	relay    *relay.Relay
-	interval time.Duration
-	overdue  time.Duration
-	log      *slog.Logger
+	relay      *relay.Relay
+	interval   time.Duration
+	backoffMax time.Duration
+	overdue    time.Duration
+	log        *slog.Logger
 }
 
 // New returns a sweeper over the outbox table of drv. opts is completed
@@ -106,6 +115,9 @@ func New(drv driver.Driver, opts Options) (*Sweeper, error) {
 	if opts.Interval == 0 {
 		opts.Interval = DefaultInterval
 	}
+	if opts.DatabaseBackoffMax == 0 {
+		opts.DatabaseBackoffMax = relay.DefaultDatabaseBackoffMax
+	}
 	if opts.InstanceID == "" {
 		opts.InstanceID = defaultInstanceID()
 	}
@@ -119,31 +131,35 @@ func New(drv driver.Driver, opts Options) (*Sweeper, error) {
 	if opts.Interval < 0 {
 		errs = append(errs, fmt.Errorf("sweeper: Options.Interval is %s: use a positive duration (or 0 for %s)", opts.Interval, DefaultInterval))
 	}
+	if opts.DatabaseBackoffMax < 0 {
+		errs = append(errs, fmt.Errorf("sweeper: Options.DatabaseBackoffMax is %s: use a positive duration (or 0 for %s)", opts.DatabaseBackoffMax, relay.DefaultDatabaseBackoffMax))
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	log := opts.Logger.With(slog.String("component", "sweeper"))
 	r, err := relay.New(drv, relay.Options{
-		Publisher:       opts.Publisher,
-		EventTypes:      opts.EventTypes,
-		BatchSize:       opts.BatchSize,
-		PollInterval:    opts.Interval,
-		LeaseDuration:   opts.LeaseDuration,
-		Concurrency:     opts.Concurrency,
-		MaxAttempts:     opts.MaxAttempts,
-		Backoff:         opts.Backoff,
-		ShutdownTimeout: opts.ShutdownTimeout,
-		PublishTimeout:  opts.PublishTimeout,
-		BreakerBackoff:  opts.BreakerBackoff,
-		InstanceID:      opts.InstanceID,
-		OverdueAfter:    opts.OverdueAfter,
-		OnFailed:        opts.OnFailed,
-		Logger:          log,
+		Publisher:          opts.Publisher,
+		EventTypes:         opts.EventTypes,
+		BatchSize:          opts.BatchSize,
+		PollInterval:       opts.Interval,
+		LeaseDuration:      opts.LeaseDuration,
+		Concurrency:        opts.Concurrency,
+		MaxAttempts:        opts.MaxAttempts,
+		Backoff:            opts.Backoff,
+		ShutdownTimeout:    opts.ShutdownTimeout,
+		PublishTimeout:     opts.PublishTimeout,
+		BreakerBackoff:     opts.BreakerBackoff,
+		DatabaseBackoffMax: opts.DatabaseBackoffMax,
+		InstanceID:         opts.InstanceID,
+		OverdueAfter:       opts.OverdueAfter,
+		OnFailed:           opts.OnFailed,
+		Logger:             log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sweeper: %w", err)
 	}
-	return &Sweeper{relay: r, interval: opts.Interval, overdue: opts.OverdueAfter, log: log}, nil
+	return &Sweeper{relay: r, interval: opts.Interval, backoffMax: opts.DatabaseBackoffMax, overdue: opts.OverdueAfter, log: log}, nil
 }
 
 // RunOnce sweeps once: it publishes every overdue claimable row, batch
@@ -162,15 +178,36 @@ func (s *Sweeper) RunOnce(ctx context.Context) (int, error) {
 
 // Run sweeps every Interval (fixed delay: the next sweep starts Interval
 // after the previous one ended) until ctx is done, then returns nil after
-// recording the batch in hand. Database errors are logged and retried at
-// the next sweep.
+// recording the batch in hand. A failed sweep (a database error) is logged
+// and retried after a pause that grows from Interval (at least 100 ms),
+// doubling up to DatabaseBackoffMax if that is longer, and resets at the
+// first successful sweep. A missing table or column or a missing privilege
+// before the first successful sweep ends Run with that error (also
+// logged): a deployment mistake that waiting does not mend (see relay.Run).
 func (s *Sweeper) Run(ctx context.Context) error {
 	s.log.InfoContext(ctx, "sweeper started", slog.Duration("interval", s.interval), slog.Duration("overdue_after", s.overdue))
-	schedule.FixedDelay(ctx, s.interval, func(ctx context.Context) {
-		if _, err := s.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			s.log.ErrorContext(ctx, "sweep failed", slog.Any("error", err))
+	started := false
+	err := schedule.FixedDelay{
+		Interval:   s.interval,
+		BackoffMax: s.backoffMax,
+		OnError: func(ctx context.Context, err error, failures int, retryIn time.Duration) {
+			s.log.ErrorContext(ctx, "sweep failed", slog.Any("error", err), slog.Int("consecutive_failures", failures), slog.Duration("retry_in", retryIn))
+		},
+		OnRecover: func(ctx context.Context, failures int) {
+			s.log.InfoContext(ctx, "sweep succeeded again", slog.Int("failed_sweeps", failures))
+		},
+	}.Run(ctx, func(ctx context.Context) error {
+		_, err := s.RunOnce(ctx)
+		if err != nil && !started && ctx.Err() == nil && dberr.Classify(err).FatalAtStart() {
+			s.log.ErrorContext(ctx, "sweeper not started: the outbox table is not usable", slog.Any("error", err))
+			return schedule.Stop(err)
 		}
+		started = started || err == nil
+		return err
 	})
+	if err != nil {
+		return fmt.Errorf("sweeper: %w", err)
+	}
 	s.log.Info("sweeper stopped")
 	return nil
 }

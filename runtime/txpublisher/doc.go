@@ -62,10 +62,15 @@
 //     outbox_created_at, outbox_event_id, outbox_seq, partition_key; see
 //     the outbox.Metadata* constants) are not stored: the relay overwrites
 //     them anyway, and an earlier hop's values would only mislead. Consumers therefore see the
-//     message's metadata plus the relay's outbox_* keys.
+//     message's metadata plus the relay's outbox_* keys. The stored entries
+//     must be what brokers can carry (outbox.CheckHeaders: token-character
+//     names, values without NUL, CR or LF, at most outbox.MaxHeaders
+//     entries and outbox.MaxHeadersSize bytes), and payload plus entries at
+//     most the writer's message size limit (outbox.MaxMessageSize); else
+//     ErrInvalidMessage.
 //
 // Every message of a Publish call is checked before any SQL runs, so a
-// refused message (bad id, payload, length, version) leaves the transaction
+// refused message (bad id, payload, length, version, metadata) leaves the transaction
 // untouched and usable, and no message of that call is written. A failure
 // of the database itself (a lost connection, a cancelled context) can leave
 // earlier rows of the call written, and on PostgreSQL aborts the

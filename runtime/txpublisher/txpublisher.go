@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf8"
 
@@ -65,8 +66,10 @@ var (
 	// WithBinaryPayloads is not set.
 	ErrPayloadNotJSON = errors.New("message payload is not JSON")
 	// ErrInvalidMessage: another property of the message does not fit the
-	// outbox table (empty or too long topic, type or key, a bad version,
-	// metadata that is not UTF-8).
+	// outbox table or cannot be published (empty or too long topic, type or
+	// key, or one holding NUL, CR or LF; a bad version; metadata that is not
+	// UTF-8 or breaks outbox.CheckHeaders' limits; payload and metadata
+	// larger than the writer's outbox.MaxMessageSize).
 	ErrInvalidMessage = errors.New("message does not fit the outbox table")
 	// ErrDuplicateEventID: a row with the message's event id already exists
 	// for another topic.
@@ -306,6 +309,21 @@ func (p *Publisher) prepare(topic string, msg *message.Message) (row, error) {
 		return row{}, fmt.Errorf("%w: metadata %q is reserved for WithBinaryPayloads", ErrInvalidMessage, HeaderPayloadEncoding)
 	}
 
+	// What a broker cannot carry is refused here, not by the relay after
+	// the commit (the row would go FAILED).
+	if err := outbox.CheckHeaders(headers); err != nil {
+		return row{}, fmt.Errorf("%w: metadata: %w", ErrInvalidMessage, err)
+	}
+	if limit := p.w.MaxMessageSize(); limit > 0 {
+		size := len(msg.Payload)
+		for k, v := range headers {
+			size += len(k) + len(v)
+		}
+		if size > limit {
+			return row{}, fmt.Errorf("%w: the payload (%d bytes) and stored metadata exceed the writer's message size limit of %d bytes (outbox.MaxMessageSize; brokers refuse larger messages by default)", ErrInvalidMessage, len(msg.Payload), limit)
+		}
+	}
+
 	var hdr any // NULL when there are none
 	if len(headers) > 0 {
 		b, err := json.Marshal(headers)
@@ -366,6 +384,11 @@ func checkLen(what, s string, max int) error {
 	}
 	if !utf8.ValidString(s) {
 		return fmt.Errorf("%w: the %s is not valid UTF-8", ErrInvalidMessage, what)
+	}
+	if i := strings.IndexAny(s, "\x00\r\n"); i >= 0 {
+		// No database stores NUL in text, and the relay publishes the
+		// type and key as message headers, which cannot hold CR or LF.
+		return fmt.Errorf("%w: the %s holds %q at byte %d; NUL, CR and LF cannot be stored or carried in a message header", ErrInvalidMessage, what, s[i:i+1], i)
 	}
 	if n := utf8.RuneCountInString(s); n > max {
 		return fmt.Errorf("%w: the %s is %d characters long, the outbox column holds at most %d", ErrInvalidMessage, what, n, max)

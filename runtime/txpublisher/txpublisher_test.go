@@ -214,6 +214,15 @@ func TestRefusedMessagesRunNoSQL(t *testing.T) {
 		{"zero version", msg(`{}`, "outbox_version", "0"), txpublisher.ErrInvalidMessage, "not a positive integer"},
 		{"metadata not utf-8", msg(`{}`, "x", "\xff"), txpublisher.ErrInvalidMessage, "UTF-8"},
 		{"reserved header", msg(`{}`, txpublisher.HeaderPayloadEncoding, "base64"), txpublisher.ErrInvalidMessage, "reserved"},
+		// What no database stores or no broker carries (issue 8).
+		{"NUL in key", msg(`{}`, "partition_key", "k\x00z"), txpublisher.ErrInvalidMessage, `key (biz_id, metadata "partition_key") holds "\x00"`},
+		{"LF in type", msg(`{}`, "outbox_type", "T\nX"), txpublisher.ErrInvalidMessage, `type (biz_type, metadata "outbox_type" or the topic) holds "\n"`},
+		{"space in metadata name", msg(`{}`, "trace id", "x"), txpublisher.ErrInvalidMessage, `header name "trace id" holds " "`},
+		{"colon in metadata name", msg(`{}`, "a:b", "x"), txpublisher.ErrInvalidMessage, `header name "a:b" holds ":"`},
+		{"CRLF in metadata value", msg(`{}`, "tenant", "a\r\nb"), txpublisher.ErrInvalidMessage, `header "tenant": the value holds "\r"`},
+		{"NUL in metadata value", msg(`{}`, "tenant", "a\x00b"), txpublisher.ErrInvalidMessage, `header "tenant": the value holds "\x00"`},
+		{"1 MB metadata value", msg(`{}`, "blob", strings.Repeat("x", 1<<20)), txpublisher.ErrInvalidMessage, "MaxHeadersSize"},
+		{"payload over the message size limit", msg(`"` + strings.Repeat("x", outbox.MaxMessageSize) + `"`), txpublisher.ErrInvalidMessage, "message size limit"},
 		{"nil message", nil, txpublisher.ErrInvalidMessage, "nil message"},
 	}
 	forEachDialect(t, func(t *testing.T, db *sql.DB, w *outbox.Writer) {

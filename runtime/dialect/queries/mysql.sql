@@ -180,6 +180,13 @@ INSERT INTO outbox_inbox (consumer, event_id, biz_type, biz_id)
 VALUES (?, ?, ?, ?)
 ON DUPLICATE KEY UPDATE consumer = consumer;
 
+-- name: InboxRecorded :one
+-- InboxQueries.Recorded(consumer, eventID)
+SELECT COALESCE(biz_type, ''), COALESCE(biz_id, '')
+FROM outbox_inbox
+WHERE consumer = ?
+  AND event_id = ? LOCK IN SHARE MODE;
+
 -- name: InboxGuard :execrows
 -- InboxQueries.Guard(consumer, bizType, bizID, seq)
 INSERT INTO outbox_inbox_key (consumer, biz_type, biz_id, last_seq)

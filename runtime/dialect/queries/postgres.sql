@@ -228,6 +228,13 @@ INSERT INTO outbox_inbox (consumer, event_id, biz_type, biz_id)
 VALUES ($1, $2, $3, $4)
 ON CONFLICT (consumer, event_id) DO NOTHING;
 
+-- name: InboxRecorded :one
+-- InboxQueries.Recorded(consumer, eventID)
+SELECT COALESCE(biz_type, ''), COALESCE(biz_id, '')
+FROM outbox_inbox
+WHERE consumer = $1
+  AND event_id = $2;
+
 -- name: InboxGuard :execrows
 -- InboxQueries.Guard(consumer, bizType, bizID, seq)
 INSERT INTO outbox_inbox_key (consumer, biz_type, biz_id, last_seq)

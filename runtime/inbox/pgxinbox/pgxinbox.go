@@ -40,6 +40,15 @@ func (s Store) Exec(ctx context.Context, tx pgx.Tx, query string, args ...any) (
 	return tag.RowsAffected(), nil
 }
 
+// QueryRow runs query in tx and scans its row, if any, into dest.
+func (s Store) QueryRow(ctx context.Context, tx pgx.Tx, query string, args []any, dest ...any) (bool, error) {
+	err := tx.QueryRow(ctx, query, args...).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // Commit commits tx.
 func (s Store) Commit(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }
 

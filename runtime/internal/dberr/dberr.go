@@ -1,0 +1,208 @@
+// Package dberr tells database errors that waiting cannot mend (a missing
+// table or column, a missing privilege, a read-only database) from the
+// rest (connection refused, timeouts, deadlocks, a closed pool), for the
+// relay, sweeper, monitor and janitor, and words them so that an operator
+// knows what to do.
+//
+// It knows the error types of the drivers outboxgen supports without
+// importing them (importing go-sql-driver/mysql would register it with
+// database/sql in every program that uses the relay): PostgreSQL errors
+// (pgx's *pgconn.PgError, lib/pq) by their SQLSTATE method, SQLite errors
+// (modernc.org/sqlite) by their Code method and message, and MySQL/MariaDB
+// errors (go-sql-driver's *mysql.MySQLError) by their error number.
+package dberr
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+)
+
+// Class is what kind of database error an error is.
+type Class uint8
+
+// The classes.
+const (
+	// Transient: anything not below (the database is down or
+	// unreachable, a timeout, a deadlock, a closed pool, ...). Retrying
+	// after a pause may succeed.
+	Transient Class = iota
+	// Missing: a table or column does not exist (PostgreSQL 42P01,
+	// 42703, 3F000; MySQL/MariaDB 1146, 1054; SQLite "no such table",
+	// "no such column").
+	Missing
+	// Denied: the database user lacks a privilege (PostgreSQL 42501;
+	// MySQL/MariaDB 1142, 1143, 1044).
+	Denied
+	// ReadOnly: the database or the session is read-only (PostgreSQL
+	// 25006, e.g. a hot standby; MySQL/MariaDB 1290, 1792, 1836;
+	// SQLITE_READONLY).
+	ReadOnly
+)
+
+func (c Class) String() string {
+	switch c {
+	case Missing:
+		return "missing_table"
+	case Denied:
+		return "permission_denied"
+	case ReadOnly:
+		return "read_only"
+	}
+	return "transient"
+}
+
+// Permanent reports whether waiting alone cannot mend errors of class c:
+// someone has to change the schema, the grants or the connection.
+func (c Class) Permanent() bool { return c != Transient }
+
+// FatalAtStart reports whether a component should refuse to start on an
+// error of class c: a missing table or privilege is a deployment mistake
+// that waiting does not mend. A read-only database is not: it is what a
+// failover looks like for a moment (connections still on the old primary,
+// now a standby), so components keep retrying it, loudly.
+func (c Class) FatalAtStart() bool { return c == Missing || c == Denied }
+
+// Classify returns the class of err (Transient for nil and for errors of
+// unknown drivers). Wrapped and joined errors are searched.
+func Classify(err error) Class {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Class
+	}
+	c := Transient
+	walk(err, func(e error) bool {
+		c = classifyOne(e)
+		return c != Transient
+	})
+	return c
+}
+
+// walk calls f on err and every error it wraps, depth first, until f
+// returns true.
+func walk(err error, f func(error) bool) bool {
+	if err == nil {
+		return false
+	}
+	if f(err) {
+		return true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return walk(u.Unwrap(), f)
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if walk(e, f) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func classifyOne(err error) Class {
+	if s, ok := err.(interface{ SQLState() string }); ok { // PostgreSQL: pgx, lib/pq
+		switch s.SQLState() {
+		case "42P01", "42703", "3F000": // undefined_table, undefined_column, invalid_schema_name
+			return Missing
+		case "42501": // insufficient_privilege
+			return Denied
+		case "25006": // read_only_sql_transaction
+			return ReadOnly
+		}
+		return Transient
+	}
+	if n, ok := mysqlNumber(err); ok {
+		switch n {
+		case 1146, 1054: // ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR
+			return Missing
+		case 1142, 1143, 1044: // ER_TABLEACCESS_DENIED_ERROR, ER_COLUMNACCESS_DENIED_ERROR, ER_DBACCESS_DENIED_ERROR
+			return Denied
+		case 1290, 1792, 1836: // ER_OPTION_PREVENTS_STATEMENT (--read-only), ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION, ER_READ_ONLY_MODE
+			return ReadOnly
+		}
+		return Transient
+	}
+	if c, ok := err.(interface{ Code() int }); ok && isSQLite(err) { // modernc.org/sqlite
+		const sqliteReadOnly = 8
+		if c.Code()&0xff == sqliteReadOnly { // extended codes keep the primary code in the low byte
+			return ReadOnly
+		}
+	}
+	if isSQLite(err) {
+		msg := err.Error()
+		switch {
+		case strings.Contains(msg, "no such table") || strings.Contains(msg, "no such column"):
+			return Missing
+		case strings.Contains(msg, "readonly database"):
+			return ReadOnly
+		}
+	}
+	return Transient
+}
+
+// mysqlNumber returns the error number of a go-sql-driver *mysql.MySQLError.
+func mysqlNumber(err error) (uint64, bool) {
+	v := reflect.ValueOf(err)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Type().String() != "*mysql.MySQLError" {
+		return 0, false
+	}
+	f := v.Elem().FieldByName("Number")
+	if !f.IsValid() || !f.CanUint() {
+		return 0, false
+	}
+	return f.Uint(), true
+}
+
+// isSQLite reports whether err is an SQLite driver's error
+// (modernc.org/sqlite *sqlite.Error, mattn/go-sqlite3 sqlite3.Error).
+func isSQLite(err error) bool {
+	t := reflect.TypeOf(err).String()
+	return t == "*sqlite.Error" || t == "sqlite3.Error" || t == "*sqlite3.Error"
+}
+
+// Need says what a component needs from the database, for the advice
+// attached to permanent errors.
+type Need struct {
+	// Component names it: "relay", "sweeper", "monitor", "janitor".
+	Component string
+	// Tables lists the tables it uses, e.g. "outbox_event".
+	Tables string
+	// Privileges lists what it needs on them, e.g. "SELECT and UPDATE on
+	// outbox_event".
+	Privileges string
+}
+
+// Error is a permanent database error with advice for the operator.
+type Error struct {
+	Class  Class
+	Advice string
+	Err    error
+}
+
+func (e *Error) Error() string { return e.Advice + ": " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Explain returns err wrapped in an *Error saying what to do when it is
+// permanent, and err itself otherwise (also when already explained).
+func Explain(err error, n Need) error {
+	var e *Error
+	if err == nil || errors.As(err, &e) {
+		return err
+	}
+	c := Classify(err)
+	var advice string
+	switch c {
+	case Missing:
+		advice = fmt.Sprintf("%s: a table or column it uses does not exist (tables: %s): apply the schema (`outboxgen schema -dialect ...` prints it, or run your migrations) or fix the table names (driver.Tables); waiting will not help",
+			n.Component, n.Tables)
+	case Denied:
+		advice = fmt.Sprintf("%s: permission denied: the database user needs %s; grant them (waiting will not help)", n.Component, n.Privileges)
+	case ReadOnly:
+		advice = fmt.Sprintf("%s: the database is read-only (a PostgreSQL standby or default_transaction_read_only, a MySQL/MariaDB replica with read_only, or a read-only SQLite file or directory): connect it to the writable primary", n.Component)
+	default:
+		return err
+	}
+	return &Error{Class: c, Advice: advice, Err: err}
+}
