@@ -8,6 +8,7 @@
 SHELL      := /bin/bash
 GO         ?= go
 SQLC       := $(GO) tool -modfile=tools/go.mod sqlc
+STATICCHECK := $(GO) tool -modfile=tools/go.mod staticcheck
 OUTBOXGEN  := $(GO) run ./cmd/outboxgen
 # Starts the servers (or reuses running ones) and exports their DSNs; a
 # failure to start them stops the recipe.
@@ -34,8 +35,9 @@ check-generated: ## fail when any generated file is stale, and check the runtime
 	$(GO) test -count=1 ./runtime/dialect -run TestQueryCatalog
 	$(SQLC) compile -f runtime/dialect/queries/sqlc.yaml
 
-lint: ## go vet and gofmt
+lint: ## go vet, staticcheck and gofmt
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 test: lint check-generated ## everything CI runs: lint, generated-code check, all tests with -race on real databases, a short fuzz run

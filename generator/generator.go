@@ -46,20 +46,22 @@ type File struct {
 const SchemaFileName = "outbox.sql"
 
 // Files renders every file s describes, sorted by path. Output directories
-// in s are relative to the directory of s.File.
+// in s are relative to the directory of s.File. Each file's header names
+// the spec file (s.SourceName(), its base name) and version, the outboxgen
+// version (Version()).
 //
 // Every file must stay inside the directory tree of the spec file, with
 // symbolic links resolved: a path that leaves it (through "..", or a
 // symbolic link to elsewhere) is an error, as is a symbolic link loop.
-func Files(s *spec.Spec) ([]File, error) {
+func Files(s *spec.Spec, version string) ([]File, error) {
 	base := filepath.Dir(s.File)
 	root, err := resolve(base)
 	if err != nil {
 		return nil, fmt.Errorf("the directory of %s: %w", s.File, err)
 	}
-	goFiles, err := gocode.Generate(s)
+	goFiles, err := gocode.Generate(s, version)
 	if err != nil {
-		return nil, fmt.Errorf("generate Go code: %w", err)
+		return nil, err
 	}
 	var files []File
 	for name, src := range goFiles {
@@ -67,7 +69,7 @@ func Files(s *spec.Spec) ([]File, error) {
 	}
 	if s.SQL.Out != "" {
 		for _, d := range s.SQL.Dialects {
-			ddl, err := Schema(s, d)
+			ddl, err := Schema(s, d, version)
 			if err != nil {
 				return nil, err
 			}
@@ -225,13 +227,19 @@ func checkInside(root, path string) error {
 	return nil
 }
 
-// Schema renders the DDL of the outbox and inbox tables of s for dialect d.
-func Schema(s *spec.Spec, d spec.Dialect) ([]byte, error) {
-	ddl, err := templates.Render(string(d), templates.Tables{Outbox: s.SQL.OutboxTable, Inbox: s.SQL.InboxTable, Archive: s.SQL.ArchiveTable})
+// Schema renders the DDL of the outbox and inbox tables of s for dialect d,
+// its header naming the spec file and version, the outboxgen version.
+func Schema(s *spec.Spec, d spec.Dialect, version string) ([]byte, error) {
+	ddl, err := templates.RenderFile(string(d), Tables(s), templates.Header{Source: s.SourceName(), Version: version})
 	if err != nil {
-		return nil, fmt.Errorf("render %s schema: %w", d, err)
+		return nil, fmt.Errorf("%s: %s DDL: %w", s.File, d, err)
 	}
 	return ddl, nil
+}
+
+// Tables returns the table names of s.
+func Tables(s *spec.Spec) templates.Tables {
+	return templates.Tables{Outbox: s.SQL.OutboxTable, Inbox: s.SQL.InboxTable, Archive: s.SQL.ArchiveTable}
 }
 
 // Write writes files, creating directories as needed. A file whose content

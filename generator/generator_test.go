@@ -51,7 +51,7 @@ func symlink(t *testing.T, target, link string) {
 
 // generate runs Files and Write, as outboxgen generate does.
 func generate(s *spec.Spec) error {
-	files, err := Files(s)
+	files, err := Files(s, DevelVersion)
 	if err != nil {
 		return err
 	}
@@ -201,7 +201,7 @@ func TestRemoveOnlyGenerated(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	files, err := Files(parse(t, proj))
+	files, err := Files(parse(t, proj), DevelVersion)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # testdb.sh: throwaway PostgreSQL and MariaDB servers for outboxgen's tests.
 #
-#   scripts/testdb.sh start   start both (installing packages if missing),
-#                             print the DSN exports on stdout
-#   scripts/testdb.sh stop    stop both
-#   scripts/testdb.sh env     print the DSN exports of a started setup
+#   scripts/testdb.sh start [postgres|mariadb]
+#                  start both servers, or only the one named (installing its
+#                  packages if missing); print its DSN exports on stdout
+#   scripts/testdb.sh stop [postgres|mariadb]
+#                  stop both, or only the one named
+#   scripts/testdb.sh env
+#                  print the DSN exports of the servers started (and not
+#                  stopped since)
 #
 # Typical use:  eval "$(scripts/testdb.sh start)" && go test ./...
+#               eval "$(scripts/testdb.sh start postgres)"   # PostgreSQL only
+# (postgresql and mysql are accepted as aliases.)
 #
 # Meant for a disposable machine or container where it runs as root (Debian
 # 12: postgresql-15, mariadb-server 10.11). Data lives under
@@ -74,7 +80,9 @@ tail_log() {
 # The default lives in the world-writable /tmp: a directory someone else
 # created there first could hold symlinks planted at the paths this script
 # writes as root (.lock, env, apt.log, postgres/...), so it is refused
-# rather than used.
+# rather than used. What this script writes as root (logs included) lives
+# in $DIR itself, never in postgres/ or mariadb/, which the servers' users
+# can write (and so plant symlinks in).
 secure_dir() {
 	local uid owner mode
 	uid=$(id -u)
@@ -149,7 +157,7 @@ pg_start() {
 		log "postgres: initdb $PG_DATA"
 		rm -rf "$PG_DATA"
 		runuser -u postgres -- "$PGBIN/initdb" -D "$PG_DATA" -U postgres --auth=trust \
-			--no-locale -E UTF8 --no-sync >"$PG_DIR/initdb.log" 2>&1 || { tail_log "$PG_DIR/initdb.log"; die "initdb failed"; }
+			--no-locale -E UTF8 --no-sync >"$DIR/pg-initdb.log" 2>&1 || { tail_log "$DIR/pg-initdb.log"; die "initdb failed"; }
 		cat >>"$PG_DATA/postgresql.conf" <<CONF
 
 # outboxgen test server: speed over durability.
@@ -272,7 +280,7 @@ my_start() {
 		rm -rf "$MY_DATA"
 		mariadb-install-db --no-defaults --user=mysql --datadir="$MY_DATA" \
 			--auth-root-authentication-method=socket --skip-test-db \
-			>"$MY_DIR/install-db.log" 2>&1 || { tail_log "$MY_DIR/install-db.log"; die "mariadb-install-db failed"; }
+			>"$DIR/mariadb-install-db.log" 2>&1 || { tail_log "$DIR/mariadb-install-db.log"; die "mariadb-install-db failed"; }
 	fi
 	pid=$(cat "$MY_PID" 2>/dev/null || true)
 	if ! alive "$pid"; then
@@ -287,7 +295,7 @@ my_start() {
 			--innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
 			--innodb-buffer-pool-size=256M --innodb-log-file-size=256M \
 			--max-connections=300 \
-			</dev/null >>"$MY_DIR/mariadbd.out" 2>&1 9>&- &
+			</dev/null >>"$DIR/mariadbd.out" 2>&1 9>&- &
 	fi
 	deadline=$(( $(date +%s) + TIMEOUT ))
 	until my_ready_root; do
@@ -335,61 +343,129 @@ my_stop() {
 # squote VALUE: VALUE in single quotes, safe for eval.
 squote() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
 
-write_env() {
-	mkdir -p "$DIR"
-	{
-		echo "export OUTBOXGEN_TEST_POSTGRES_DSN=$(squote "$1")"
-		echo "export OUTBOXGEN_TEST_MYSQL_DSN=$(squote "$2")"
-	} >"$ENV_FILE.tmp"
+# export_line VAR VALUE: the line that exports VAR=VALUE, safe for eval.
+export_line() { printf 'export %s=%s\n' "$1" "$(squote "$2")"; }
+
+# update_env VAR [VALUE]: record VAR=VALUE in $ENV_FILE, or drop VAR when
+# no VALUE is given, keeping the other server's line. The file lists only
+# the servers started (PostgreSQL first) and is removed when it would be
+# empty. $DIR is this user's and writable by nobody else (secure_dir), and
+# the lock is held.
+update_env() {
+	local var=$1 v line lines=""
+	for v in OUTBOXGEN_TEST_POSTGRES_DSN OUTBOXGEN_TEST_MYSQL_DSN; do
+		if [ "$v" = "$var" ]; then
+			[ $# -lt 2 ] || lines+=$(export_line "$v" "$2")$'\n'
+		elif [ -f "$ENV_FILE" ] && line=$(grep -m 1 "^export $v=" "$ENV_FILE"); then
+			lines+=$line$'\n'
+		fi
+	done
+	if [ -z "$lines" ]; then
+		rm -f "$ENV_FILE"
+		return
+	fi
+	printf '%s' "$lines" >"$ENV_FILE.tmp"
 	mv "$ENV_FILE.tmp" "$ENV_FILE"
 }
 
+# SERVERS: the servers a start or stop acts on, from its arguments
+# (default: both), in a fixed order.
+SERVERS=()
+parse_servers() {
+	local a pg=0 my=0
+	[ $# -gt 0 ] || set -- postgres mariadb
+	for a in "$@"; do
+		case $a in
+		postgres | postgresql) pg=1 ;;
+		mariadb | mysql) my=1 ;;
+		*) usage "unknown server \"$a\": name postgres or mariadb (or none for both)" ;;
+		esac
+	done
+	[ "$pg" = 0 ] || SERVERS+=(postgres)
+	[ "$my" = 0 ] || SERVERS+=(mariadb)
+}
+
+wants() {
+	local s
+	for s in "${SERVERS[@]}"; do
+		[ "$s" != "$1" ] || return 0
+	done
+	return 1
+}
+
 cmd_start() {
-	local t0 pg_dsn=$DEFAULT_PG_DSN my_dsn=$DEFAULT_MY_DSN
+	local t0 pg_dsn=$DEFAULT_PG_DSN my_dsn=$DEFAULT_MY_DSN out=""
 	t0=$(now_ms)
 	need_root
 	secure_dir
 	lock
-	if pg_external_ok; then
-		pg_dsn=$OUTBOXGEN_TEST_POSTGRES_DSN
-		log "postgres: using the reachable OUTBOXGEN_TEST_POSTGRES_DSN"
-	else
-		[ -z "${OUTBOXGEN_TEST_POSTGRES_DSN:-}" ] || [ "$OUTBOXGEN_TEST_POSTGRES_DSN" = "$DEFAULT_PG_DSN" ] ||
-			log "postgres: OUTBOXGEN_TEST_POSTGRES_DSN is not reachable; starting a local server instead"
-		pg_start
+	if wants postgres; then
+		if pg_external_ok; then
+			pg_dsn=$OUTBOXGEN_TEST_POSTGRES_DSN
+			log "postgres: using the reachable OUTBOXGEN_TEST_POSTGRES_DSN"
+		else
+			[ -z "${OUTBOXGEN_TEST_POSTGRES_DSN:-}" ] || [ "$OUTBOXGEN_TEST_POSTGRES_DSN" = "$DEFAULT_PG_DSN" ] ||
+				log "postgres: OUTBOXGEN_TEST_POSTGRES_DSN is not reachable; starting a local server instead"
+			pg_start
+		fi
+		update_env OUTBOXGEN_TEST_POSTGRES_DSN "$pg_dsn"
+		out+=$(export_line OUTBOXGEN_TEST_POSTGRES_DSN "$pg_dsn")$'\n'
 	fi
-	if my_external_ok; then
-		my_dsn=$OUTBOXGEN_TEST_MYSQL_DSN
-		log "mariadb: using the reachable OUTBOXGEN_TEST_MYSQL_DSN"
-	else
-		[ -z "${OUTBOXGEN_TEST_MYSQL_DSN:-}" ] || [ "$OUTBOXGEN_TEST_MYSQL_DSN" = "$DEFAULT_MY_DSN" ] ||
-			log "mariadb: OUTBOXGEN_TEST_MYSQL_DSN is not reachable; starting a local server instead"
-		my_start
+	if wants mariadb; then
+		if my_external_ok; then
+			my_dsn=$OUTBOXGEN_TEST_MYSQL_DSN
+			log "mariadb: using the reachable OUTBOXGEN_TEST_MYSQL_DSN"
+		else
+			[ -z "${OUTBOXGEN_TEST_MYSQL_DSN:-}" ] || [ "$OUTBOXGEN_TEST_MYSQL_DSN" = "$DEFAULT_MY_DSN" ] ||
+				log "mariadb: OUTBOXGEN_TEST_MYSQL_DSN is not reachable; starting a local server instead"
+			my_start
+		fi
+		update_env OUTBOXGEN_TEST_MYSQL_DSN "$my_dsn"
+		out+=$(export_line OUTBOXGEN_TEST_MYSQL_DSN "$my_dsn")$'\n'
 	fi
-	write_env "$pg_dsn" "$my_dsn"
 	log "ready in $(( $(now_ms) - t0 )) ms; env file: $ENV_FILE"
-	cat "$ENV_FILE"
+	printf '%s' "$out"
 }
 
 cmd_stop() {
 	need_root
 	secure_dir
 	lock
-	pg_stop
-	my_stop
+	if wants postgres; then
+		pg_stop
+		update_env OUTBOXGEN_TEST_POSTGRES_DSN
+	fi
+	if wants mariadb; then
+		my_stop
+		update_env OUTBOXGEN_TEST_MYSQL_DSN
+	fi
 }
 
 cmd_env() {
-	[ -f "$ENV_FILE" ] || die "no $ENV_FILE: run scripts/testdb.sh start"
+	[ -f "$ENV_FILE" ] || die "no server started (no $ENV_FILE): run scripts/testdb.sh start"
 	cat "$ENV_FILE"
 }
 
-case "${1:-}" in
-start) cmd_start ;;
-stop) cmd_stop ;;
-env) cmd_env ;;
-*)
-	echo "usage: $0 start|stop|env" >&2
+usage() {
+	[ $# -eq 0 ] || printf 'testdb: %s\n' "$1" >&2
+	echo "usage: $0 start [postgres|mariadb] | stop [postgres|mariadb] | env" >&2
 	exit 2
+}
+
+cmd=${1:-}
+[ $# -eq 0 ] || shift
+case $cmd in
+start)
+	parse_servers "$@"
+	cmd_start
 	;;
+stop)
+	parse_servers "$@"
+	cmd_stop
+	;;
+env)
+	[ $# -eq 0 ] || usage "env takes no arguments"
+	cmd_env
+	;;
+*) usage ;;
 esac

@@ -53,9 +53,9 @@ func RenderGrants(d string, p GrantParams) ([]byte, error) {
 	switch d {
 	case "postgres", "mysql":
 	case "sqlite":
-		return nil, fmt.Errorf("templates: SQLite has no GRANT: protect the database file with file permissions (a read-only file or mode=ro DSN is enough for a monitor)")
+		return nil, fmt.Errorf("SQLite has no GRANT: protect the database file with file permissions (a read-only file or mode=ro DSN is enough for a monitor)")
 	default:
-		return nil, fmt.Errorf("templates: unknown dialect %q: use postgres or mysql", d)
+		return nil, fmt.Errorf("unknown dialect %q: use postgres or mysql", d)
 	}
 	if err := p.Tables.Validate(); err != nil {
 		return nil, err
@@ -69,8 +69,8 @@ func RenderGrants(d string, p GrantParams) ([]byte, error) {
 	idents := []struct{ what, name string }{{"database", p.Database}, {"schema", p.Schema}}
 	named := false
 	for _, r := range []struct{ what, name string }{
-		{"Roles.Writer", p.Roles.Writer}, {"Roles.Relay", p.Roles.Relay}, {"Roles.Sweeper", p.Roles.Sweeper},
-		{"Roles.Monitor", p.Roles.Monitor}, {"Roles.Janitor", p.Roles.Janitor}, {"Roles.Consumer", p.Roles.Consumer},
+		{"writer role", p.Roles.Writer}, {"relay role", p.Roles.Relay}, {"sweeper role", p.Roles.Sweeper},
+		{"monitor role", p.Roles.Monitor}, {"janitor role", p.Roles.Janitor}, {"consumer role", p.Roles.Consumer},
 	} {
 		if r.name != "" {
 			idents = append(idents, r)
@@ -78,19 +78,19 @@ func RenderGrants(d string, p GrantParams) ([]byte, error) {
 		}
 	}
 	if !named {
-		return nil, fmt.Errorf("templates: no role named in GrantParams.Roles")
+		return nil, fmt.Errorf("no role named (GrantParams.Roles is empty)")
 	}
 	for _, id := range idents {
 		if !identRE.MatchString(id.name) {
-			return nil, fmt.Errorf("templates: %s %q is not a safe SQL identifier: use lower-case letters, digits and '_', start with a letter or '_', at most %d characters", id.what, id.name, MaxIdentifier)
+			return nil, fmt.Errorf("%s %q is not a safe SQL identifier: use lower-case letters, digits and '_', start with a letter or '_', at most %d characters", id.what, id.name, MaxIdentifier)
 		}
 	}
 	if !hostRE.MatchString(p.Host) {
-		return nil, fmt.Errorf("templates: MySQL host %q: use letters, digits, '.', '-', ':', '_' and the wildcard '%%'", p.Host)
+		return nil, fmt.Errorf("MySQL host %q: use letters, digits, '.', '-', ':', '_' and the wildcard '%%'", p.Host)
 	}
 	var buf bytes.Buffer
 	if err := grantTmpl.ExecuteTemplate(&buf, d+".sql.tmpl", p); err != nil {
-		return nil, fmt.Errorf("templates: render %s grants: %w", d, err)
+		return nil, fmt.Errorf("render the %s grants: %w", d, err)
 	}
 	out := buf.Bytes()
 	if len(out) == 0 || out[len(out)-1] != '\n' {

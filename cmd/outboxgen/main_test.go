@@ -38,9 +38,17 @@ func TestInitGenerateCheck(t *testing.T) {
 			t.Errorf("%s does not start with the generated-code header", f)
 		}
 	}
-	if code, stdout, stderr := cli(t, dir, "check"); code != 0 || stdout != "" {
+	// check says what it checked: the spec, and how many files.
+	if code, stdout, stderr := cli(t, dir, "check"); code != 0 || stdout != "events.yaml: up to date (4 files)\n" || stderr != "" {
 		t.Fatalf("check after generate: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
+	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+	os.Rename(filepath.Join(dir, "events.yaml"), filepath.Join(dir, "sub", "orders.yaml"))
+	cli(t, dir, "generate", "-f", "sub/orders.yaml")
+	if code, stdout, stderr := cli(t, dir, "check", "-f", "sub/orders.yaml"); code != 0 || stdout != "sub/orders.yaml: up to date (4 files)\n" {
+		t.Fatalf("check -f sub/orders.yaml: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	os.Rename(filepath.Join(dir, "sub", "orders.yaml"), filepath.Join(dir, "events.yaml"))
 
 	// A hand edit makes check fail with a unified diff naming the file.
 	path := filepath.Join(dir, "internal/events/writers.go")
@@ -199,7 +207,7 @@ func TestStaleGeneratedFilesRemoved(t *testing.T) {
 	if _, err := os.Stat(handWritten); err != nil {
 		t.Fatalf("a hand-written file was removed: %v", err)
 	}
-	if code, stdout, _ := cli(t, dir, "check"); code != 0 || stdout != "" {
+	if code, stdout, _ := cli(t, dir, "check"); code != 0 || stdout != "events.yaml: up to date (3 files)\n" {
 		t.Fatalf("check after generate: exit %d\n%s", code, stdout)
 	}
 }
@@ -245,7 +253,7 @@ func TestGrants(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("grants: exit %d: %s", code, stderr)
 	}
-	if !strings.Contains(stdout, "GRANT SELECT, UPDATE ON ship_outbox TO ship_relay;") || strings.Contains(stdout, "outbox_event") || strings.Contains(stdout, "outbox_writer") {
+	if !strings.Contains(stdout, "GRANT SELECT, UPDATE ON public.ship_outbox TO ship_relay;") || strings.Contains(stdout, "outbox_event") || strings.Contains(stdout, "outbox_writer") {
 		t.Errorf("grants output does not grant the relay on the spec's table alone:\n%s", stdout)
 	}
 	// Without role flags every component gets its default role.
@@ -260,11 +268,100 @@ func TestGrants(t *testing.T) {
 	}{
 		{[]string{"grants", "-dialect", "postgres"}, 2, "-dialect and -database are required"},
 		{[]string{"grants", "-dialect", "sqlite", "-database", "x"}, 1, "file permissions"},
-		{[]string{"grants", "-dialect", "postgres", "-database", "x", "-relay", "r; DROP TABLE t"}, 1, "Roles.Relay"},
+		{[]string{"grants", "-dialect", "postgres", "-database", "x", "-relay", "r; DROP TABLE t"}, 1, `outboxgen grants: relay role "r; DROP TABLE t" is not a safe SQL identifier`},
 	} {
 		code, _, stderr := cli(t, dir, tc.args...)
 		if code != tc.code || !strings.Contains(stderr, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, stderr, tc.code, tc.want)
 		}
+	}
+}
+
+// TestErrorsReadOnce: every command's errors read cleanly: at most one
+// "outboxgen <command>:" prefix, no internal package prefix, and the file
+// named once.
+func TestErrorsReadOnce(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad")
+	os.Mkdir(bad, 0o755)
+	os.WriteFile(filepath.Join(bad, "events.yaml"), []byte("version: 1\ngo: {package: events, out: ../x}\nsql: {dialects: [postgres]}\n"+
+		"events:\n  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}\n"), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"schema", "-dialect", "sqlite", "-outbox-table", "x; drop"}, `outboxgen schema: outbox table name "x; drop" is not a safe SQL identifier`},
+		{[]string{"schema", "-dialect", "sqlite", "-outbox-table", "outbox_inbox"}, `outboxgen schema: outbox and inbox tables are both named "outbox_inbox"`},
+		{[]string{"schema", "-dialect", "oracle"}, `outboxgen schema: unknown dialect "oracle"`},
+		{[]string{"schema", "-dialect", "postgres", "-f", "missing.yaml"}, "missing.yaml: cannot read spec file: no such file or directory"},
+		{[]string{"generate", "-f", "missing.yaml"}, "missing.yaml: cannot read spec file: no such file or directory"},
+		{[]string{"check", "-f", "missing.yaml"}, "missing.yaml: cannot read spec file: no such file or directory"},
+		{[]string{"generate", "-f", "bad/events.yaml"}, "bad/events.yaml:2:28: go.out"},
+		{[]string{"grants", "-dialect", "sqlite", "-database", "x"}, "outboxgen grants: SQLite has no GRANT"},
+		{[]string{"grants", "-dialect", "oracle", "-database", "x"}, `outboxgen grants: unknown dialect "oracle"`},
+		{[]string{"grants", "-dialect", "mysql", "-database", "x", "-host", "a b"}, `outboxgen grants: MySQL host "a b"`},
+		{[]string{"grants", "-dialect", "postgres", "-database", "x; y"}, `outboxgen grants: database "x; y" is not a safe SQL identifier`},
+		{[]string{"init", "-f", "bad/events.yaml"}, "outboxgen init: bad/events.yaml already exists"},
+	} {
+		code, stdout, stderr := cli(t, dir, tc.args...)
+		if code == 0 || !strings.HasPrefix(stderr, tc.want) {
+			t.Errorf("outboxgen %q: exit %d, stderr %q; want it to start with %q", tc.args, code, stderr, tc.want)
+		}
+		if stdout != "" {
+			t.Errorf("outboxgen %q: error on stdout: %q", tc.args, stdout)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
+			for _, prefix := range []string{"templates:", "gocode:", "generator:", "spec:", "stat ", "open "} {
+				if strings.Contains(line, prefix) {
+					t.Errorf("outboxgen %q: %q holds the internal prefix %q", tc.args, line, prefix)
+				}
+			}
+			if strings.Count(line, "outboxgen ") > 1 && !strings.Contains(line, "outboxgen writes") {
+				t.Errorf("outboxgen %q: %q stacks prefixes", tc.args, line)
+			}
+			if strings.Count(line, "missing.yaml") > 1 {
+				t.Errorf("outboxgen %q: %q names the file twice", tc.args, line)
+			}
+		}
+	}
+}
+
+// TestSchemaHeader: `outboxgen schema` prints the DDL that generate writes,
+// header included (spec file, version); with no events.yaml, no source.
+func TestSchemaHeader(t *testing.T) {
+	dir := t.TempDir()
+	code, stdout, _ := cli(t, dir, "schema", "-dialect", "postgres")
+	if code != 0 || !strings.HasPrefix(stdout, "-- Code generated by outboxgen. DO NOT EDIT.\n-- outboxgen version: devel\n--\n") {
+		t.Fatalf("schema without a spec: exit %d:\n%.200s", code, stdout)
+	}
+	cli(t, dir, "init")
+	if code, _, stderr := cli(t, dir, "generate"); code != 0 {
+		t.Fatalf("generate: %s", stderr)
+	}
+	want, err := os.ReadFile(filepath.Join(dir, "internal/db/schema/postgres/outbox.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(want), "-- Code generated by outboxgen. DO NOT EDIT.\n-- source: events.yaml\n-- outboxgen version: devel\n") {
+		t.Fatalf("generated DDL header:\n%.200s", want)
+	}
+	for _, args := range [][]string{{"schema", "-dialect", "postgres"}, {"schema", "-dialect", "postgresql", "-f", "events.yaml"}} {
+		if code, stdout, stderr := cli(t, dir, args...); code != 0 || stdout != string(want) {
+			t.Errorf("%q: exit %d, stderr %q; output differs from the generated file:\n%.300s", args, code, stderr, stdout)
+		}
+	}
+	// Through a path the source is still the base name.
+	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+	os.Rename(filepath.Join(dir, "events.yaml"), filepath.Join(dir, "sub", "orders.yaml"))
+	if code, stdout, _ := cli(t, dir, "schema", "-dialect", "sqlite", "-f", "sub/orders.yaml"); code != 0 || !strings.Contains(stdout, "\n-- source: orders.yaml\n") {
+		t.Errorf("schema -f sub/orders.yaml: exit %d:\n%.200s", code, stdout)
+	}
+}
+
+// TestStarterWording: the starter says the key keeps each key's events in
+// order; "orders events" read as if it were about shop orders.
+func TestStarterWording(t *testing.T) {
+	if strings.Contains(string(starter), "orders events") {
+		t.Error(`starter.yaml says "orders events"`)
 	}
 }

@@ -34,12 +34,14 @@ func TestCommandHidesPasswords(t *testing.T) {
 		args []string
 		want string // in stderr
 	}{
-		{"bare mysql DSN", []string{"-db", fmt.Sprintf("app:%s@tcp(127.0.0.1:%d)/orders", secret, p)}, "app:xxxxx@tcp("},
+		{"bare mysql DSN", []string{"-db", fmt.Sprintf("app:%s@tcp(127.0.0.1:%d)/orders", secret, p)}, "cannot tell the database"},
 		{"mysql URL", []string{"-db", fmt.Sprintf("mysql://app:%s@tcp(127.0.0.1:%d)/orders", secret, p)}, "connect to mysql"},
 		{"mysql URL with ? in the password", []string{"-db", fmt.Sprintf("mysql://app:%s?x@tcp(127.0.0.1:%d)/orders", secret, p)}, "connect to mysql"},
 		{"postgres URL", []string{"-db", fmt.Sprintf("postgres://app:%s@127.0.0.1:%d/orders", secret, p)}, "postgres://app:xxxxx@"},
 		{"postgres URL net/url cannot parse", []string{"-db", fmt.Sprintf("postgres://app:%s%%zz@127.0.0.1:%d/orders", secret, p)}, "connect to postgres"},
 		{"postgres keyword/value", []string{"-driver", "postgres", "-db", fmt.Sprintf("host=127.0.0.1 port=%d user=app password='%s x' dbname=orders", p, secret)}, "connect to postgres"},
+		{"mysql DSN without a database", []string{"-db", fmt.Sprintf("app:%s@tcp(127.0.0.1:%d)", secret, p)}, "cannot tell the database"},
+		{"mysql DSN with a space in the password", []string{"-db", fmt.Sprintf("app:%s x@tcp(127.0.0.1:%d)/orders", secret, p)}, "-db"},
 		{"nats URL", []string{"-broker", fmt.Sprintf("nats://app:%s@127.0.0.1:%d", secret, p), "-db", ""}, "nats://app:xxxxx@"},
 		{"nats token URL", []string{"-broker", fmt.Sprintf("nats://%s@127.0.0.1:%d", secret, p), "-db", ""}, "nats://xxxxx@"},
 		{"unknown broker", []string{"-broker", fmt.Sprintf("amqp://app:%s@127.0.0.1:%d", secret, p), "-db", ""}, "amqp://app:xxxxx@"},

@@ -145,7 +145,9 @@ func resolveDSN(dsn, driverName string) (dialect.Dialect, string, string, error)
 		}
 		return d, sqliteDSN(path), path + " (SQLite)", nil
 	}
-	return "", "", "", fmt.Errorf("-db %q: cannot tell the database; use a postgres:// or mysql:// URL, a SQLite file (*.db), or set -driver", redact.URL(dsn))
+	// The value is not repeated: a DSN that is not recognised is also one
+	// whose password redaction might miss.
+	return "", "", "", errors.New("-db: cannot tell the database from the value given (not shown: it may hold a password); use a postgres:// or mysql:// URL, a SQLite file (*.db), or set -driver")
 }
 
 func pick(explicit, fromDSN dialect.Dialect) dialect.Dialect {

@@ -75,7 +75,7 @@ func BenchmarkGenerate1000(b *testing.B) {
 	s, _ := parseBig(b, 1000)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Generate(s); err != nil {
+		if _, err := Generate(s, testVersion); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -91,7 +91,7 @@ func BenchmarkParseGenerate1000(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := Generate(s); err != nil {
+		if _, err := Generate(s, testVersion); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -104,7 +104,7 @@ func TestGenerate1000(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := Generate(s)
+	out, err := Generate(s, testVersion)
 	if err != nil {
 		t.Fatal(err)
 	}

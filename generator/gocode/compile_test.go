@@ -105,7 +105,7 @@ func writeModule(t *testing.T, root, name string, s *spec.Spec) string {
 	}
 	writeFile(t, filepath.Join(dir, "go.sum"), string(sum))
 
-	files, err := Generate(s)
+	files, err := Generate(s, testVersion)
 	if err != nil {
 		t.Fatal(err)
 	}

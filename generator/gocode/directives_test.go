@@ -54,7 +54,7 @@ consumers:
 			if err != nil {
 				t.Fatalf("payload %d: %v", i, err)
 			}
-			out, err := Generate(s)
+			out, err := Generate(s, testVersion)
 			if err != nil {
 				t.Fatalf("payload %d, file %q: %v", i, file, err)
 			}
@@ -91,7 +91,7 @@ func TestHandBuiltSpecControlCharacters(t *testing.T) {
 	s := handSpec()
 	s.Events[0].Description = "a\x00b\ufeffc\u202ed"
 	s.Events[0].Fields[0].Description = "x\r+build ignore"
-	out, err := Generate(s)
+	out, err := Generate(s, testVersion)
 	if err != nil {
 		t.Fatalf("Generate: %v", err)
 	}

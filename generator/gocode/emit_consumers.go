@@ -58,10 +58,6 @@ func (g *gen) consumer(f *jen.File, c *spec.Consumer, pgx bool) {
 	iface := c.GoName + "Handler"
 
 	// The handler interface.
-	var names []string
-	for _, e := range c.Events {
-		names = append(names, e.Name)
-	}
 	intro := fmt.Sprintf("%s handles the events of consumer %s", iface, c.Name)
 	if d := strings.TrimSpace(c.Description); d != "" {
 		intro += ": " + strings.TrimSuffix(d, ".") + "."

@@ -2,32 +2,17 @@ package gocode
 
 import (
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"unicode"
 
 	"github.com/dave/jennifer/jen"
 
 	"github.com/outboxgen/outboxgen/generator/spec"
 )
 
-// specName is the spec file's base name, as the generated comments cite it:
-// quoted, with escapes, unless it is made of letters, digits, spaces and
-// common punctuation only, so that a file name cannot break or end a
-// comment line (docText also neutralises directives it might start).
-func (g *gen) specName() string {
-	if g.s.File == "" {
-		return "events.yaml"
-	}
-	name := filepath.Base(filepath.ToSlash(g.s.File))
-	for _, r := range name {
-		if !unicode.IsLetter(r) && !unicode.IsDigit(r) && !strings.ContainsRune(" ._-+()[]@,~", r) {
-			return strconv.QuoteToASCII(name)
-		}
-	}
-	return name
-}
+// specName is the spec file as the generated comments cite it; see
+// spec.Spec.SourceName.
+func (g *gen) specName() string { return g.s.SourceName() }
 
 // eventsFile renders events.go: named types, then per event its constants,
 // payload struct, Validate and DecodeX, then EventTypes.

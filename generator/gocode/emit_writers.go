@@ -24,19 +24,19 @@ func (g *gen) writersFile() (*jen.File, error) {
 	switch s.Go.Driver {
 	case spec.DriverDatabaseSQL, spec.DriverPgx:
 	default:
-		return nil, fmt.Errorf("gocode: unknown go.driver %q", s.Go.Driver)
+		return nil, fmt.Errorf("unknown go.driver %q", s.Go.Driver)
 	}
 	if len(s.SQL.Dialects) == 0 {
-		return nil, fmt.Errorf("gocode: sql.dialects is empty")
+		return nil, fmt.Errorf("sql.dialects is empty")
 	}
 	for _, d := range s.SQL.Dialects {
 		if _, ok := dialectConsts[d]; !ok {
-			return nil, fmt.Errorf("gocode: unknown SQL dialect %q", d)
+			return nil, fmt.Errorf("unknown SQL dialect %q", d)
 		}
 	}
 	first := dialectConsts[s.SQL.Dialects[0]]
 	if pgx && s.SQL.Dialects[0] != spec.Postgres {
-		return nil, fmt.Errorf("gocode: go.driver %s needs postgres as the first SQL dialect, not %s", s.Go.Driver, s.SQL.Dialects[0])
+		return nil, fmt.Errorf("go.driver %s needs postgres as the first SQL dialect, not %s", s.Go.Driver, s.SQL.Dialects[0])
 	}
 
 	f := g.newFile()

@@ -21,7 +21,7 @@ func TestRepositorySpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := Generate(s)
+	out, err := Generate(s, testVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,11 +49,11 @@ func TestHandSpecMatchesParsed(t *testing.T) {
 	}
 	// The hand-built spec lists the dialects in another order, so only
 	// events.go is comparable.
-	a, err := Generate(parsed)
+	a, err := Generate(parsed, testVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Generate(handSpec())
+	b, err := Generate(handSpec(), testVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestNameClashes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := handSpec()
 			tt.change(s)
-			_, err := Generate(s)
+			_, err := Generate(s, testVersion)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Generate() error = %v, want one containing %q", err, tt.want)
 			}
@@ -112,7 +112,7 @@ func TestKeys(t *testing.T) {
 		s := handSpec()
 		s.Types = append(s.Types, tier)
 		s.Events = []*spec.Event{event("THING_DONE", "things", "k", tt.key)}
-		out, err := Generate(s)
+		out, err := Generate(s, testVersion)
 		if strings.HasPrefix(tt.want, "error: ") {
 			if err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(tt.want, "error: ")) {
 				t.Errorf("key %+v: error %v, want %q", tt.key.Type, err, tt.want)
@@ -141,7 +141,7 @@ func TestRecursiveValidate(t *testing.T) {
 	s := handSpec()
 	s.Types = []*spec.Type{b, a, color, c}
 	s.Events = []*spec.Event{event("TREE_GROWN", "trees", "id", field("id", scalar(spec.String)), field("b", named(b)), field("c", named(c)))}
-	out, err := Generate(s)
+	out, err := Generate(s, testVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,16 +159,30 @@ func TestRecursiveValidate(t *testing.T) {
 func TestGenerateErrors(t *testing.T) {
 	s := handSpec()
 	s.Go.Driver = spec.DriverPgx
-	if _, err := Generate(s); err == nil || !strings.Contains(err.Error(), "needs postgres as the first SQL dialect") {
+	if _, err := Generate(s, testVersion); err == nil || !strings.Contains(err.Error(), "needs postgres as the first SQL dialect") {
 		t.Errorf("pgx with SQLite first: %v", err)
 	}
 	s = handSpec()
 	s.SQL.Dialects = nil
-	if _, err := Generate(s); err == nil {
+	if _, err := Generate(s, testVersion); err == nil {
 		t.Error("no dialects: no error")
 	}
-	if _, err := Generate(nil); err == nil {
+	if _, err := Generate(nil, testVersion); err == nil {
 		t.Error("nil spec: no error")
+	}
+	// Errors read once: no "gocode:" package prefix under the CLI's own.
+	for _, mutate := range []func(*spec.Spec){
+		func(s *spec.Spec) { s.Go.Driver = "odbc" },
+		func(s *spec.Spec) { s.SQL.Dialects = nil },
+		func(s *spec.Spec) { s.SQL.Dialects = []spec.Dialect{"oracle"} },
+		func(s *spec.Spec) { s.Go.Driver = spec.DriverPgx },
+		func(s *spec.Spec) { s.Go.Package = "" },
+	} {
+		s := handSpec()
+		mutate(s)
+		if _, err := Generate(s, testVersion); err == nil || strings.Contains(err.Error(), "gocode:") {
+			t.Errorf("error %v: want one without the package prefix", err)
+		}
 	}
 }
 

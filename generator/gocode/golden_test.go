@@ -45,13 +45,13 @@ func testSpecs(t testing.TB) map[string]*spec.Spec {
 func TestGolden(t *testing.T) {
 	for name, s := range testSpecs(t) {
 		t.Run(name, func(t *testing.T) {
-			out, err := Generate(s)
+			out, err := Generate(s, testVersion)
 			if err != nil {
 				t.Fatal(err)
 			}
 			checkOutput(t, s, out)
 
-			again, err := Generate(s)
+			again, err := Generate(s, testVersion)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,8 +16,6 @@ func named(t *spec.Type) *spec.TypeRef { return &spec.TypeRef{Kind: spec.KindNam
 
 func listOf(r *spec.TypeRef) *spec.TypeRef { return &spec.TypeRef{Kind: spec.KindList, Elem: r} }
 
-func mapOf(r *spec.TypeRef) *spec.TypeRef { return &spec.TypeRef{Kind: spec.KindMap, Elem: r} }
-
 func field(name string, t *spec.TypeRef) *spec.Field {
 	return &spec.Field{Name: name, GoName: goName(name), Type: t}
 }
@@ -104,28 +102,7 @@ func handSpec() *spec.Spec {
 	}
 }
 
-// bigSpec returns a spec of n events with 8 fields each, sharing one enum
-// and one object type.
-func bigSpec(n int) *spec.Spec {
-	status := enumType("Status", "active", "paused", "closed")
-	addr := &spec.Type{Name: "Address", Fields: []*spec.Field{
-		field("street", scalar(spec.String)),
-		field("country", named(status)),
-	}}
-	s := handSpec()
-	s.Types = []*spec.Type{status, addr}
-	s.Events = nil
-	for i := range n {
-		s.Events = append(s.Events, event(fmt.Sprintf("EVENT_%d_HAPPENED", i), fmt.Sprintf("topic.%d", i), "entity_id",
-			describe(field("entity_id", scalar(spec.String)), "The entity the event is about."),
-			field("amount", scalar(spec.Int64)),
-			field("status", named(status)),
-			optional(field("note", scalar(spec.String))),
-			field("at", scalar(spec.Time)),
-			field("address", named(addr)),
-			field("tags", listOf(scalar(spec.String))),
-			field("history", mapOf(named(status))),
-		))
-	}
-	return s
-}
+// testVersion is the outboxgen version the tests generate with: what a
+// development build writes (see generator.Version), so the golden files
+// match the repository's generated code.
+const testVersion = "devel"

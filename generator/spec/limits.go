@@ -144,26 +144,25 @@ func (p *parser) checkTree(root *yaml.Node) bool {
 // list n, and reports false, once, when that exceeds the limit: the list is
 // then skipped, and so is validation.
 func (p *parser) declare(n *yaml.Node, k int) bool {
-	p.declared += k
-	if p.declared <= MaxDeclarations {
-		return true
-	}
-	if !p.tooBig {
-		p.errorf(n, "the spec declares more than %d events, types, consumers, fields, enum values and handled events in total (MaxDeclarations); split it into several events.yaml files", MaxDeclarations)
-	}
-	p.tooBig = true
-	return false
+	return p.tally(n, &p.declared, k, MaxDeclarations, "the spec declares more than %d events, types, consumers, fields, enum values and handled events in total (MaxDeclarations); split it into several events.yaml files")
 }
 
 // handlers counts k more handled events of consumers (see MaxHandlers) in
 // the list n, and reports false, once, when that exceeds the limit.
 func (p *parser) handlers(n *yaml.Node, k int) bool {
-	p.handled += k
-	if p.handled <= MaxHandlers {
+	return p.tally(n, &p.handled, k, MaxHandlers, "the consumers handle more than %d events in total (MaxHandlers); split the spec into several events.yaml files")
+}
+
+// tally adds k to the spec-wide count *total and reports false when it
+// exceeds max; the first limit crossed is reported (msg, formatted with
+// max) and stops the parse.
+func (p *parser) tally(n *yaml.Node, total *int, k, max int, msg string) bool {
+	*total += k
+	if *total <= max {
 		return true
 	}
 	if !p.tooBig {
-		p.errorf(n, "the consumers handle more than %d events in total (MaxHandlers); split the spec into several events.yaml files", MaxHandlers)
+		p.errorf(n, msg, max)
 	}
 	p.tooBig = true
 	return false

@@ -127,6 +127,23 @@ func TestCountLimits(t *testing.T) {
 	values := strings.TrimSuffix(strings.Repeat("a,", MaxEnumValues+1), ",")
 	list = parseErrors(t, specHead+"types:\n  - {name: T, enum: ["+values+"]}\nevents:\n  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}\n")
 	wantError(t, list, 5, 21, fmt.Sprintf("enum of type T has %d values; the limit is %d (MaxEnumValues)", MaxEnumValues+1, MaxEnumValues))
+
+	const event = "events:\n  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}\n"
+	var b strings.Builder
+	b.WriteString(specHead + event + "types:\n")
+	for i := range MaxTypes + 1 {
+		fmt.Fprintf(&b, "  - {name: T%d, enum: [a]}\n", i)
+	}
+	list = parseErrors(t, b.String())
+	wantError(t, list, 7, 3, fmt.Sprintf("the types list has %d types; the limit is %d (MaxTypes)", MaxTypes+1, MaxTypes))
+
+	b.Reset()
+	b.WriteString(specHead + event + "consumers:\n")
+	for i := range MaxConsumers + 1 {
+		fmt.Fprintf(&b, "  - {name: c%d, events: [A]}\n", i)
+	}
+	list = parseErrors(t, b.String())
+	wantError(t, list, 7, 3, fmt.Sprintf("the consumers list has %d consumers; the limit is %d (MaxConsumers)", MaxConsumers+1, MaxConsumers))
 }
 
 // TestDeclarationLimit: a spec within each per-list limit but with more

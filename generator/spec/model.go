@@ -7,6 +7,13 @@
 // safe to splice into DDL.
 package spec
 
+import (
+	"path/filepath"
+	"strconv"
+	"strings"
+	"unicode"
+)
+
 // Driver selects the transaction type the generated writers take.
 type Driver string
 
@@ -112,8 +119,9 @@ type Event struct {
 	Description string
 	// Topic is the broker topic the relay publishes to.
 	Topic string
-	// Key is the field whose value becomes biz_id: the aggregate id that
-	// orders events. It is always a required scalar field of Fields.
+	// Key is the field whose value becomes biz_id: the aggregate id whose
+	// events are kept in order. It is always a required scalar field of
+	// Fields.
 	Key *Field
 	// Version is the payload schema version (>= 1, default 1).
 	Version int
@@ -214,4 +222,24 @@ func (c *Consumer) IsLatestOnly(e *Event) bool {
 		}
 	}
 	return false
+}
+
+// SourceName is the spec file as generated code and DDL cite it (in their
+// header, "source: ...", and in doc comments): its base name, as sqlc cites
+// its query files, so that the output does not depend on the directory
+// outboxgen ran in; "events.yaml" for a spec parsed without a file name.
+// A name made of anything but letters, digits, spaces and the punctuation
+// ._-+()[]@,~ is quoted with escapes (strconv.QuoteToASCII), so that it can
+// neither end a comment line nor hide characters in it.
+func (s *Spec) SourceName() string {
+	if s.File == "" {
+		return "events.yaml"
+	}
+	name := filepath.Base(filepath.ToSlash(s.File))
+	for _, r := range name {
+		if !unicode.IsLetter(r) && !unicode.IsDigit(r) && !strings.ContainsRune(" ._-+()[]@,~", r) {
+			return strconv.QuoteToASCII(name)
+		}
+	}
+	return name
 }

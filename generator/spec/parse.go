@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"go/token"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -50,7 +51,7 @@ func readSpecFile(path string) ([]byte, error) {
 	// Stat before opening: opening a FIFO blocks until a writer appears.
 	fi, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("cannot read spec file: %w", err)
+		return nil, fmt.Errorf("cannot read spec file: %w", pathless(err))
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("cannot read spec file: it is %s, not a regular file", modeName(fi.Mode()))
@@ -60,7 +61,7 @@ func readSpecFile(path string) ([]byte, error) {
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("cannot read spec file: %w", err)
+		return nil, fmt.Errorf("cannot read spec file: %w", pathless(err))
 	}
 	defer f.Close()
 	// The file may have been replaced or may grow: check again, and read
@@ -70,12 +71,22 @@ func readSpecFile(path string) ([]byte, error) {
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxSpecBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("cannot read spec file: %w", err)
+		return nil, fmt.Errorf("cannot read spec file: %w", pathless(err))
 	}
 	if len(data) > MaxSpecBytes {
 		return nil, tooLarge(-1)
 	}
 	return data, nil
+}
+
+// pathless returns the error inside a *fs.PathError ("no such file or
+// directory"), or err: the error list already names the file, and "stat
+// events.yaml" would name it again with an internal operation.
+func pathless(err error) error {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		return pe.Err
+	}
+	return err
 }
 
 // modeName describes a non-regular file mode for error messages.

@@ -229,6 +229,34 @@ func TestParseFileMissing(t *testing.T) {
 	if !strings.HasPrefix(list.Error(), "testdata/does-not-exist.yaml: cannot read spec file: ") {
 		t.Errorf("err = %q", list.Error())
 	}
+	// The path is named once, not again by the wrapped *fs.PathError.
+	if n := strings.Count(list.Error(), "does-not-exist.yaml"); n != 1 {
+		t.Errorf("err = %q names the file %d times, want once", list.Error(), n)
+	}
+}
+
+// TestSourceName: the spec file as generated headers and comments cite it,
+// its base name, quoted with escapes when it holds anything but letters,
+// digits, spaces and common punctuation, so it can neither end a comment
+// line nor start a directive.
+func TestSourceName(t *testing.T) {
+	for file, want := range map[string]string{
+		"":                          "events.yaml",
+		"events.yaml":               "events.yaml",
+		"internal/gentest/x.yaml":   "x.yaml",
+		"/abs/dir/events.yaml":      "events.yaml",
+		`dir\win.yaml`:              `"dir\\win.yaml"`,
+		"my events (v2)+x.yaml":     "my events (v2)+x.yaml",
+		"événements.yaml":           "événements.yaml",
+		"x\n\n+build ignore\n.yaml": `"x\n\n+build ignore\n.yaml"`,
+		"a*/b.yaml":                 "b.yaml",
+		"drop;--.yaml":              `"drop;--.yaml"`,
+		"bidi\u202e.yaml":           `"bidi\u202e.yaml"`,
+	} {
+		if got := (&Spec{File: file}).SourceName(); got != want {
+			t.Errorf("SourceName of %q = %s, want %s", file, got, want)
+		}
+	}
 }
 
 func TestGoName(t *testing.T) {

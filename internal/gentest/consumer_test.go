@@ -228,8 +228,7 @@ func TestConsumerStaleGuard(t *testing.T) {
 		if n := b.mustInt(t, `SELECT applied FROM order_state WHERE order_id = 'o-1'`); n != 2 {
 			t.Errorf("order state written %d times, want 2", n)
 		}
-		var status int64
-		status = b.mustInt(t, `SELECT COUNT(*) FROM order_state WHERE order_id = 'o-1' AND status = 'returned'`)
+		status := b.mustInt(t, `SELECT COUNT(*) FROM order_state WHERE order_id = 'o-1' AND status = 'returned'`)
 		if status != 1 {
 			t.Error("final status is not the newest, returned")
 		}

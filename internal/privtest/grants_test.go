@@ -81,7 +81,7 @@ func TestGrants(t *testing.T) {
 				t.Run(c.name, func(t *testing.T) {
 					// The script's shape (statements and privileges) does
 					// not depend on the names: enumerate it once.
-					shape := grantStatements(t, d, "db", c.role("og_shape"))
+					shape := grantStatements(t, d, "db", "public", c.role("og_shape"))
 					t.Run("exact", func(t *testing.T) {
 						t.Parallel()
 						e := newEnv(t, d)
@@ -113,6 +113,23 @@ func TestGrants(t *testing.T) {
 	}
 }
 
+// TestGrantsOtherSchema runs every component on PostgreSQL with its tables
+// in a schema other than public (the database's search_path), with exactly
+// the grants of the script rendered for that schema: the script must grant
+// on the schema's tables, not on whatever the admin's search_path finds.
+func TestGrantsOtherSchema(t *testing.T) {
+	for _, c := range components {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnvIn(t, "postgres", "shipping")
+			r := e.newRole(t, c, -1, "")
+			if err := c.run(t, e, r); err != nil {
+				t.Fatalf("%s with exactly the script's grants in schema shipping failed: %v\nGrants:\n%s", c.name, err, strings.Join(r.grants, ";\n"))
+			}
+		})
+	}
+}
+
 // grant is one GRANT statement of a script.
 type grant struct {
 	privs  []string
@@ -122,11 +139,11 @@ type grant struct {
 
 var grantRE = regexp.MustCompile(`^GRANT (.+?) ON (.+?) TO (.+)$`)
 
-// grantStatements renders the script of dialect d for database db and
-// roles, and parses its GRANT statements.
-func grantStatements(t *testing.T, d, db string, roles templates.Roles) []grant {
+// grantStatements renders the script of dialect d for database db (and
+// PostgreSQL schema) and roles, and parses its GRANT statements.
+func grantStatements(t *testing.T, d, db, schema string, roles templates.Roles) []grant {
 	t.Helper()
-	script, err := templates.RenderGrants(d, templates.GrantParams{Tables: tables, Database: db, Roles: roles})
+	script, err := templates.RenderGrants(d, templates.GrantParams{Tables: tables, Database: db, Schema: schema, Roles: roles})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,14 +179,22 @@ type env struct {
 	admin  *sql.DB // the database, as the superuser
 	server *sql.DB // the server, as the superuser (roles outlive databases)
 	dbName string
+	schema string   // PostgreSQL: the schema of the tables
 	drops  []string // DROP ROLE / DROP USER statements, run at the end
 }
 
 func newEnv(t *testing.T, d string) *env {
 	t.Helper()
+	return newEnvIn(t, d, "public")
+}
+
+// newEnvIn is newEnv with the PostgreSQL tables in schema, which becomes
+// the database's search_path.
+func newEnvIn(t *testing.T, d, schema string) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	e := &env{d: d, ctx: ctx}
+	e := &env{d: d, ctx: ctx, schema: schema}
 	switch d {
 	case "postgres":
 		e.dia = dialect.Postgres
@@ -207,16 +232,28 @@ func newEnv(t *testing.T, d string) *env {
 	}
 	t.Cleanup(func() { admin.Close() })
 	e.admin = admin
-	testdb.ApplySchema(t, admin, d, tables)
 	if err := admin.QueryRowContext(ctx, map[string]string{"postgres": "SELECT current_database()", "mysql": "SELECT DATABASE()"}[d]).Scan(&e.dbName); err != nil {
 		t.Fatal(err)
 	}
+	if d == "postgres" && schema != "public" {
+		// Every later connection (the admin's new pool, the roles')
+		// finds the tables through the database's search_path.
+		e.exec(t, "CREATE SCHEMA "+schema)
+		e.exec(t, "ALTER DATABASE "+e.dbName+" SET search_path TO "+schema)
+		admin.Close()
+		if admin, err = sql.Open(testdb.Driver(t, d), e.dsn); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { admin.Close() })
+		e.admin = admin
+	}
+	testdb.ApplySchema(t, admin, d, tables)
 	if d == "postgres" {
 		// A hardened database: PUBLIC may neither connect nor use the
 		// schema, so the script's CONNECT and USAGE grants are what let
 		// the roles in.
 		e.exec(t, "REVOKE CONNECT, TEMPORARY ON DATABASE "+e.dbName+" FROM PUBLIC")
-		e.exec(t, "REVOKE ALL ON SCHEMA public FROM PUBLIC")
+		e.exec(t, "REVOKE ALL ON SCHEMA "+schema+" FROM PUBLIC")
 	}
 	return e
 }
@@ -225,6 +262,31 @@ func (e *env) exec(t *testing.T, q string, args ...any) {
 	t.Helper()
 	if _, err := e.admin.ExecContext(e.ctx, q, args...); err != nil {
 		t.Fatalf("admin: %s: %v", q, err)
+	}
+}
+
+// grant runs a GRANT statement as the admin. On PostgreSQL it runs with
+// search_path public, whatever the tables' schema: as an administrator
+// running the script from another session would, so that a script naming
+// tables without their schema fails.
+func (e *env) grant(t *testing.T, stmt string) {
+	t.Helper()
+	if e.d != "postgres" {
+		e.exec(t, stmt)
+		return
+	}
+	tx, err := e.admin.BeginTx(e.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	for _, q := range []string{"SET LOCAL search_path TO public", stmt} {
+		if _, err := tx.ExecContext(e.ctx, q); err != nil {
+			t.Fatalf("admin: %s: %v", q, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -258,7 +320,7 @@ func (e *env) newRole(t *testing.T, c component, skip int, without string) *role
 		e.drops = append(e.drops, "DROP USER IF EXISTS '"+name+"'@'%'")
 		e.exec(t, "CREATE USER '"+name+"'@'%' IDENTIFIED BY '"+password+"'")
 	}
-	for i, g := range grantStatements(t, e.d, e.dbName, c.role(name)) {
+	for i, g := range grantStatements(t, e.d, e.dbName, e.schema, c.role(name)) {
 		stmt := g.text
 		if i == skip {
 			var keep []string
@@ -273,7 +335,7 @@ func (e *env) newRole(t *testing.T, c component, skip int, without string) *role
 			stmt = strings.Replace(stmt, strings.Join(g.privs, ", "), strings.Join(keep, ", "), 1)
 		}
 		r.grants = append(r.grants, stmt)
-		e.exec(t, stmt)
+		e.grant(t, stmt)
 	}
 	switch e.d {
 	case "postgres":

@@ -19,6 +19,14 @@ import (
 // returns its combined output and whether it exited 0.
 func runScript(t *testing.T, dir, cmd string, extraEnv ...string) (string, bool) {
 	t.Helper()
+	stdout, stderr, ok := runScriptArgs(t, dir, []string{cmd}, extraEnv...)
+	return stdout + stderr, ok
+}
+
+// runScriptArgs runs scripts/testdb.sh with args and dir as its data
+// directory and returns its stdout, its stderr and whether it exited 0.
+func runScriptArgs(t *testing.T, dir string, args []string, extraEnv ...string) (stdout, stderr string, ok bool) {
+	t.Helper()
 	script, err := filepath.Abs(filepath.Join("..", "..", "scripts", "testdb.sh"))
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +34,7 @@ func runScript(t *testing.T, dir, cmd string, extraEnv ...string) (string, bool)
 	if s := os.Getenv("OUTBOXGEN_TESTDB_SCRIPT"); s != "" {
 		script = s // another version of the script, e.g. to show a test fails on it
 	}
-	c := exec.Command("bash", script, cmd)
+	c := exec.Command("bash", append([]string{script}, args...)...)
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
@@ -37,14 +45,15 @@ func runScript(t *testing.T, dir, cmd string, extraEnv ...string) (string, bool)
 		"OUTBOXGEN_TESTDB_MYSQL_PORT=2",
 	}
 	c.Env = append(env, extraEnv...)
-	out, err := c.CombinedOutput()
-	if err != nil {
+	var out, errOut strings.Builder
+	c.Stdout, c.Stderr = &out, &errOut
+	if err := c.Run(); err != nil {
 		if _, ok := err.(*exec.ExitError); !ok {
-			t.Fatalf("run %s %s: %v", script, cmd, err)
+			t.Fatalf("run %s %q: %v", script, args, err)
 		}
-		return string(out), false
+		return out.String(), errOut.String(), false
 	}
-	return string(out), true
+	return out.String(), errOut.String(), true
 }
 
 func needScriptRoot(t *testing.T) {
@@ -189,4 +198,63 @@ func TestScriptRefusesForeignDir(t *testing.T) {
 			t.Fatal("the script wrote through the symlinked directory")
 		}
 	})
+}
+
+// TestScriptSelectiveStart: `start postgres` sets up PostgreSQL alone: it
+// prints only its DSN, never touches MariaDB, and `env` then lists only
+// PostgreSQL; `start mariadb` adds MariaDB; `stop postgres` drops
+// PostgreSQL from env; `stop` drops the rest. Both servers configured in
+// the environment are passed as external ones, so nothing is started or
+// stopped: the data directory is a fresh one, with no servers of its own.
+func TestScriptSelectiveStart(t *testing.T) {
+	needScriptRoot(t)
+	pg, my := os.Getenv(PostgresEnv), os.Getenv(MySQLEnv)
+	if pg == "" || my == "" {
+		t.Skipf("%s and %s must name running servers (so that the script starts none)", PostgresEnv, MySQLEnv)
+	}
+	dir := filepath.Join(t.TempDir(), "testdb")
+	external := []string{PostgresEnv + "=" + pg, MySQLEnv + "=" + my}
+	squote := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+	pgLine := "export " + PostgresEnv + "=" + squote(pg) + "\n"
+	myLine := "export " + MySQLEnv + "=" + squote(my) + "\n"
+	step := func(args []string, wantOut string, wantOK bool, notInLog string) {
+		t.Helper()
+		stdout, stderr, ok := runScriptArgs(t, dir, args, external...)
+		if ok != wantOK || stdout != wantOut {
+			t.Fatalf("testdb.sh %q: ok=%v, want %v\nstdout:\n%s\nwant:\n%s\nstderr:\n%s", args, ok, wantOK, stdout, wantOut, stderr)
+		}
+		if notInLog != "" && strings.Contains(stderr, notInLog) {
+			t.Fatalf("testdb.sh %q acted on %s:\n%s", args, notInLog, stderr)
+		}
+	}
+	step([]string{"start", "postgres"}, pgLine, true, "mariadb")
+	step([]string{"env"}, pgLine, true, "")
+	step([]string{"start", "mysql"}, myLine, true, "postgres")
+	step([]string{"env"}, pgLine+myLine, true, "")
+	step([]string{"start"}, pgLine+myLine, true, "")
+	step([]string{"stop", "postgresql"}, "", true, "mariadb")
+	step([]string{"env"}, myLine, true, "")
+	step([]string{"stop", "mariadb"}, "", true, "postgres")
+	step([]string{"env"}, "", false, "")
+}
+
+// TestScriptUsage: an unknown server or argument is a usage error (exit
+// 2) before anything is done.
+func TestScriptUsage(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash not installed")
+	}
+	dir := filepath.Join(t.TempDir(), "testdb")
+	for _, args := range [][]string{{"start", "oracle"}, {"stop", "postgres", "sqlite"}, {"env", "postgres"}, {"restart"}, {}} {
+		stdout, stderr, ok := runScriptArgs(t, dir, args)
+		if ok || stdout != "" || !strings.Contains(stderr, "usage:") {
+			t.Errorf("testdb.sh %q: ok=%v, stdout %q, stderr %q; want a usage error", args, ok, stdout, stderr)
+		}
+		if len(args) == 2 && args[0] != "env" && !strings.Contains(stderr, args[len(args)-1]) {
+			t.Errorf("testdb.sh %q: stderr %q does not name %q", args, stderr, args[len(args)-1])
+		}
+	}
+	if _, err := os.Lstat(dir); err == nil {
+		t.Error("a usage error created the data directory")
+	}
 }

@@ -141,6 +141,33 @@ func checkHeaderValue(k, v string) error {
 	if i := strings.IndexAny(v, "\x00\r\n"); i >= 0 {
 		return fmt.Errorf("header %q: the value holds %q at byte %d; NUL, CR and LF cannot be carried in a message header", k, v[i:i+1], i)
 	}
+	if leadingBlank(v) {
+		return fmt.Errorf("header %q: the value starts with a space or tab, which NATS drops from header values", k)
+	}
+	return nil
+}
+
+// leadingBlank reports whether v starts with a space or tab: NATS drops
+// them from header values, so " k" would arrive as "k".
+func leadingBlank(v string) bool { return v != "" && (v[0] == ' ' || v[0] == '\t') }
+
+// CheckText reports why v cannot be an event's type or key (strict false)
+// or topic (strict true), described as what, or returns nil: empty, over
+// max characters (the outbox column's size), not valid UTF-8, holding NUL,
+// CR or LF, or starting with a space or tab (all travel as message
+// headers); a topic may hold no whitespace or control character at all.
+// The writer checks every event with it; other producers (txpublisher) call
+// it so that they refuse exactly what the writer refuses.
+func CheckText(what, v string, max int, strict bool) error {
+	if v == "" {
+		return fmt.Errorf("%s is empty", what)
+	}
+	if reason := checkText(what, v, strict); reason != "" {
+		return errors.New(reason)
+	}
+	if n := utf8.RuneCountInString(v); n > max {
+		return fmt.Errorf("%s is %d characters long; the outbox table holds at most %d", what, n, max)
+	}
 	return nil
 }
 
@@ -150,6 +177,9 @@ func checkHeaderValue(k, v string) error {
 func checkText(what, v string, strict bool) string {
 	if !utf8.ValidString(v) {
 		return what + " is not valid UTF-8"
+	}
+	if leadingBlank(v) {
+		return what + " starts with a space or tab, which NATS drops from header values"
 	}
 	for i, r := range v {
 		bad := r == 0 || r == '\r' || r == '\n'

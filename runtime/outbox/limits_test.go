@@ -29,6 +29,8 @@ func TestPrepareRefusesUnstorableText(t *testing.T) {
 		{"topic NUL", func(e Event) Event { e.Topic = "t\x00"; return e }, "the topic holds"},
 		{"topic space", func(e Event) Event { e.Topic = "orders paid"; return e }, "the topic holds ' '"},
 		{"topic tab", func(e Event) Event { e.Topic = "orders\tpaid"; return e }, `the topic holds '\t'`},
+		{"key leading space", func(e Event) Event { e.Key = " o-1"; return e }, "the key (biz_id) starts with a space or tab"},
+		{"type leading tab", func(e Event) Event { e.Type = "\tORDER_PAID"; return e }, "the event type (biz_type) starts with a space or tab"},
 	}
 	for _, c := range cases {
 		_, err := w.Prepare(c.ev(ok))

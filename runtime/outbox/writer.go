@@ -242,11 +242,8 @@ func (w *Writer) Prepare(ev Event, opts ...InsertOption) (Statement, error) {
 		{"the key (biz_id)", ev.Key, MaxKeyLen, false},
 		{"the topic", ev.Topic, MaxTopicLen, true},
 	} {
-		if reason := checkText(c.what, c.value, c.strict); reason != "" {
-			return Statement{}, &InvalidEventError{Type: typ, Reason: reason}
-		}
-		if n := utf8.RuneCountInString(c.value); n > c.max {
-			return Statement{}, &InvalidEventError{Type: typ, Reason: fmt.Sprintf("%s is %d characters long; the outbox table holds at most %d", c.what, n, c.max)}
+		if err := CheckText(c.what, c.value, c.max, c.strict); err != nil {
+			return Statement{}, &InvalidEventError{Type: typ, Reason: err.Error()}
 		}
 	}
 	payload, err := json.Marshal(ev.Payload)

@@ -274,8 +274,6 @@ type inserted struct {
 	Payload string
 }
 
-var writerMu sync.Mutex
-
 // insertEvents inserts evs in one transaction, in order, through the real
 // outbox.Writer, and returns them with their event ids.
 func insertEvents(t *testing.T, db *sql.DB, d dialect.Dialect, evs ...ev) []inserted {

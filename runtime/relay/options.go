@@ -1,20 +1,17 @@
 package relay
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	mathrand "math/rand/v2"
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
+	"github.com/outboxgen/outboxgen/runtime/internal/instanceid"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
@@ -47,7 +44,7 @@ const (
 	// the relay binds).
 	MaxBatchSize = dialect.MaxInList
 	// MaxInstanceID is the longest InstanceID (the lease_owner column).
-	MaxInstanceID = 64
+	MaxInstanceID = instanceid.Max
 )
 
 // Options configures a Relay. The zero value of every field but Publisher
@@ -188,15 +185,16 @@ func (o *Options) setDefaults() {
 		o.DatabaseBackoffMax = DefaultDatabaseBackoffMax
 	}
 	if o.InstanceID == "" {
-		o.InstanceID = defaultInstanceID()
+		o.InstanceID = instanceid.New("", "relay")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 }
 
-// Validate reports the first invalid setting, saying how to fix it. It
-// checks the options as given; New applies the defaults first.
+// Validate reports every invalid setting (joined with errors.Join), each
+// saying how to fix it. It checks the options as given; New applies the
+// defaults first.
 func (o Options) Validate() error {
 	var errs []error
 	if o.Publisher == nil {
@@ -283,18 +281,4 @@ func ExponentialBackoff(initial, max time.Duration, jitter float64) func(attempt
 		}
 		return d
 	}
-}
-
-func defaultInstanceID() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "relay"
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	suffix := "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
-	if len(host)+len(suffix) > MaxInstanceID {
-		host = host[:MaxInstanceID-len(suffix)]
-	}
-	return host + suffix
 }

@@ -239,6 +239,19 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
+// errorText is a publisher's error as last_error and the log hold it:
+// credentials masked (runtime/redact) and cut to the column's size, since a
+// broker's text may quote a URL or echo the payload. It is cut well past
+// that size before it is scanned, so a megabyte echoed by the broker costs
+// nothing, and a secret straddling the first cut lies beyond the second.
+func errorText(err error) string {
+	s := err.Error()
+	if n := 4 * dialect.ErrorTextLimit; len(s) > n {
+		s = s[:n]
+	}
+	return dialect.TruncateError(redact.String(s))
+}
+
 // probeID is the row id probeTable updates: no row has it (ids
 // start at 1), and the update is fenced by this relay's own InstanceID
 // besides.
@@ -604,12 +617,13 @@ func (r *Relay) publishUnit(ctx context.Context, abandon <-chan struct{}, unit [
 			continue
 		}
 		permanent := errors.Is(err, ErrPermanent)
+		text := errorText(err)
 		if ctx.Err() != nil && !permanent {
 			// Cut off by the batch stopping (shutdown, lease deadline,
 			// PublishTimeout), not the broker's verdict: no attempt is
 			// charged.
 			r.log.DebugContext(ctx, "publish interrupted: released",
-				slog.Int64("id", rw.ID), slog.String("event_id", rw.EventID), slog.Any("error", err))
+				slog.Int64("id", rw.ID), slog.String("event_id", rw.EventID), slog.String("error", text))
 			out.addRelease(unit[i:])
 			return
 		}
@@ -618,9 +632,6 @@ func (r *Relay) publishUnit(ctx context.Context, abandon <-chan struct{}, unit [
 		if delay < 0 {
 			delay = 0
 		}
-		// The broker's text goes to last_error and the log: credentials
-		// masked, cut to the column's size (it may echo the payload).
-		text := dialect.TruncateError(redact.String(err.Error()))
 		r.log.WarnContext(ctx, "publish failed",
 			slog.Int64("id", rw.ID), slog.String("event_id", rw.EventID), slog.String("type", rw.Type),
 			slog.String("key", rw.Key), slog.String("topic", rw.Topic), slog.Int("attempt", attempt),

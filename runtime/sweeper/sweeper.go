@@ -24,19 +24,16 @@ package sweeper
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
+	"github.com/outboxgen/outboxgen/runtime/internal/instanceid"
 	"github.com/outboxgen/outboxgen/runtime/internal/schedule"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/runtime/relay"
@@ -119,7 +116,7 @@ func New(drv driver.Driver, opts Options) (*Sweeper, error) {
 		opts.DatabaseBackoffMax = relay.DefaultDatabaseBackoffMax
 	}
 	if opts.InstanceID == "" {
-		opts.InstanceID = defaultInstanceID()
+		opts.InstanceID = instanceid.New("sweeper-", "host")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -210,19 +207,4 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	}
 	s.log.Info("sweeper stopped")
 	return nil
-}
-
-func defaultInstanceID() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "host"
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	suffix := "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
-	const prefix = "sweeper-"
-	if n := relay.MaxInstanceID - len(prefix) - len(suffix); len(host) > n {
-		host = host[:n]
-	}
-	return prefix + host + suffix
 }

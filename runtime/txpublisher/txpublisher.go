@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"unicode/utf8"
 
@@ -245,7 +244,7 @@ func (p *Publisher) prepare(topic string, msg *message.Message) (row, error) {
 	if msg == nil {
 		return row{}, fmt.Errorf("%w: nil message", ErrInvalidMessage)
 	}
-	if err := checkLen("topic", topic, dialect.MaxTopicLen); err != nil {
+	if err := check("topic", topic, dialect.MaxTopicLen, true); err != nil {
 		return row{}, err
 	}
 	headers := make(map[string]string, len(msg.Metadata)+2)
@@ -270,14 +269,14 @@ func (p *Publisher) prepare(topic string, msg *message.Message) (row, error) {
 	if v := p.meta(msg, p.cfg.typeKey); v != "" {
 		typ = v
 	}
-	if err := checkLen("type (biz_type, metadata "+strconv.Quote(p.cfg.typeKey)+" or the topic)", typ, dialect.MaxTypeLen); err != nil {
+	if err := check("type (biz_type, metadata "+strconv.Quote(p.cfg.typeKey)+" or the topic)", typ, dialect.MaxTypeLen, false); err != nil {
 		return row{}, err
 	}
 	key := id.String()
 	if v := p.meta(msg, p.cfg.keyKey); v != "" {
 		key = v
 	}
-	if err := checkLen("key (biz_id, metadata "+strconv.Quote(p.cfg.keyKey)+")", key, dialect.MaxKeyLen); err != nil {
+	if err := check("key (biz_id, metadata "+strconv.Quote(p.cfg.keyKey)+")", key, dialect.MaxKeyLen, false); err != nil {
 		return row{}, err
 	}
 	version := 1
@@ -378,20 +377,11 @@ func DerivedEventID(messageUUID string) outbox.EventID {
 	return outbox.EventID(uuid.NewSHA1(derivedNamespace, []byte(messageUUID)))
 }
 
-func checkLen(what, s string, max int) error {
-	if s == "" {
-		return fmt.Errorf("%w: the %s is empty", ErrInvalidMessage, what)
-	}
-	if !utf8.ValidString(s) {
-		return fmt.Errorf("%w: the %s is not valid UTF-8", ErrInvalidMessage, what)
-	}
-	if i := strings.IndexAny(s, "\x00\r\n"); i >= 0 {
-		// No database stores NUL in text, and the relay publishes the
-		// type and key as message headers, which cannot hold CR or LF.
-		return fmt.Errorf("%w: the %s holds %q at byte %d; NUL, CR and LF cannot be stored or carried in a message header", ErrInvalidMessage, what, s[i:i+1], i)
-	}
-	if n := utf8.RuneCountInString(s); n > max {
-		return fmt.Errorf("%w: the %s is %d characters long, the outbox column holds at most %d", ErrInvalidMessage, what, n, max)
+// check refuses what the writer refuses (outbox.CheckText), so that no
+// message becomes a row the relay or a consumer cannot handle.
+func check(what, s string, max int, strict bool) error {
+	if err := outbox.CheckText("the "+what, s, max, strict); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidMessage, err)
 	}
 	return nil
 }

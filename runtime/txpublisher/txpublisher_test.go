@@ -215,8 +215,10 @@ func TestRefusedMessagesRunNoSQL(t *testing.T) {
 		{"metadata not utf-8", msg(`{}`, "x", "\xff"), txpublisher.ErrInvalidMessage, "UTF-8"},
 		{"reserved header", msg(`{}`, txpublisher.HeaderPayloadEncoding, "base64"), txpublisher.ErrInvalidMessage, "reserved"},
 		// What no database stores or no broker carries (issue 8).
-		{"NUL in key", msg(`{}`, "partition_key", "k\x00z"), txpublisher.ErrInvalidMessage, `key (biz_id, metadata "partition_key") holds "\x00"`},
-		{"LF in type", msg(`{}`, "outbox_type", "T\nX"), txpublisher.ErrInvalidMessage, `type (biz_type, metadata "outbox_type" or the topic) holds "\n"`},
+		{"NUL in key", msg(`{}`, "partition_key", "k\x00z"), txpublisher.ErrInvalidMessage, `key (biz_id, metadata "partition_key") holds '\x00'`},
+		{"leading space in key", msg(`{}`, "partition_key", " k"), txpublisher.ErrInvalidMessage, "starts with a space or tab"},
+		{"leading tab in metadata value", msg(`{}`, "tenant", "\tx"), txpublisher.ErrInvalidMessage, "starts with a space or tab"},
+		{"LF in type", msg(`{}`, "outbox_type", "T\nX"), txpublisher.ErrInvalidMessage, `type (biz_type, metadata "outbox_type" or the topic) holds '\n'`},
 		{"space in metadata name", msg(`{}`, "trace id", "x"), txpublisher.ErrInvalidMessage, `header name "trace id" holds " "`},
 		{"colon in metadata name", msg(`{}`, "a:b", "x"), txpublisher.ErrInvalidMessage, `header name "a:b" holds ":"`},
 		{"CRLF in metadata value", msg(`{}`, "tenant", "a\r\nb"), txpublisher.ErrInvalidMessage, `header "tenant": the value holds "\r"`},
@@ -485,6 +487,26 @@ func TestConcurrentPublish(t *testing.T) {
 				t.Fatalf("key %s: message %d after %d", r.Key, p.I, next[r.Key]-1)
 			}
 			next[r.Key]++
+		}
+	})
+}
+
+// A topic the writer refuses (whitespace, control characters) is refused
+// by the publisher too, before any SQL.
+func TestPublishRefusesTopicsTheWriterRefuses(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, w *outbox.Writer) {
+		tx := begin(t, db)
+		pub := txpublisher.New(tx, w)
+		for _, topic := range []string{"orders paid", "a\tb", "x\u0085y", ""} {
+			if err := pub.Publish(topic, msg(`{}`)); !errors.Is(err, txpublisher.ErrInvalidMessage) {
+				t.Errorf("Publish(%q) = %v, want ErrInvalidMessage", topic, err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if got := rows(t, db); len(got) != 0 {
+			t.Fatalf("%d rows written, want 0", len(got))
 		}
 	})
 }

@@ -18,7 +18,7 @@
 -- Usable as a migration and as an sqlc schema.
 
 CREATE TABLE outbox_event (
-    id               BIGINT       NOT NULL AUTO_INCREMENT, -- orders events
+    id               BIGINT       NOT NULL AUTO_INCREMENT, -- keeps events in order
     event_id         CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, -- global id (UUIDv7, lower case) consumers deduplicate by
     biz_type         VARCHAR(64)  NOT NULL, -- event type, e.g. ORDER_PAID
     biz_id           VARCHAR(128) NOT NULL, -- aggregate key: events of one key are published in id order

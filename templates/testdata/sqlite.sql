@@ -19,7 +19,7 @@
 -- Usable as a migration and as an sqlc schema.
 
 CREATE TABLE outbox_event (
-    id               INTEGER PRIMARY KEY AUTOINCREMENT, -- orders events. AUTOINCREMENT: ids are never reused
+    id               INTEGER PRIMARY KEY AUTOINCREMENT, -- keeps events in order. AUTOINCREMENT: ids are never reused
     event_id         TEXT     NOT NULL, -- global id (UUIDv7, lower case) consumers deduplicate by
     biz_type         TEXT     NOT NULL, -- event type, e.g. ORDER_PAID (<= 64)
     biz_id           TEXT     NOT NULL, -- aggregate key (<= 128): events of one key are published in id order

@@ -113,7 +113,7 @@ func classifyOne(err error) Class {
 		}
 		return Transient
 	}
-	if n, ok := mysqlNumber(err); ok {
+	if n, ok := mysqlErrorNumber(err); ok {
 		switch n {
 		case 1146, 1054: // ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR
 			return Missing
@@ -140,19 +140,6 @@ func classifyOne(err error) Class {
 		}
 	}
 	return Transient
-}
-
-// mysqlNumber returns the error number of a go-sql-driver *mysql.MySQLError.
-func mysqlNumber(err error) (uint64, bool) {
-	v := reflect.ValueOf(err)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Type().String() != "*mysql.MySQLError" {
-		return 0, false
-	}
-	f := v.Elem().FieldByName("Number")
-	if !f.IsValid() || !f.CanUint() {
-		return 0, false
-	}
-	return f.Uint(), true
 }
 
 // isSQLite reports whether err is an SQLite driver's error

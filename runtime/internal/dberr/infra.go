@@ -216,7 +216,11 @@ func infraGeneric(err error) Infra {
 	walk(err, func(e error) bool {
 		switch msg := e.Error(); {
 		case msg == "conn closed", // pgconn.ErrConnClosed
-			msg == "invalid connection": // go-sql-driver's ErrInvalidConn
+			msg == "invalid connection",      // go-sql-driver's ErrInvalidConn
+			msg == "sql: database is closed", // database/sql: the *sql.DB was closed
+			msg == "closed pool":             // pgxpool (puddle.ErrClosedPool)
+			// A closed pool or *sql.DB: usually a service shutting down
+			// before its consumers have drained; never the message's fault.
 			k = InfraConnection
 		case strings.Contains(msg, "database is locked") || strings.Contains(msg, "SQLITE_BUSY"):
 			k = InfraBusy // SQLite wrapped in another driver's error text

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	_ "modernc.org/sqlite"
 )
 
@@ -135,5 +136,31 @@ func TestInfrastructure(t *testing.T) {
 	}
 	if NoInfra.Hint() != "" {
 		t.Error("NoInfra has a hint")
+	}
+}
+
+// A closed *sql.DB or pgx pool (a service closing its database before its
+// consumers drained) is the infrastructure's failure, not the message's.
+func TestInfrastructureClosedPool(t *testing.T) {
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "closed.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	_, sqlErr := db.BeginTx(ctx, nil)
+	pool, err := pgxpool.New(ctx, "postgres://nobody@127.0.0.1:1/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
+	_, pgxErr := pool.Begin(ctx)
+	for name, err := range map[string]error{"database/sql": sqlErr, "pgxpool": pgxErr} {
+		if err == nil {
+			t.Fatalf("%s: no error from a closed pool", name)
+		}
+		if got := Infrastructure(fmt.Errorf("inbox: begin: %w", err)); got != InfraConnection {
+			t.Errorf("%s: Infrastructure(%v) = %v, want %v", name, err, got, InfraConnection)
+		}
 	}
 }

@@ -17,22 +17,22 @@
 -- and a taken id is read back. Drop it if you never pass WithEventID.
 GRANT CONNECT ON DATABASE orders TO app_writer;
 GRANT USAGE ON SCHEMA public TO app_writer;
-GRANT INSERT, SELECT ON outbox_event TO app_writer;
+GRANT INSERT, SELECT ON public.outbox_event TO app_writer;
 
 -- Relay (and its ListFailed and Requeue): claims, leases and marks rows.
 GRANT CONNECT ON DATABASE orders TO outbox_relay;
 GRANT USAGE ON SCHEMA public TO outbox_relay;
-GRANT SELECT, UPDATE ON outbox_event TO outbox_relay;
+GRANT SELECT, UPDATE ON public.outbox_event TO outbox_relay;
 
 -- Sweeper: the relay's claim restricted to overdue rows.
 GRANT CONNECT ON DATABASE orders TO outbox_sweeper;
 GRANT USAGE ON SCHEMA public TO outbox_sweeper;
-GRANT SELECT, UPDATE ON outbox_event TO outbox_sweeper;
+GRANT SELECT, UPDATE ON public.outbox_event TO outbox_sweeper;
 
 -- Monitor: reads counts only.
 GRANT CONNECT ON DATABASE orders TO outbox_monitor;
 GRANT USAGE ON SCHEMA public TO outbox_monitor;
-GRANT SELECT ON outbox_event TO outbox_monitor;
+GRANT SELECT ON public.outbox_event TO outbox_monitor;
 
 -- Janitor: deletes old sent rows and inbox rows. UPDATE is needed because
 -- it picks each batch with SELECT ... FOR UPDATE SKIP LOCKED (so that two
@@ -40,10 +40,10 @@ GRANT SELECT ON outbox_event TO outbox_monitor;
 -- a locking read; it never updates a row.
 GRANT CONNECT ON DATABASE orders TO outbox_janitor;
 GRANT USAGE ON SCHEMA public TO outbox_janitor;
-GRANT SELECT, UPDATE, DELETE ON outbox_event TO outbox_janitor;
-GRANT SELECT, UPDATE, DELETE ON outbox_inbox TO outbox_janitor;
+GRANT SELECT, UPDATE, DELETE ON public.outbox_event TO outbox_janitor;
+GRANT SELECT, UPDATE, DELETE ON public.outbox_inbox TO outbox_janitor;
 -- Archive mode (janitor.Options.ArchiveTable): moves rows instead.
-GRANT INSERT ON outbox_archive TO outbox_janitor;
+GRANT INSERT ON public.outbox_archive TO outbox_janitor;
 
 -- Consumers (generated RegisterX, runtime/inbox): record each event in the
 -- inbox; outbox_inbox_key is the stale guard of latest_only events. A
@@ -51,5 +51,5 @@ GRANT INSERT ON outbox_archive TO outbox_janitor;
 -- every consumer needs the grants of its own business tables.
 GRANT CONNECT ON DATABASE orders TO app_consumer;
 GRANT USAGE ON SCHEMA public TO app_consumer;
-GRANT SELECT, INSERT ON outbox_inbox TO app_consumer;
-GRANT SELECT, INSERT, UPDATE ON outbox_inbox_key TO app_consumer;
+GRANT SELECT, INSERT ON public.outbox_inbox TO app_consumer;
+GRANT SELECT, INSERT, UPDATE ON public.outbox_inbox_key TO app_consumer;
