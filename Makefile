@@ -14,7 +14,7 @@ OUTBOXGEN  := $(GO) run ./cmd/outboxgen
 # failure to start them stops the recipe.
 TESTDB     := testdb_env=$$(scripts/testdb.sh start) && eval "$$testdb_env"
 # Every events.yaml in the repository; generated output is committed.
-SPECS      := events.yaml internal/gentest/sqlevents.yaml internal/gentest/pgxevents.yaml
+SPECS      := events.yaml internal/gentest/sqlevents.yaml internal/gentest/pgxevents.yaml internal/readmetest/events.yaml internal/readmetest/pgonly.yaml
 FUZZTIME   ?= 20s
 BENCHTIME  ?= 2s
 BENCHFLAGS ?= -rows 100000
@@ -33,7 +33,7 @@ check-generated: ## fail when any generated file is stale, and check the runtime
 	@set -e; for f in $(SPECS); do echo "outboxgen check -f $$f"; $(OUTBOXGEN) check -f $$f; done
 	$(SQLC) diff
 	$(GO) test -count=1 ./runtime/dialect -run TestQueryCatalog
-	$(SQLC) compile -f runtime/dialect/queries/sqlc.yaml
+	$(SQLC) compile -f runtime/dialect/sql/sqlc.yaml
 
 lint: ## go vet, staticcheck and gofmt
 	$(GO) vet ./...

@@ -158,7 +158,7 @@ func rawStatements(owner string, batch int) (string, []any, func([]int64) (strin
 func runDriverSQL(b *testing.B, n, batch int) drainResult {
 	db := freshOutbox(b)
 	fillOutbox(b, db, n)
-	drv, err := sqldriver.New(db, dialect.Postgres, driver.DefaultTables)
+	drv, err := sqldriver.New(db, testdb.Schema(dialect.Postgres))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func runRelay(b *testing.B, n, batch, conc int, slow bool) drainResult {
 	if slow {
 		pub = slowPublisher{Publisher: s.pub, delay: slowBy}
 	}
-	drv, err := sqldriver.New(db, dialect.Postgres, driver.DefaultTables)
+	drv, err := sqldriver.New(db, testdb.Schema(dialect.Postgres))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
-	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/runtime/relay"
@@ -72,7 +71,7 @@ func runLatency(b *testing.B, m latencyMode) latencyResult {
 	var r *relay.Relay
 	runErr := make(chan error, 1)
 	if m.relay {
-		drv, err := sqldriver.New(db, dialect.Postgres, driver.DefaultTables)
+		drv, err := sqldriver.New(db, testdb.Schema(dialect.Postgres))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -115,6 +114,10 @@ func runLatency(b *testing.B, m latencyMode) latencyResult {
 	time.Sleep(200 * time.Millisecond)
 
 	w := outbox.MustNewWriter(outbox.Postgres, templates.DefaultTables.Outbox)
+	notifier, err := sqldriver.New(db, testdb.Schema(dialect.Postgres))
+	if err != nil {
+		b.Fatal(err)
+	}
 	var (
 		mu       sync.Mutex
 		commitAt = make(map[string]time.Time, expected)
@@ -148,7 +151,7 @@ func runLatency(b *testing.B, m latencyMode) latencyResult {
 				}
 				id, err := w.Insert(ctx, tx, outbox.Event{Type: "ORDER_PAID", Topic: topic, Key: keyOf(seq), Version: 1, Payload: map[string]any{"order_id": seq, "amount": seq % 1000, "currency": "EUR"}})
 				if err == nil && m.pgNotify {
-					err = sqldriver.Notify(ctx, tx, dialect.Postgres, driver.DefaultTables)
+					err = notifier.Notify(ctx, tx)
 				}
 				if err != nil {
 					tx.Rollback() //nolint:errcheck

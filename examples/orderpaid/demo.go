@@ -98,6 +98,7 @@ type app struct {
 	out    io.Writer
 	start  time.Time
 	store  *store
+	events events.Writer // writes events in the database's dialect
 	drv    driver.Driver
 	brk    *broker
 	pub    *countingPublisher
@@ -138,11 +139,16 @@ func (a *app) run(ctx context.Context) (Result, error) {
 	if err := a.store.applySchema(ctx, cfg.Reset); err != nil {
 		return Result{}, err
 	}
-	// The generated writers target the first dialect of events.yaml
-	// (SQLite); a binary that runs on several databases switches them at
-	// start-up. The generated RegisterX read it too.
-	events.Writer = outbox.MustNewWriter(a.store.dialect, events.OutboxTable)
-	a.drv, err = sqldriver.New(a.store.db, a.store.dialect, driver.Tables{Outbox: events.OutboxTable, Inbox: events.InboxTable})
+	// Everything is wired from the generated package: the writer and the
+	// driver take the dialect from the database's driver and refuse one
+	// events.yaml does not list, and the tables from events.yaml. A
+	// writer per run (rather than events.Bind, which binds the process):
+	// the tests run the demo on several databases in one process.
+	a.events, err = events.NewWriter(a.store.db)
+	if err != nil {
+		return Result{}, err
+	}
+	a.drv, err = sqldriver.New(a.store.db, events.Schema)
 	if err != nil {
 		return Result{}, err
 	}

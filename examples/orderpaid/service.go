@@ -44,7 +44,7 @@ func (a *app) pay(ctx context.Context, orderID string, fail bool) (outbox.EventI
 		if err != nil {
 			return err
 		}
-		id, err = events.InsertOrderPaid(ctx, tx, events.OrderPaid{
+		id, err = a.events.InsertOrderPaid(ctx, tx, events.OrderPaid{
 			OrderID:     o.ID,
 			CustomerID:  o.CustomerID,
 			AmountCents: o.AmountCents,
@@ -82,7 +82,7 @@ func (a *app) refund(ctx context.Context, orderID string) (outbox.EventID, error
 			return err
 		}
 		reason := "customer request"
-		id, err = events.InsertOrderRefunded(ctx, tx, events.OrderRefunded{
+		id, err = a.events.InsertOrderRefunded(ctx, tx, events.OrderRefunded{
 			OrderID:     o.ID,
 			CustomerID:  o.CustomerID,
 			AmountCents: o.AmountCents,
@@ -116,7 +116,7 @@ func (c pointsConsumer) HandleOrderPaid(ctx context.Context, tx *sql.Tx, e event
 	}
 	// A follow-up event, written with the generated writer on the
 	// consumer's own transaction: emitted exactly when the credit commits.
-	if _, err := events.InsertPointsCredited(ctx, tx, events.PointsCredited{CustomerID: e.CustomerID, OrderID: e.OrderID, Points: pts}); err != nil {
+	if _, err := c.a.events.InsertPointsCredited(ctx, tx, events.PointsCredited{CustomerID: e.CustomerID, OrderID: e.OrderID, Points: pts}); err != nil {
 		return err
 	}
 	markHandled(ctx)

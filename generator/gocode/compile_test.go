@@ -158,7 +158,7 @@ func useTest(s *spec.Spec) string {
 	fmt.Fprintf(&b, "\twant := []string{%s}\n", strings.Join(names, ", "))
 	fmt.Fprintf(&b, "\tif len(%s.EventTypes) != len(want) {\n\t\tt.Fatalf(\"%%d event types, want %%d\", len(%s.EventTypes), len(want))\n\t}\n", pkg, pkg)
 	fmt.Fprintf(&b, "\tfor i, et := range %s.EventTypes {\n\t\tif et.Name != want[i] || et.Topic == \"\" || et.Version < 1 {\n\t\t\tt.Errorf(\"EventTypes[%%d] = %%+v, want type %%s\", i, et, want[i])\n\t\t}\n\t}\n", pkg)
-	fmt.Fprintf(&b, "\tif %s.Writer == nil {\n\t\tt.Fatal(\"Writer is nil\")\n\t}\n}\n", pkg)
+	fmt.Fprintf(&b, "\tif len(%s.Schema.Dialects) == 0 || len(%s.Schema.EventTypes) != len(want) {\n\t\tt.Fatal(\"Schema is incomplete\")\n\t}\n}\n", pkg, pkg)
 	for _, e := range s.Events {
 		fmt.Fprintf(&b, "\nfunc TestDecode%s(t *testing.T) {\n\t_, err := %s.Decode%s([]byte(\"{\"), 1)\n\tif err == nil {\n\t\tt.Fatal(\"decoding bad JSON succeeded\")\n\t}\n\t_, err = %s.Decode%s([]byte(\"{}\"), %s.%sVersion+1)\n\tif err == nil {\n\t\tt.Fatal(\"decoding a newer version succeeded\")\n\t}\n}\n",
 			e.GoName, pkg, e.GoName, pkg, e.GoName, pkg, e.GoName)

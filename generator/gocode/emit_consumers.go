@@ -104,15 +104,15 @@ func (g *gen) consumer(f *jen.File, c *spec.Consumer, pgx bool) {
 		jen.Id("Name"):   jen.Lit(c.Name),
 		jen.Id("Routes"): jen.Index().Qual(pathInbox, "Route").Types(txType).Custom(multiValues, routes...),
 	})
-	defaults := []jen.Code{jen.Qual(pathInbox, "WithInboxTable").Call(jen.Id("InboxTable"))}
+	defaults := []jen.Code{jen.Qual(pathInbox, "WithSchema").Call(jen.Id("Schema"))}
 	var register *jen.Statement
-	dialectNote := ""
+	var dialectNote string
 	if pgx {
 		register = jen.Qual(pathPgxInbox, "Register")
+		dialectNote = " The inbox table is Schema's."
 	} else {
 		register = jen.Qual(pathInbox, "Register")
-		defaults = append([]jen.Code{jen.Qual(pathInbox, "WithDialect").Call(jen.Id("Writer").Dot("Dialect").Call())}, defaults...)
-		dialectNote = " The SQL dialect is Writer's, so replacing Writer at start-up switches the consumers too."
+		dialectNote = fmt.Sprintf(" The inbox table is Schema's, and the SQL dialect db's driver's, which must be one of sql.dialects in %s: another is an error here, at start-up.", g.specName())
 	}
 	var topics []string
 	seen := map[string]bool{}

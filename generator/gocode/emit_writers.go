@@ -2,6 +2,7 @@ package gocode
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/dave/jennifer/jen"
 
@@ -16,8 +17,10 @@ var dialectConsts = map[spec.Dialect]struct{ ident, title string }{
 	spec.SQLite:   {"SQLite", "SQLite"},
 }
 
-// writersFile renders writers.go: the table names, the Writer and one
-// InsertX function per event.
+// writersFile renders writers.go: the table names, the Schema every
+// runtime part is wired from, the Writer type with NewWriter, the
+// package-level binding with Bind and Default, and per event a
+// package-level InsertX function and a Writer.InsertX method.
 func (g *gen) writersFile() (*jen.File, error) {
 	s := g.s
 	pgx := s.Go.Driver == spec.DriverPgx
@@ -34,34 +37,132 @@ func (g *gen) writersFile() (*jen.File, error) {
 			return nil, fmt.Errorf("unknown SQL dialect %q", d)
 		}
 	}
-	first := dialectConsts[s.SQL.Dialects[0]]
-	if pgx && s.SQL.Dialects[0] != spec.Postgres {
-		return nil, fmt.Errorf("go.driver %s needs postgres as the first SQL dialect, not %s", s.Go.Driver, s.SQL.Dialects[0])
+	if pgx && (len(s.SQL.Dialects) != 1 || s.SQL.Dialects[0] != spec.Postgres) {
+		return nil, fmt.Errorf("go.driver %s speaks PostgreSQL only: sql.dialects must be [postgres]", s.Go.Driver)
 	}
 
 	f := g.newFile()
 	f.Add(doc("Table names from " + g.specName() + "."))
 	f.Const().Defs(
-		doc("OutboxTable is the outbox table the writers insert into."),
+		doc("OutboxTable is the outbox table the writers insert into (sql.outbox_table)."),
 		jen.Id("OutboxTable").Op("=").Lit(s.SQL.OutboxTable),
-		doc("InboxTable is the consumer idempotency table."),
+		doc("InboxTable is the consumer idempotency table (sql.inbox_table)."),
 		jen.Id("InboxTable").Op("=").Lit(s.SQL.InboxTable),
 	)
 
-	var writerDoc, writerExample string
-	switch {
-	case pgx:
-		writerDoc = "Writer inserts events into the outbox table. It targets PostgreSQL, the only database pgx/v5 speaks."
-	case len(s.SQL.Dialects) == 1:
-		writerDoc = fmt.Sprintf("Writer inserts events into the outbox table. It targets %s, the only dialect in %s.", first.title, g.specName())
-	default:
-		other := dialectConsts[s.SQL.Dialects[1]]
-		writerDoc = fmt.Sprintf("Writer inserts events into the outbox table. It targets %s, the first dialect in %s. When one binary runs against several databases, replace it at start-up:", first.title, g.specName())
-		writerExample = fmt.Sprintf("\tWriter = outbox.MustNewWriter(outbox.%s, OutboxTable)", other.ident)
+	// Schema: the configuration every runtime part is wired from.
+	var dialects []jen.Code
+	var titles []string
+	for _, d := range s.SQL.Dialects {
+		dialects = append(dialects, jen.Qual(pathOutbox, dialectConsts[d].ident))
+		titles = append(titles, dialectConsts[d].title)
+	}
+	tables := []jen.Code{
+		jen.Id("Outbox").Op(":").Id("OutboxTable"),
+		jen.Id("Inbox").Op(":").Id("InboxTable"),
+	}
+	if s.SQL.ArchiveTable != "" {
+		tables = append(tables, jen.Id("Archive").Op(":").Lit(s.SQL.ArchiveTable))
+	}
+	wiring := "\tdrv, err := sqldriver.New(db, Schema) // then relay.New(drv, ...), sweeper, monitor, janitor"
+	if pgx {
+		wiring = "\tdrv, err := pgxdriver.New(pool, Schema) // then relay.New(drv, ...), sweeper, monitor, janitor"
 	}
 	f.Line()
-	f.Add(doc(writerDoc, writerExample))
-	f.Var().Id("Writer").Op("=").Qual(pathOutbox, "MustNewWriter").Call(jen.Qual(pathOutbox, first.ident), jen.Id("OutboxTable"))
+	f.Add(doc(
+		fmt.Sprintf("Schema is what %s says about the database: the table names, the SQL dialects (%s) and the event types. Every runtime part is wired from it, so none can use a table or dialect %s does not name:", g.specName(), strings.Join(titles, ", "), g.specName()),
+		wiring,
+		"The RegisterX consumer functions and the writers use it too.",
+	))
+	f.Var().Id("Schema").Op("=").Qual(pathOutbox, "Schema").Custom(multiValues,
+		jen.Id("Source").Op(":").Lit(g.specName()),
+		jen.Id("Tables").Op(":").Qual(pathOutbox, "Tables").Custom(multiValues, tables...),
+		jen.Id("Dialects").Op(":").Index().Qual(pathOutbox, "Dialect").Values(dialects...),
+		jen.Id("EventTypes").Op(":").Id("EventTypes"),
+	)
+
+	// Writer, NewWriter, Bind and the package-level binding.
+	f.Line()
+	f.Add(doc(
+		"Writer writes the events into the outbox table of one database, in its SQL dialect. Create it with NewWriter; it is a small value, safe for concurrent use, and each database (or test) can have its own. The zero Writer returns an error.",
+	))
+	f.Type().Id("Writer").Struct(jen.Id("w").Op("*").Qual(pathOutbox, "Writer"))
+
+	f.Line()
+	if pgx {
+		f.Add(doc("NewWriter returns a Writer for PostgreSQL, the only database pgx/v5 speaks. opts set e.g. outbox.WithMaxMessageSize."))
+		f.Func().Id("NewWriter").Params(jen.Id("opts").Op("...").Qual(pathOutbox, "WriterOption")).Params(jen.Id("Writer"), jen.Error()).Block(
+			jen.List(jen.Id("w"), jen.Err()).Op(":=").Id("Schema").Dot("NewWriter").Call(jen.Qual(pathOutbox, "Postgres"), jen.Id("opts").Op("...")),
+			jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Id("Writer").Values(), jen.Err())),
+			jen.Return(jen.Id("Writer").Values(jen.Id("w").Op(":").Id("w")), jen.Nil()),
+		)
+	} else {
+		f.Add(doc(fmt.Sprintf("NewWriter returns a Writer for db, in the SQL dialect of db's driver (see outbox.Schema.DialectOf), which must be one of sql.dialects in %s: a database of another dialect is an error here, not at the first insert. opts set e.g. outbox.WithMaxMessageSize. When db's driver wraps another (tracing, say), use DialectWriter.", g.specName())))
+		f.Func().Id("NewWriter").Params(jen.Id("db").Op("*").Qual(pathSQL, "DB"), jen.Id("opts").Op("...").Qual(pathOutbox, "WriterOption")).Params(jen.Id("Writer"), jen.Error()).Block(
+			jen.List(jen.Id("w"), jen.Err()).Op(":=").Id("Schema").Dot("WriterFor").Call(jen.Id("db"), jen.Id("opts").Op("...")),
+			jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Id("Writer").Values(), jen.Err())),
+			jen.Return(jen.Id("Writer").Values(jen.Id("w").Op(":").Id("w")), jen.Nil()),
+		)
+		f.Line()
+		f.Add(doc(fmt.Sprintf("DialectWriter returns a Writer for dialect d, which must be one of sql.dialects in %s. Prefer NewWriter, which takes the dialect from the database.", g.specName())))
+		f.Func().Id("DialectWriter").Params(jen.Id("d").Qual(pathOutbox, "Dialect"), jen.Id("opts").Op("...").Qual(pathOutbox, "WriterOption")).Params(jen.Id("Writer"), jen.Error()).Block(
+			jen.List(jen.Id("w"), jen.Err()).Op(":=").Id("Schema").Dot("NewWriter").Call(jen.Id("d"), jen.Id("opts").Op("...")),
+			jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Id("Writer").Values(), jen.Err())),
+			jen.Return(jen.Id("Writer").Values(jen.Id("w").Op(":").Id("w")), jen.Nil()),
+		)
+	}
+
+	f.Line()
+	f.Add(doc("Outbox returns the runtime writer, for txpublisher.New; nil for the zero Writer."))
+	f.Func().Params(jen.Id("w").Id("Writer")).Id("Outbox").Params().Op("*").Qual(pathOutbox, "Writer").Block(jen.Return(jen.Id("w").Dot("w")))
+
+	var bindDoc string
+	switch {
+	case pgx:
+		bindDoc = "binding is the writer behind the package-level InsertX functions: PostgreSQL, the only database pgx/v5 speaks."
+	case len(s.SQL.Dialects) == 1:
+		bindDoc = fmt.Sprintf("binding is the writer behind the package-level InsertX functions: %s, the only dialect in %s (Bind checks a database against it).", dialectConsts[s.SQL.Dialects[0]].title, g.specName())
+	default:
+		bindDoc = fmt.Sprintf("binding is the writer behind the package-level InsertX functions. %s lists several dialects, so it is unbound until Bind(db) runs at start-up; until then InsertX returns an error matching outbox.ErrUnbound, never a wrong-dialect INSERT.", g.specName())
+	}
+	f.Line()
+	f.Add(doc(bindDoc))
+	f.Var().Id("binding").Op("=").Qual(pathOutbox, "NewBinding").Call(jen.Id("Schema"))
+
+	if !pgx {
+		var bindWhen string
+		if len(s.SQL.Dialects) == 1 {
+			bindWhen = fmt.Sprintf("%s lists one dialect, so the package-level functions work without it; Bind then only checks db (and applies opts).", g.specName())
+		} else {
+			bindWhen = fmt.Sprintf("%s lists several dialects, so call it once at start-up, before any InsertX: until then they return an error matching outbox.ErrUnbound. A process binds one dialect: binding another fails.", g.specName())
+		}
+		f.Line()
+		f.Add(doc(
+			"Bind makes the package-level InsertX functions write in the SQL dialect of db's driver, which must be one of sql.dialects. "+bindWhen,
+			"\tif err := "+s.Go.Package+".Bind(db); err != nil { ... } // at start-up",
+		))
+		f.Func().Id("Bind").Params(jen.Id("db").Op("*").Qual(pathSQL, "DB"), jen.Id("opts").Op("...").Qual(pathOutbox, "WriterOption")).Error().Block(
+			jen.List(jen.Id("w"), jen.Err()).Op(":=").Id("NewWriter").Call(jen.Id("db"), jen.Id("opts").Op("...")),
+			jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err())),
+			jen.Return(jen.Id("Use").Call(jen.Id("w"))),
+		)
+		f.Line()
+		f.Add(doc("Use makes w the writer of the package-level InsertX functions, as Bind does; for a Writer from DialectWriter."))
+		f.Func().Id("Use").Params(jen.Id("w").Id("Writer")).Error().Block(
+			jen.Return(jen.Id("binding").Dot("Bind").Call(jen.Id("w").Dot("w"))),
+		)
+	}
+
+	defaultDoc := "Default returns the Writer the package-level InsertX functions use."
+	if !pgx && len(s.SQL.Dialects) > 1 {
+		defaultDoc = "Default returns the Writer the package-level InsertX functions use, or an error matching outbox.ErrUnbound before Bind."
+	}
+	f.Line()
+	f.Add(doc(defaultDoc))
+	f.Func().Id("Default").Params().Params(jen.Id("Writer"), jen.Error()).Block(
+		jen.List(jen.Id("w"), jen.Err()).Op(":=").Id("binding").Dot("Writer").Call(),
+		jen.Return(jen.Id("Writer").Values(jen.Id("w").Op(":").Id("w")), jen.Err()),
+	)
 
 	for _, e := range s.Events {
 		if err := g.insertFunc(f, e, pgx); err != nil {
@@ -95,19 +196,31 @@ func (g *gen) insertFunc(f *jen.File, e *spec.Event, pgx bool) error {
 	)
 	var insert *jen.Statement
 	if pgx {
-		insert = jen.Qual(pathPgxOutbox, "Insert").Call(jen.Id("ctx"), jen.Id("tx"), jen.Id("Writer"), event, jen.Id("opts").Op("..."))
+		insert = jen.Qual(pathPgxOutbox, "Insert").Call(jen.Id("ctx"), jen.Id("tx"), jen.Id("w").Dot("w"), event, jen.Id("opts").Op("..."))
 	} else {
-		insert = jen.Id("Writer").Dot("Insert").Call(jen.Id("ctx"), jen.Id("tx"), event, jen.Id("opts").Op("..."))
+		insert = jen.Id("w").Dot("w").Dot("Insert").Call(jen.Id("ctx"), jen.Id("tx"), event, jen.Id("opts").Op("..."))
 	}
-
-	f.Line()
-	f.Add(doc(fmt.Sprintf("Insert%s writes %s %s event into the outbox table inside tx, %s that makes the business change, so the event is published if and only if tx commits. It validates e first; an invalid event returns an error and leaves tx usable.", name, article(e.Name), e.Name, txWhat)))
-	f.Func().Id("Insert"+name).Params(
+	params := []jen.Code{
 		jen.Id("ctx").Qual(pathContext, "Context"),
 		jen.Id("tx").Add(txType),
 		jen.Id("e").Id(name),
 		jen.Id("opts").Op("...").Qual(pathOutbox, "InsertOption"),
-	).Params(jen.Qual(pathOutbox, "EventID"), jen.Error()).Block(
+	}
+	results := []jen.Code{jen.Qual(pathOutbox, "EventID"), jen.Error()}
+
+	f.Line()
+	f.Add(doc(fmt.Sprintf("Insert%s writes %s %s event into the outbox table inside tx, %s that makes the business change, so the event is published if and only if tx commits. It validates e first; an invalid event returns an error and leaves tx usable. It uses the package's writer (see Default).", name, article(e.Name), e.Name, txWhat)))
+	f.Func().Id("Insert"+name).Params(params...).Params(results...).Block(
+		jen.List(jen.Id("w"), jen.Err()).Op(":=").Id("binding").Dot("Writer").Call(),
+		jen.If(jen.Err().Op("!=").Nil()).Block(
+			jen.Return(jen.Qual(pathOutbox, "EventID").Values(), jen.Err()),
+		),
+		jen.Return(jen.Id("Writer").Values(jen.Id("w").Op(":").Id("w")).Dot("Insert"+name).Call(jen.Id("ctx"), jen.Id("tx"), jen.Id("e"), jen.Id("opts").Op("..."))),
+	)
+
+	f.Line()
+	f.Add(doc(fmt.Sprintf("Insert%s writes %s %s event into w's outbox table inside tx, %s that makes the business change, so the event is published if and only if tx commits. It validates e first; an invalid event returns an error and leaves tx usable.", name, article(e.Name), e.Name, txWhat)))
+	f.Func().Params(jen.Id("w").Id("Writer")).Id("Insert"+name).Params(params...).Params(results...).Block(
 		jen.If(jen.Err().Op(":=").Id("e").Dot("Validate").Call(), jen.Err().Op("!=").Nil()).Block(
 			jen.Return(jen.Qual(pathOutbox, "EventID").Values(), jen.Err()),
 		),

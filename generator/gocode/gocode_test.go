@@ -71,9 +71,12 @@ func TestNameClashes(t *testing.T) {
 		{"type named like an event constant", func(s *spec.Spec) {
 			s.Types = append(s.Types, enumType("OrderPaidType", "x"))
 		}, "Go name OrderPaidType of event ORDER_PAID clashes with type OrderPaidType"},
+		{"type named Schema", func(s *spec.Spec) {
+			s.Types = append(s.Types, enumType("Schema", "x"))
+		}, "Go name Schema of type Schema clashes with the generated Schema"},
 		{"type named Writer", func(s *spec.Spec) {
 			s.Types = append(s.Types, enumType("Writer", "x"))
-		}, "Go name Writer of type Writer clashes with the generated Writer variable"},
+		}, "Go name Writer of type Writer clashes with the generated Writer type"},
 		{"enum value named like a type", func(s *spec.Spec) {
 			s.Types = append(s.Types, &spec.Type{Name: "PaymentMethodCard"})
 		}, "clashes with value \"card\" of enum PaymentMethod"},
@@ -159,7 +162,7 @@ func TestRecursiveValidate(t *testing.T) {
 func TestGenerateErrors(t *testing.T) {
 	s := handSpec()
 	s.Go.Driver = spec.DriverPgx
-	if _, err := Generate(s, testVersion); err == nil || !strings.Contains(err.Error(), "needs postgres as the first SQL dialect") {
+	if _, err := Generate(s, testVersion); err == nil || !strings.Contains(err.Error(), "speaks PostgreSQL only") {
 		t.Errorf("pgx with SQLite first: %v", err)
 	}
 	s = handSpec()

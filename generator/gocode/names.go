@@ -14,10 +14,16 @@ import (
 // or changed by hand can get here with one.
 func checkNames(s *spec.Spec) error {
 	owner := map[string]string{
-		"EventTypes":  "the generated EventTypes variable",
-		"Writer":      "the generated Writer variable",
-		"OutboxTable": "the generated OutboxTable constant",
-		"InboxTable":  "the generated InboxTable constant",
+		"EventTypes":    "the generated EventTypes variable",
+		"Writer":        "the generated Writer type",
+		"OutboxTable":   "the generated OutboxTable constant",
+		"InboxTable":    "the generated InboxTable constant",
+		"Schema":        "the generated Schema variable",
+		"NewWriter":     "the generated NewWriter function",
+		"DialectWriter": "the generated DialectWriter function",
+		"Bind":          "the generated Bind function",
+		"Use":           "the generated Use function",
+		"Default":       "the generated Default function",
 	}
 	claim := func(pos spec.Pos, name, what string) error {
 		if prev, ok := owner[name]; ok {

@@ -772,6 +772,7 @@ events:
   - {name: ORDER_ID, topic: a, key: id, fields: [{name: id, type: string}]}
   - {name: EVENT_TYPES, topic: a, key: id, fields: [{name: id, type: string}]}
   - {name: SMS_HANDLER, topic: a, key: id, fields: [{name: id, type: string}]}
+  - {name: BIND, topic: a, key: id, fields: [{name: id, type: string}]}
 consumers:
   - {name: sms, events: [ORDER]}
 `,
@@ -781,7 +782,8 @@ testdata.yaml:12:5: Go type OrderPaid of event ORDER_PAID collides with type Ord
 testdata.yaml:14:5: Go type OrderType of event ORDER_TYPE collides with constant OrderType of event ORDER (line 13); rename one of them
 testdata.yaml:16:5: Go type OrderID of event ORDER_ID collides with Go type OrderID of event ORDER_I_D (line 15); rename one of them
 testdata.yaml:17:5: Go type EventTypes of event EVENT_TYPES collides with the reserved package-level name EventTypes of the generated code; rename it
-testdata.yaml:20:5: handler type SmsHandler of consumer sms collides with Go type SmsHandler of event SMS_HANDLER (line 18); rename one of them`,
+testdata.yaml:19:5: Go type Bind of event BIND collides with the reserved package-level name Bind of the generated code; rename it
+testdata.yaml:21:5: handler type SmsHandler of consumer sms collides with Go type SmsHandler of event SMS_HANDLER (line 18); rename one of them`,
 	},
 	{
 		name: "go name clashes reported in one run",
@@ -904,6 +906,163 @@ testdata.yaml:20:29: unknown type "Mony"; did you mean Money?
 testdata.yaml:21:11: duplicate event ORDER_PAID (first at line 15); rename or remove one
 testdata.yaml:24:36: invalid type "list<>": expected a type name, found ">"
 testdata.yaml:26:29: consumer points handles unknown event "ORDER_SHIPPED"; declare it under events: or remove it`,
+	},
+	{
+		name: "naming keys misspelt or misplaced",
+		src: `version: 1
+go: {package: events, out: gen, initialism: [sms]}
+sql: {dialects: [postgres]}
+rename: {sms: SMS}
+events:
+  - {name: SMS_SENT, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:2:33: unknown key "initialism" in go; did you mean "initialisms"?
+testdata.yaml:4:1: unknown key "rename" in the top-level mapping; did you mean go.rename (under go:)?`,
+	},
+	{
+		name: "bad go.initialisms",
+		src: `version: 1
+go:
+  package: events
+  out: gen
+  initialisms: [id, sms_code, "-", ID, [x], "2"]
+sql: {dialects: [postgres]}
+events:
+  - {name: SMS_SENT, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:5:21: go.initialisms entry "sms_code" is not one word; list its words (sms, code) one by one, or map the whole name to its Go name under go.rename
+testdata.yaml:5:31: go.initialisms entry "-" is not a word; use letters and digits, e.g. sms
+testdata.yaml:5:36: duplicate go.initialisms entry ID (first at line 5); remove one
+testdata.yaml:5:40: each entry of go.initialisms must be a string, got a list
+testdata.yaml:5:45: go.initialisms entry "2" is not a word; use letters and digits, e.g. sms`,
+	},
+	{
+		name: "go.initialisms not a list",
+		src: `version: 1
+go: {package: events, out: gen, initialisms: sms}
+sql: {dialects: [postgres]}
+events:
+  - {name: SMS_SENT, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:2:46: go.initialisms must be a list, got the string "sms"`,
+	},
+	{
+		name: "bad go.rename",
+		src: `version: 1
+go:
+  package: events
+  out: gen
+  rename:
+    Country_DE: CountryDE
+    sms!: SMS
+    sent: sent
+    id: Order-ID
+    code: [Code]
+    msisdn: Phone Number
+    " ": X
+    text: Body
+    text: Text
+sql: {dialects: [postgres]}
+types:
+  - {name: Country, enum: [DE]}
+events:
+  - name: SMS_SENT
+    topic: a
+    key: id
+    fields:
+      - {name: id, type: string}
+      - {name: code, type: string}
+      - {name: msisdn, type: string}
+      - {name: text, type: Country}
+`,
+		want: `testdata.yaml:6:5: go.rename key "Country_DE" must be a name or name part in lower-case snake_case; did you mean "country_de"?
+testdata.yaml:7:5: go.rename key "sms!" must be a name or name part in lower-case snake_case; did you mean "sms"?
+testdata.yaml:8:11: go.rename of "sent": "sent" is not an exported Go identifier; use an upper-case ASCII letter, then letters, digits or underscores; did you mean Sent?
+testdata.yaml:9:9: go.rename of "id": "Order-ID" is not an exported Go identifier; use an upper-case ASCII letter, then letters, digits or underscores; did you mean OrderID?
+testdata.yaml:10:11: go.rename of "code" must be a string, got a list
+testdata.yaml:11:13: go.rename of "msisdn": "Phone Number" is not an exported Go identifier; use an upper-case ASCII letter, then letters, digits or underscores; did you mean PhoneNumber?
+testdata.yaml:12:5: go.rename key " " must be a name or name part in lower-case snake_case, e.g. sms or country_de
+testdata.yaml:14:5: duplicate key "text" in go.rename (first at line 13); remove one of them`,
+	},
+	{
+		name: "go.rename not a mapping",
+		src: `version: 1
+go: {package: events, out: gen, rename: [sms, SMS]}
+sql: {dialects: [postgres]}
+events:
+  - {name: SMS_SENT, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:2:41: go.rename must be a mapping, got a list`,
+	},
+	{
+		name: "go.rename keys that match nothing",
+		src: `version: 1
+go:
+  package: events
+  out: gen
+  rename:
+    smss: SMS
+    address: Addr
+    paid_order: PaidOrder
+    sms_sent_at: SentAt
+sql: {dialects: [postgres]}
+types:
+  - name: Address
+    fields: [{name: street, type: string}]
+events:
+  - name: SMS_SENT
+    topic: a
+    key: id
+    fields:
+      - {name: id, type: string}
+      - {name: sent_at, type: time}
+`,
+		want: `testdata.yaml:6:5: go.rename key "smss" matches no name or name part in the spec; did you mean "sms"?
+testdata.yaml:7:5: go.rename key "address" matches no name it applies to: type Address is named as written; rename it under types: instead
+testdata.yaml:8:5: go.rename key "paid_order" matches no name or name part in the spec (event, consumer, field or enum value names, or their snake_case words); remove it
+testdata.yaml:9:5: go.rename key "sms_sent_at" matches no name or name part in the spec; did you mean "sms_sent"?`,
+	},
+	{
+		name: "collisions made by go.rename",
+		src: `version: 1
+go:
+  package: events
+  out: gen
+  rename:
+    sms: SMS
+    body: Text
+    sms_sent: Notice
+    de: DE
+    deu: DE
+    texts: SMS
+    order_paid: Writer
+    check: Validate
+sql: {dialects: [postgres]}
+types:
+  - name: Notice
+    fields: [{name: id, type: string}]
+  - name: Country
+    enum: [DE, Deu]
+events:
+  - name: SMS_SENT
+    topic: a
+    key: id
+    fields:
+      - {name: id, type: string}
+      - {name: text, type: string}
+      - {name: body, type: string}
+      - {name: check, type: bool}
+  - {name: SMS_HANDLER, topic: a, key: id, fields: [{name: id, type: string}]}
+  - {name: ORDER_PAID, topic: a, key: id, fields: [{name: id, type: string}]}
+consumers:
+  - {name: texts, events: [SMS_HANDLER]}
+`,
+		want: `testdata.yaml:19:16: enum constant CountryDE for value Deu of type Country (named by go.rename deu: DE at line 10) collides with enum constant CountryDE for value DE of type Country (line 19; named by go.rename de: DE at line 9); rename one of them
+testdata.yaml:21:5: Go type Notice of event SMS_SENT (named by go.rename sms_sent: Notice at line 8) collides with type Notice (line 16); rename one of them
+testdata.yaml:27:16: field body (named by go.rename body: Text at line 7) collides with text (line 26) as Go name Text; rename one of them
+testdata.yaml:28:16: field check of event SMS_SENT has the Go name Validate (named by go.rename check: Validate at line 13), which collides with the generated Validate method; rename it
+testdata.yaml:30:5: Go type Writer of event ORDER_PAID (named by go.rename order_paid: Writer at line 12) collides with the reserved package-level name Writer of the generated code; rename it
+testdata.yaml:32:5: handler type SMSHandler of consumer texts (named by go.rename texts: SMS at line 11) collides with Go type SMSHandler of event SMS_HANDLER (line 29; named by go.rename sms: SMS at line 6); rename one of them`,
 	},
 }
 

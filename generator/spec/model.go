@@ -104,7 +104,8 @@ func (t *Type) IsEnum() bool { return t.Values != nil }
 type EnumValue struct {
 	// Value is the wire value (a string in JSON).
 	Value string
-	// GoName is the Go constant name: type name + PascalCase(value).
+	// GoName is the Go constant name: type name + PascalCase(value), or
+	// as go.rename says.
 	GoName string
 	Pos    Pos
 }

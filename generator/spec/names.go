@@ -1,6 +1,8 @@
 package spec
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 )
@@ -18,10 +20,11 @@ var commonInitialisms = map[string]bool{
 	"XMPP": true, "XSRF": true, "XSS": true,
 }
 
-// GoName turns a spec name into an exported Go identifier, deterministically:
-// it splits s into words at any character other than an ASCII letter or
-// digit, at lower-case/digit→upper-case boundaries ("orderID") and before
-// the last upper-case letter of an upper-case run followed by lower-case
+// GoName turns a spec name into an exported Go identifier with the default
+// naming (no go.rename, the default go.initialisms), deterministically: it
+// splits s into words at any character other than an ASCII letter or digit,
+// at lower-case/digit→upper-case boundaries ("orderID") and before the last
+// upper-case letter of an upper-case run followed by lower-case
 // ("HTTPServer"); then it writes each word as a golint initialism if it is
 // one (case-insensitively) and Title-cased otherwise. So ORDER_PAID →
 // OrderPaid, order_id → OrderID, orderId → OrderID, points_v2 → PointsV2.
@@ -29,17 +32,118 @@ var commonInitialisms = map[string]bool{
 // The result is empty if s has no letters or digits, and may start with a
 // digit; callers must check it with token.IsIdentifier.
 func GoName(s string) string {
+	name, _ := defaultNaming.goName(s)
+	return name
+}
+
+// naming holds the go.initialisms and go.rename settings that turn spec
+// names into Go names, as sqlc's initialisms and rename options do.
+type naming struct {
+	// initialisms are the words written in upper case, upper-cased.
+	initialisms map[string]bool
+	// rename maps a name or a word, in lower-case snake_case (see
+	// snakeKey), to the Go name written for it.
+	rename map[string]*renameEntry
+}
+
+// renameEntry is one go.rename entry.
+type renameEntry struct {
+	key, to string
+	line    int
+}
+
+// defaultNaming is the naming of a spec without go.initialisms and
+// go.rename.
+var defaultNaming = &naming{initialisms: commonInitialisms}
+
+// snakeKey is the go.rename key of words: lower-case, joined by "_"
+// (ORDER_PAID, orderPaid and order_paid are all order_paid).
+func snakeKey(words []string) string {
+	return strings.ToLower(strings.Join(words, "_"))
+}
+
+// goName turns the spec name s into a Go name (see GoName) and returns
+// the go.rename entries it used: an entry for the whole name wins, else
+// each word is renamed, written as an initialism or Title-cased.
+func (n *naming) goName(s string) (string, []*renameEntry) {
+	words := splitWords(s)
+	if r := n.rename[snakeKey(words)]; r != nil && len(words) > 0 {
+		return r.to, []*renameEntry{r}
+	}
+	return n.words(words)
+}
+
+// words writes words as parts of a Go name (no whole-name renames).
+func (n *naming) words(words []string) (string, []*renameEntry) {
 	var b strings.Builder
-	for _, w := range splitWords(s) {
+	var used []*renameEntry
+	for _, w := range words {
+		if r := n.rename[strings.ToLower(w)]; r != nil {
+			b.WriteString(r.to)
+			if !slices.Contains(used, r) {
+				used = append(used, r)
+			}
+			continue
+		}
 		up := strings.ToUpper(w)
-		if commonInitialisms[up] {
+		if n.initialisms[up] {
 			b.WriteString(up)
 			continue
 		}
 		b.WriteString(up[:1])
 		b.WriteString(strings.ToLower(w[1:]))
 	}
-	return b.String()
+	return b.String(), used
+}
+
+// enumConst returns the Go constant name for value of enum type typ (a
+// valid Go type name): a go.rename entry for the whole constant
+// (country_de for Country and DE) wins, then one for the whole value
+// (typ + its Go name), else typ followed by the value's words.
+func (n *naming) enumConst(typ, value string) (string, []*renameEntry) {
+	words := splitWords(value)
+	if len(words) == 0 {
+		return typ, nil
+	}
+	if r := n.rename[snakeKey(append(splitWords(typ), words...))]; r != nil {
+		return r.to, []*renameEntry{r}
+	}
+	if r := n.rename[snakeKey(words)]; r != nil {
+		return typ + r.to, []*renameEntry{r}
+	}
+	name, used := n.words(words)
+	return typ + name, used
+}
+
+// renamedBy describes the go.rename entries that made a Go name, for
+// collision messages: "" if none, else "named by go.rename sms: SMS at
+// line 5".
+func renamedBy(used []*renameEntry) string {
+	if len(used) == 0 {
+		return ""
+	}
+	parts := make([]string, len(used))
+	for i, r := range used {
+		parts[i] = fmt.Sprintf("%s: %s at line %d", r.key, r.to, r.line)
+	}
+	return "named by go.rename " + strings.Join(parts, ", ")
+}
+
+// renameNote is renamedBy in parentheses after a space, or "".
+func renameNote(used []*renameEntry) string {
+	if by := renamedBy(used); by != "" {
+		return " (" + by + ")"
+	}
+	return ""
+}
+
+// lineNote is "(line N)" or, for a Go name made by go.rename, "(line N;
+// named by go.rename ...)".
+func lineNote(line int, used []*renameEntry) string {
+	if by := renamedBy(used); by != "" {
+		return fmt.Sprintf("(line %d; %s)", line, by)
+	}
+	return fmt.Sprintf("(line %d)", line)
 }
 
 // splitWords splits s into ASCII alphanumeric words, see GoName.

@@ -126,6 +126,8 @@ func Parse(filename string, data []byte) (spec *Spec, err error) {
 		spec:        &Spec{File: filename},
 		typeByName:  map[string]*typeDecl{},
 		eventByName: map[string]*eventDecl{},
+		naming:      defaultNaming,
+		renamed:     map[any][]*renameEntry{},
 	}
 	p.run(data)
 	if len(p.errs) > 0 {
@@ -169,6 +171,10 @@ type parser struct {
 	consumers   []*consumerDecl
 
 	driverNode *yaml.Node // the go.driver value, if given
+
+	naming     *naming                // go.initialisms and go.rename
+	renameKeys []*yaml.Node           // the valid go.rename keys, in file order
+	renamed    map[any][]*renameEntry // Go-named item -> go.rename entries used
 
 	declared int  // declarations counted so far, see MaxDeclarations
 	handled  int  // consumers' handled events counted so far, see MaxHandlers
@@ -375,7 +381,9 @@ func (p *parser) checkKeys(m *mapNode, ctx string, allowed []string, ignorePrefi
 			p.errorf(k, "merge keys (<<) are not supported in %s; write the keys out", ctx)
 			continue
 		}
-		if s := suggest(name, allowed); s != "" {
+		if to := movedKeys[name]; to != "" && ctx == rootCtx {
+			p.errorf(k, "unknown key %q in %s; did you mean %s (under go:)?", name, ctx, to)
+		} else if s := suggest(name, allowed); s != "" {
 			p.errorf(k, "unknown key %q in %s; did you mean %q?", name, ctx, s)
 		} else {
 			p.errorf(k, "unknown key %q in %s; allowed keys are %s", name, ctx, strings.Join(allowed, ", "))
@@ -480,9 +488,16 @@ func label(kind, name, indexPath string) string {
 
 var looseName = regexp.MustCompile(`^[A-Za-z0-9_.\-]+$`)
 
+// rootCtx describes the top level of the spec in messages.
+const rootCtx = "the top-level mapping"
+
+// movedKeys are top-level keys that belong under another section, as sqlc
+// users may write them.
+var movedKeys = map[string]string{"rename": "go.rename", "initialisms": "go.initialisms"}
+
 var (
 	rootKeys     = []string{"version", "go", "sql", "types", "events", "consumers"}
-	goKeys       = []string{"package", "out", "driver"}
+	goKeys       = []string{"package", "out", "driver", "initialisms", "rename"}
 	sqlKeys      = []string{"dialects", "out", "outbox_table", "inbox_table", "archive_table"}
 	typeKeys     = []string{"name", "description", "fields", "enum"}
 	eventKeys    = []string{"name", "description", "topic", "key", "version", "ordered", "fields"}
@@ -510,7 +525,7 @@ func (p *parser) parseRoot(root *yaml.Node) {
 	if m == nil {
 		return
 	}
-	p.checkKeys(m, "the top-level mapping", rootKeys, "x-")
+	p.checkKeys(m, rootCtx, rootKeys, "x-")
 	const ctx = "the spec file"
 	if v := p.require(m, ctx, "version", "add version: 1"); v != nil {
 		if n, ok := p.integer(v, "version"); ok && n != 1 {
@@ -574,6 +589,134 @@ func (p *parser) parseGo(n *yaml.Node) {
 					p.errorf(v, "unknown go.driver %q; use database/sql or pgx/v5", s)
 				}
 			}
+		}
+	}
+	initialisms, rename := m.get("initialisms"), m.get("rename")
+	if initialisms != nil || rename != nil {
+		p.naming = &naming{initialisms: commonInitialisms}
+		if initialisms != nil {
+			p.parseInitialisms(initialisms)
+		}
+		if rename != nil {
+			p.parseRename(rename)
+		}
+	}
+}
+
+var (
+	// initialismRe is one word of a name, as splitWords cuts it.
+	initialismRe = regexp.MustCompile(`^[A-Za-z0-9]*[A-Za-z][A-Za-z0-9]*$`)
+	// renameKeyRe is a name or name part in lower-case snake_case.
+	renameKeyRe = regexp.MustCompile(`^[a-z0-9]+(_[a-z0-9]+)*$`)
+	// renameToRe is an exported ASCII Go identifier.
+	renameToRe = regexp.MustCompile(`^[A-Z][A-Za-z0-9_]*$`)
+)
+
+// exportedIdent returns s without the characters an exported Go identifier
+// cannot hold and with its first letter upper-cased, if that is one; else
+// "".
+func exportedIdent(s string) string {
+	b := []byte(strings.Map(func(r rune) rune {
+		if r < 0x80 && (r == '_' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9') {
+			return r
+		}
+		return -1
+	}, s))
+	if len(b) > 0 && 'a' <= b[0] && b[0] <= 'z' {
+		b[0] -= 'a' - 'A'
+	}
+	if !renameToRe.Match(b) {
+		return ""
+	}
+	return string(b)
+}
+
+// parseInitialisms reads go.initialisms: the words written in upper case,
+// replacing the default list (as sqlc's initialisms option does). An
+// empty value keeps the default list; [] is no initialisms.
+func (p *parser) parseInitialisms(n *yaml.Node) {
+	if isNull(n) {
+		return
+	}
+	items, ok := p.list(n, "go.initialisms")
+	if !ok {
+		return
+	}
+	set := make(map[string]bool, len(items))
+	first := map[string]int{}
+	for _, it := range items {
+		s, ok := p.str(it, "each entry of go.initialisms")
+		if !ok {
+			continue
+		}
+		up := strings.ToUpper(s)
+		switch {
+		case !initialismRe.MatchString(s):
+			if words := splitWords(s); len(words) > 1 {
+				p.errorf(it, "go.initialisms entry %q is not one word; list its words (%s) one by one, or map the whole name to its Go name under go.rename", s, strings.Join(words, ", "))
+			} else {
+				p.errorf(it, "go.initialisms entry %q is not a word; use letters and digits, e.g. sms", s)
+			}
+		case first[up] != 0:
+			p.errorf(it, "duplicate go.initialisms entry %s (first at line %d); remove one", s, first[up])
+		default:
+			first[up] = it.Line
+			set[up] = true
+		}
+	}
+	p.naming.initialisms = set
+}
+
+// parseRename reads go.rename: names and name parts (snake_case) mapped to
+// the Go names to write for them, as in sqlc's rename option.
+func (p *parser) parseRename(n *yaml.Node) {
+	if isNull(n) {
+		return
+	}
+	m := p.mapping(n, "go.rename")
+	if m == nil {
+		return
+	}
+	const ctx = "go.rename"
+	for _, k := range m.dups {
+		name := deref(k).Value
+		p.errorf(k, "duplicate key %q in %s (first at line %d); remove one of them", name, ctx, m.key[name].Line)
+	}
+	for _, k := range m.bad {
+		p.errorf(k, "keys in %s must be plain strings, got %s", ctx, kindName(k))
+	}
+	p.naming.rename = map[string]*renameEntry{}
+	for _, k := range m.keys {
+		key := deref(k).Value
+		if deref(k).Tag == "!!merge" {
+			p.errorf(k, "merge keys (<<) are not supported in %s; write the keys out", ctx)
+			continue
+		}
+		v := m.val[key]
+		to, ok := p.str(v, fmt.Sprintf("go.rename of %q", key))
+		keyOK := true
+		if !renameKeyRe.MatchString(key) {
+			keyOK = false
+			if words := splitWords(key); len(words) > 0 && snakeKey(words) != key {
+				p.errorf(k, "go.rename key %q must be a name or name part in lower-case snake_case; did you mean %q?", key, snakeKey(words))
+			} else {
+				p.errorf(k, "go.rename key %q must be a name or name part in lower-case snake_case, e.g. sms or country_de", key)
+			}
+		}
+		if !ok {
+			continue
+		}
+		if !renameToRe.MatchString(to) {
+			hint := ""
+			if fix := exportedIdent(to); fix != "" {
+				hint = fmt.Sprintf("; did you mean %s?", fix)
+			}
+			p.errorf(v, "go.rename of %q: %q is not an exported Go identifier; use an upper-case ASCII letter, then letters, digits or underscores%s", key, to, hint)
+			continue
+		}
+		if keyOK {
+			p.naming.rename[key] = &renameEntry{key: key, to: to, line: k.Line}
+			p.renameKeys = append(p.renameKeys, k)
 		}
 	}
 }
@@ -920,16 +1063,18 @@ func (p *parser) parseFields(n *yaml.Node, ctx string) []*fieldDecl {
 				dup = true
 			default:
 				byName[f.Name] = f
-				f.GoName = GoName(f.Name)
+				var used []*renameEntry
+				f.GoName, used = p.naming.goName(f.Name)
+				p.renamed[f] = used
 				switch {
 				case f.GoName == "" || !token.IsIdentifier(f.GoName):
 					p.errorf(v, "field name %q does not make a valid Go name; start it with a letter", f.Name)
 				case reservedFieldNames[f.GoName]:
 					// Go structs cannot have a field and a method of one name.
-					p.errorf(v, "field %s of %s has the Go name %s, which collides with the generated %s method; rename it", f.Name, ctx, f.GoName, f.GoName)
+					p.errorf(v, "field %s of %s has the Go name %s%s, which collides with the generated %s method; rename it", f.Name, ctx, f.GoName, renameNote(used), f.GoName)
 				case byGo[f.GoName] != nil:
 					g := byGo[f.GoName]
-					p.errorf(v, "field %s collides with %s (line %d) as Go name %s; rename one of them", f.Name, g.Name, g.Pos.Line, f.GoName)
+					p.errorf(v, "field %s%s collides with %s %s as Go name %s; rename one of them", f.Name, renameNote(used), g.Name, lineNote(g.Pos.Line, p.renamed[g]), f.GoName)
 				default:
 					byGo[f.GoName] = f
 				}
@@ -1055,7 +1200,9 @@ func (p *parser) parseEvent(n *yaml.Node, i int) {
 			d.dup = true
 		default:
 			nameOK = true
-			e.GoName = GoName(e.Name)
+			var used []*renameEntry
+			e.GoName, used = p.naming.goName(e.Name)
+			p.renamed[e] = used
 		}
 	}
 	if v := m.get("description"); v != nil {
@@ -1135,7 +1282,9 @@ func (p *parser) parseConsumers(n *yaml.Node) {
 				dup = true
 			default:
 				byName[c.Name] = c
-				c.GoName = GoName(c.Name)
+				var used []*renameEntry
+				c.GoName, used = p.naming.goName(c.Name)
+				p.renamed[c] = used
 			}
 		}
 		if v := m.get("description"); v != nil {

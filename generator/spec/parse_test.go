@@ -285,3 +285,96 @@ func TestGoName(t *testing.T) {
 		}
 	}
 }
+
+// TestNaming checks how go.initialisms and go.rename turn every kind of
+// spec name into a Go name.
+func TestNaming(t *testing.T) {
+	const head = "version: 1\nsql: {dialects: [postgres]}\n"
+	const body = `types:
+  - name: Country
+    enum: [DE, AT, gb, united_kingdom, de_at]
+events:
+  - name: SMS_SENT
+    topic: sms.sent
+    key: sms_id
+    fields:
+      - {name: sms_id, type: string}
+      - {name: smsCount, type: int32}
+      - {name: msisdn, type: string}
+      - {name: http_status, type: int32}
+      - {name: country, type: Country}
+  - {name: ORDER_PAID, topic: a, key: id, fields: [{name: id, type: string}]}
+consumers:
+  - {name: sms_notifier, events: [SMS_SENT]}
+  - {name: sms, events: [SMS_SENT]}
+`
+	names := func(s *Spec) string {
+		var parts []string
+		for _, tp := range s.Types {
+			for _, v := range tp.Values {
+				parts = append(parts, v.GoName)
+			}
+		}
+		for _, e := range s.Events {
+			parts = append(parts, e.GoName)
+			for _, f := range e.Fields {
+				parts = append(parts, f.GoName)
+			}
+		}
+		for _, c := range s.Consumers {
+			parts = append(parts, c.GoName)
+		}
+		return strings.Join(parts, " ")
+	}
+	for _, tc := range []struct{ name, goSection, want string }{
+		{
+			"default",
+			"go: {package: events, out: gen}\n",
+			"CountryDe CountryAt CountryGb CountryUnitedKingdom CountryDeAt SmsSent SmsID SmsCount Msisdn HTTPStatus Country OrderPaid ID SmsNotifier Sms",
+		},
+		{
+			"empty settings keep the default",
+			"go: {package: events, out: gen, rename: {}, initialisms: null}\n",
+			"CountryDe CountryAt CountryGb CountryUnitedKingdom CountryDeAt SmsSent SmsID SmsCount Msisdn HTTPStatus Country OrderPaid ID SmsNotifier Sms",
+		},
+		{
+			"initialisms replace the default list",
+			"go: {package: events, out: gen, initialisms: [SMS, de, id]}\n",
+			"CountryDE CountryAt CountryGb CountryUnitedKingdom CountryDEAt SMSSent SMSID SMSCount Msisdn HttpStatus Country OrderPaid ID SMSNotifier SMS",
+		},
+		{
+			"no initialisms",
+			"go: {package: events, out: gen, initialisms: []}\n",
+			"CountryDe CountryAt CountryGb CountryUnitedKingdom CountryDeAt SmsSent SmsId SmsCount Msisdn HttpStatus Country OrderPaid Id SmsNotifier Sms",
+		},
+		{
+			// A whole name wins over its parts; a part is renamed wherever
+			// it appears, in any case.
+			"rename",
+			`go:
+  package: events
+  out: gen
+  rename:
+    sms: SMS
+    de: DE
+    country_de_at: Dach
+    united_kingdom: UK
+    msisdn: PhoneNumber
+    sms_notifier: Notifier
+    order_paid: Paid
+    id: Ident
+`,
+			"CountryDE CountryAt CountryGb CountryUK Dach SMSSent SMSIdent SMSCount PhoneNumber HTTPStatus Country Paid Ident Notifier SMS",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Parse("events.yaml", []byte(head+tc.goSection+body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := names(s); got != tc.want {
+				t.Errorf("Go names\n got %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}

@@ -17,7 +17,9 @@ func (p *parser) validate() {
 		}
 		if d.t.IsEnum() && typeNameRe.MatchString(d.t.Name) {
 			for _, v := range d.t.Values {
-				v.GoName = d.t.Name + GoName(v.Value)
+				var used []*renameEntry
+				v.GoName, used = p.naming.enumConst(d.t.Name, v.Value)
+				p.renamed[v] = used
 			}
 		}
 	}
@@ -30,6 +32,63 @@ func (p *parser) validate() {
 	p.checkCycles()
 	p.checkCollisions()
 	p.checkDriver()
+	p.checkRenames()
+}
+
+// checkRenames reports go.rename keys that match no name and no word of a
+// name in the spec: a misspelt key would otherwise be ignored silently.
+func (p *parser) checkRenames() {
+	if len(p.naming.rename) == 0 {
+		return
+	}
+	names := map[string]bool{} // every whole name and word that can be renamed
+	var candidates []string
+	add := func(words []string) {
+		if len(words) == 0 {
+			return
+		}
+		for _, key := range append([]string{snakeKey(words)}, words...) {
+			key = strings.ToLower(key)
+			if !names[key] {
+				names[key] = true
+				candidates = append(candidates, key)
+			}
+		}
+	}
+	typeNames := map[string]string{}
+	for _, d := range p.types {
+		typeNames[snakeKey(splitWords(d.t.Name))] = d.t.Name
+		for _, f := range d.fields {
+			add(splitWords(f.f.Name))
+		}
+		for _, v := range d.t.Values {
+			add(splitWords(v.Value))
+			add(append(splitWords(d.t.Name), splitWords(v.Value)...))
+		}
+	}
+	for _, d := range p.events {
+		add(splitWords(d.e.Name))
+		for _, f := range d.fields {
+			add(splitWords(f.f.Name))
+		}
+	}
+	for _, d := range p.consumers {
+		add(splitWords(d.c.Name))
+	}
+	for _, k := range p.renameKeys {
+		key := deref(k).Value
+		if names[key] {
+			continue
+		}
+		switch {
+		case typeNames[key] != "":
+			p.errorf(k, "go.rename key %q matches no name it applies to: type %s is named as written; rename it under types: instead", key, typeNames[key])
+		case suggest(key, candidates) != "":
+			p.errorf(k, "go.rename key %q matches no name or name part in the spec; did you mean %q?", key, suggest(key, candidates))
+		default:
+			p.errorf(k, "go.rename key %q matches no name or name part in the spec (event, consumer, field or enum value names, or their snake_case words); remove it", key)
+		}
+	}
 }
 
 // resolveField resolves a field's parsed type string into its TypeRef.
@@ -213,7 +272,8 @@ func (p *parser) checkCycles() {
 
 // reservedNames are package-level identifiers the generated code always
 // declares.
-var reservedNames = []string{"Writer", "EventTypes", "OutboxTable", "InboxTable"}
+var reservedNames = []string{"Writer", "EventTypes", "OutboxTable", "InboxTable",
+	"Schema", "NewWriter", "DialectWriter", "Bind", "Use", "Default"}
 
 // reservedFieldNames are the Go names of the methods the generated code
 // declares on payload and object structs; a field cannot share one. (Object
@@ -229,6 +289,7 @@ func (p *parser) checkCollisions() {
 		desc  string
 		owner string // one error per owner
 		pos   Pos
+		item  any // the spec item whose Go name this is, see p.renamed
 	}
 	var ids []ident
 	for _, t := range p.spec.Types {
@@ -236,9 +297,9 @@ func (p *parser) checkCollisions() {
 			continue
 		}
 		owner := "type " + t.Name
-		ids = append(ids, ident{t.Name, "type " + t.Name, owner, t.Pos})
+		ids = append(ids, ident{t.Name, "type " + t.Name, owner, t.Pos, nil})
 		for _, v := range t.Values {
-			ids = append(ids, ident{v.GoName, fmt.Sprintf("enum constant %s for value %s of type %s", v.GoName, v.Value, t.Name), owner + "=" + v.Value, v.Pos})
+			ids = append(ids, ident{v.GoName, fmt.Sprintf("enum constant %s for value %s of type %s", v.GoName, v.Value, t.Name), owner + "=" + v.Value, v.Pos, v})
 		}
 	}
 	for _, e := range p.spec.Events {
@@ -248,12 +309,12 @@ func (p *parser) checkCollisions() {
 		owner := "event " + e.Name
 		x := e.GoName
 		ids = append(ids,
-			ident{x, fmt.Sprintf("Go type %s of event %s", x, e.Name), owner, e.Pos},
-			ident{"Insert" + x, fmt.Sprintf("function Insert%s of event %s", x, e.Name), owner, e.Pos},
-			ident{"Decode" + x, fmt.Sprintf("function Decode%s of event %s", x, e.Name), owner, e.Pos},
-			ident{x + "Type", fmt.Sprintf("constant %sType of event %s", x, e.Name), owner, e.Pos},
-			ident{x + "Topic", fmt.Sprintf("constant %sTopic of event %s", x, e.Name), owner, e.Pos},
-			ident{x + "Version", fmt.Sprintf("constant %sVersion of event %s", x, e.Name), owner, e.Pos},
+			ident{x, fmt.Sprintf("Go type %s of event %s", x, e.Name), owner, e.Pos, e},
+			ident{"Insert" + x, fmt.Sprintf("function Insert%s of event %s", x, e.Name), owner, e.Pos, e},
+			ident{"Decode" + x, fmt.Sprintf("function Decode%s of event %s", x, e.Name), owner, e.Pos, e},
+			ident{x + "Type", fmt.Sprintf("constant %sType of event %s", x, e.Name), owner, e.Pos, e},
+			ident{x + "Topic", fmt.Sprintf("constant %sTopic of event %s", x, e.Name), owner, e.Pos, e},
+			ident{x + "Version", fmt.Sprintf("constant %sVersion of event %s", x, e.Name), owner, e.Pos, e},
 		)
 	}
 	for _, c := range p.spec.Consumers {
@@ -262,8 +323,8 @@ func (p *parser) checkCollisions() {
 		}
 		owner := "consumer " + c.Name
 		ids = append(ids,
-			ident{c.GoName + "Handler", fmt.Sprintf("handler type %sHandler of consumer %s", c.GoName, c.Name), owner, c.Pos},
-			ident{"Register" + c.GoName, fmt.Sprintf("function Register%s of consumer %s", c.GoName, c.Name), owner, c.Pos},
+			ident{c.GoName + "Handler", fmt.Sprintf("handler type %sHandler of consumer %s", c.GoName, c.Name), owner, c.Pos, c},
+			ident{"Register" + c.GoName, fmt.Sprintf("function Register%s of consumer %s", c.GoName, c.Name), owner, c.Pos, c},
 		)
 	}
 	sort.SliceStable(ids, func(i, j int) bool {
@@ -285,10 +346,11 @@ func (p *parser) checkCollisions() {
 			continue
 		}
 		reported[id.owner] = true
+		desc := id.desc + renameNote(p.renamed[id.item])
 		if prev.desc == "" {
-			p.errorAt(id.pos, "%s collides with the reserved package-level name %s of the generated code; rename it", id.desc, id.name)
+			p.errorAt(id.pos, "%s collides with the reserved package-level name %s of the generated code; rename it", desc, id.name)
 		} else {
-			p.errorAt(id.pos, "%s collides with %s (line %d); rename one of them", id.desc, prev.desc, prev.pos.Line)
+			p.errorAt(id.pos, "%s collides with %s %s; rename one of them", desc, prev.desc, lineNote(prev.pos.Line, p.renamed[prev.item]))
 		}
 	}
 }

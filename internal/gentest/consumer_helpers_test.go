@@ -93,9 +93,13 @@ func sqlBackend(t testing.TB, d string) *backend {
 	testdb.ApplySchema(t, db, d, tables)
 	db.SetMaxOpenConns(12)
 	dl := outbox.Dialect(d)
-	old := sqlevents.Writer
-	sqlevents.Writer = outbox.MustNewWriter(dl, sqlevents.OutboxTable)
-	t.Cleanup(func() { sqlevents.Writer = old })
+	// A writer per database (the crashy SQLite driver wraps the real one,
+	// so the dialect is named), never the process-wide package writer:
+	// dialect subtests may run in parallel.
+	w, err := sqlevents.DialectWriter(dl)
+	if err != nil {
+		t.Fatal(err)
+	}
 	b := &backend{
 		name:    d,
 		dialect: dl,
@@ -110,7 +114,7 @@ func sqlBackend(t testing.TB, d string) *backend {
 			return n, err
 		},
 		register: func(r *message.Router, sub message.Subscriber, h *points, opts ...inbox.Option) error {
-			return sqlevents.RegisterPoints(r, sub, db, sqlPoints{h}, opts...)
+			return sqlevents.RegisterPoints(r, sub, db, sqlPoints{h, w}, append(opts, inbox.WithDialect(dl))...)
 		},
 	}
 	for _, s := range businessDDL {
@@ -267,11 +271,17 @@ func (p *points) applied() []string {
 }
 
 // sqlPoints is the points handler for the database/sql flavour.
-type sqlPoints struct{ p *points }
+type sqlPoints struct {
+	p *points
+	w sqlevents.Writer
+}
 
 var _ sqlevents.PointsHandler = sqlPoints{}
 
-type sqlTx struct{ tx *sql.Tx }
+type sqlTx struct {
+	tx *sql.Tx
+	w  sqlevents.Writer
+}
 
 func (t sqlTx) exec(ctx context.Context, query string, args ...any) error {
 	_, err := t.tx.ExecContext(ctx, query, args...)
@@ -285,16 +295,16 @@ func (t sqlTx) queryInt(ctx context.Context, query string, args ...any) (int64, 
 }
 
 func (t sqlTx) insertPointsCredited(ctx context.Context, customerID, orderID string, points int64) error {
-	_, err := sqlevents.InsertPointsCredited(ctx, t.tx, sqlevents.PointsCredited{CustomerID: customerID, OrderID: orderID, Points: points})
+	_, err := t.w.InsertPointsCredited(ctx, t.tx, sqlevents.PointsCredited{CustomerID: customerID, OrderID: orderID, Points: points})
 	return err
 }
 
 func (h sqlPoints) HandleOrderPaid(ctx context.Context, tx *sql.Tx, e sqlevents.OrderPaid, m outbox.Meta) error {
-	return h.p.paid(ctx, sqlTx{tx}, e.OrderID, e.CustomerID, e.AmountCents, m)
+	return h.p.paid(ctx, sqlTx{tx, h.w}, e.OrderID, e.CustomerID, e.AmountCents, m)
 }
 
 func (h sqlPoints) HandleOrderStatusChanged(ctx context.Context, tx *sql.Tx, e sqlevents.OrderStatusChanged, m outbox.Meta) error {
-	return h.p.status(ctx, sqlTx{tx}, e.OrderID, e.Status)
+	return h.p.status(ctx, sqlTx{tx, h.w}, e.OrderID, e.Status)
 }
 
 // pgxPoints is the points handler for the pgx/v5 flavour.
@@ -398,7 +408,13 @@ func startConsumer(t testing.TB, b *backend, opts ...inbox.Option) *broker {
 			t.Errorf("router: %v", err)
 		}
 	}()
-	<-r.Running()
+	select {
+	case <-r.Running():
+	case <-done:
+		cancel()
+		ps.Close()
+		t.FailNow() // the router did not start (its error is reported)
+	}
 	t.Cleanup(func() {
 		r.Close()
 		<-done

@@ -130,6 +130,10 @@ func TestConsumerInboxPermissionDeniedKeepsMessage(t *testing.T) {
 				b.mustExec(t, `GRANT SELECT, INSERT, UPDATE ON `+dbName+`.balances TO `+account)
 				b.mustExec(t, `GRANT SELECT, INSERT, UPDATE ON `+dbName+`.credit_log TO `+account)
 				b.mustExec(t, `GRANT SELECT ON `+dbName+`.`+sqlevents.InboxTable+` TO `+account)
+				// SELECT on the stale-guard table too: the router's start-up
+				// check reads both tables (a role without it is refused at
+				// start; this test is about a privilege lost at run time).
+				b.mustExec(t, `GRANT SELECT ON `+dbName+`.`+sqlevents.InboxTable+`_key TO `+account)
 				grant = `GRANT INSERT, UPDATE ON ` + dbName + `.` + sqlevents.InboxTable + ` TO ` + account
 				cfg, err := mysql.ParseDSN(os.Getenv(testdb.MySQLEnv))
 				if err != nil {
@@ -145,7 +149,7 @@ func TestConsumerInboxPermissionDeniedKeepsMessage(t *testing.T) {
 					_ = b.exec(ctx, `DROP ROLE `+role)
 				})
 				b.mustExec(t, `GRANT SELECT, INSERT, UPDATE ON balances, credit_log TO `+role)
-				b.mustExec(t, `GRANT SELECT ON `+sqlevents.InboxTable+` TO `+role)
+				b.mustExec(t, `GRANT SELECT ON `+sqlevents.InboxTable+`, `+sqlevents.InboxTable+`_key TO `+role)
 				grant = `GRANT INSERT ON ` + sqlevents.InboxTable + ` TO ` + role
 				u, err := url.Parse(os.Getenv(testdb.PostgresEnv))
 				if err != nil {
@@ -173,8 +177,12 @@ func TestConsumerInboxPermissionDeniedKeepsMessage(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { db.Close() })
+				w, err := sqlevents.NewWriter(db)
+				if err != nil {
+					t.Fatal(err)
+				}
 				limited.register = func(r *message.Router, sub message.Subscriber, h *points, opts ...inbox.Option) error {
-					return sqlevents.RegisterPoints(r, sub, db, sqlPoints{h}, opts...)
+					return sqlevents.RegisterPoints(r, sub, db, sqlPoints{h, w}, opts...)
 				}
 			}
 			logger := watermill.NewCaptureLogger()

@@ -23,7 +23,6 @@ import (
 // would fail with SQLSTATE 22021 and abort it).
 func TestUnstorableEventLeavesTxUsable(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, e env) {
-		e.useWriter(t)
 		ctx := t.Context()
 		tx, err := e.db.BeginTx(ctx, nil)
 		if err != nil {
@@ -50,12 +49,12 @@ func TestUnstorableEventLeavesTxUsable(t *testing.T) {
 			{"1 MB header value", paid("o-1"), []outbox.InsertOption{outbox.WithHeader("blob", strings.Repeat("x", 1<<20))}, "MaxHeadersSize"},
 		}
 		for _, c := range bad {
-			_, err := sqlevents.InsertOrderPaid(ctx, tx, c.event, c.opts...)
+			_, err := e.writer.InsertOrderPaid(ctx, tx, c.event, c.opts...)
 			if !errors.Is(err, outbox.ErrInvalidEvent) || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("%s: err = %v, want ErrInvalidEvent saying %q", c.name, err, c.want)
 			}
 		}
-		if _, err := sqlevents.InsertOrderPaid(ctx, tx, paid("o-1"), outbox.WithHeader("tenant", "acme")); err != nil {
+		if _, err := e.writer.InsertOrderPaid(ctx, tx, paid("o-1"), outbox.WithHeader("tenant", "acme")); err != nil {
 			t.Fatalf("valid insert after refused ones: %v", err)
 		}
 		if err := tx.Commit(); err != nil {

@@ -30,7 +30,7 @@ var tables = templates.Tables{Outbox: sqlevents.OutboxTable, Inbox: sqlevents.In
 type env struct {
 	dialect outbox.Dialect
 	db      *sql.DB
-	writer  *outbox.Writer
+	writer  sqlevents.Writer
 }
 
 func setup(t testing.TB, d string) env {
@@ -40,7 +40,11 @@ func setup(t testing.TB, d string) env {
 	if _, err := db.Exec(`CREATE TABLE orders (id VARCHAR(64) PRIMARY KEY, status VARCHAR(16) NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	return env{dialect: outbox.Dialect(d), db: db, writer: outbox.MustNewWriter(outbox.Dialect(d), sqlevents.OutboxTable)}
+	w, err := sqlevents.NewWriter(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env{dialect: outbox.Dialect(d), db: db, writer: w}
 }
 
 // q rewrites ?-placeholders for the dialect.
@@ -59,16 +63,6 @@ func (e env) q(query string) string {
 		out = append(out, query[i])
 	}
 	return string(out)
-}
-
-// useWriter points the generated package at e's dialect for the duration of
-// the test, as an application running against another database would at
-// start-up. The variable is process-wide, so dialect subtests run one after
-// another.
-func (e env) useWriter(t testing.TB) {
-	old := sqlevents.Writer
-	sqlevents.Writer = e.writer
-	t.Cleanup(func() { sqlevents.Writer = old })
 }
 
 type row struct {
@@ -126,7 +120,7 @@ func (e env) payOrder(ctx context.Context, orderID string, fail error, opts ...o
 	if _, err := tx.ExecContext(ctx, e.q(`INSERT INTO orders (id, status) VALUES (?, 'paid')`), orderID); err != nil {
 		return outbox.EventID{}, err
 	}
-	id, err := sqlevents.InsertOrderPaid(ctx, tx, paid(orderID), opts...)
+	id, err := e.writer.InsertOrderPaid(ctx, tx, paid(orderID), opts...)
 	if err != nil {
 		return outbox.EventID{}, err
 	}
@@ -147,7 +141,6 @@ func forEachDialect(t *testing.T, f func(t *testing.T, e env)) {
 
 func TestInsertCommitsWithBusinessChange(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, e env) {
-		e.useWriter(t)
 		id, err := e.payOrder(t.Context(), "o-1", nil)
 		if err != nil {
 			t.Fatal(err)
@@ -179,7 +172,6 @@ func TestInsertCommitsWithBusinessChange(t *testing.T) {
 // the business update rolls the outbox row back with it.
 func TestSeedCheck1Rollback(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, e env) {
-		e.useWriter(t)
 		boom := errors.New("payment provider said no")
 		if _, err := e.payOrder(t.Context(), "o-1", boom); !errors.Is(err, boom) {
 			t.Fatalf("payOrder = %v, want %v", err, boom)
@@ -208,7 +200,6 @@ func TestSeedCheck1Rollback(t *testing.T) {
 // stays usable (on PostgreSQL a failed statement would abort it).
 func TestInvalidPayloadLeavesTxUsable(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, e env) {
-		e.useWriter(t)
 		ctx := t.Context()
 		tx, err := e.db.BeginTx(ctx, nil)
 		if err != nil {
@@ -227,13 +218,13 @@ func TestInvalidPayloadLeavesTxUsable(t *testing.T) {
 			{"key too long", paid(strings.Repeat("ø", outbox.MaxKeyLen+1)), ""},
 		}
 		for _, c := range bad {
-			_, err := sqlevents.InsertOrderPaid(ctx, tx, c.event)
+			_, err := e.writer.InsertOrderPaid(ctx, tx, c.event)
 			var ie *outbox.InvalidEventError
 			if !errors.Is(err, outbox.ErrInvalidEvent) || !errors.As(err, &ie) || ie.Field != c.field || ie.Type != "ORDER_PAID" {
 				t.Fatalf("%s: err = %v, want an invalid-event error on field %s", c.name, err, c.field)
 			}
 		}
-		if _, err := sqlevents.InsertOrderPaid(ctx, tx, paid("o-1")); err != nil {
+		if _, err := e.writer.InsertOrderPaid(ctx, tx, paid("o-1")); err != nil {
 			t.Fatalf("valid insert after refused ones: %v", err)
 		}
 		if err := tx.Commit(); err != nil {
@@ -248,7 +239,6 @@ func TestInvalidPayloadLeavesTxUsable(t *testing.T) {
 // A caller-chosen event id makes re-emission idempotent; headers are stored.
 func TestCallerChosenIDAndHeaders(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, e env) {
-		e.useWriter(t)
 		ctx := t.Context()
 		id := outbox.EventID(uuid.NewSHA1(uuid.NameSpaceURL, []byte("orders/o-1/paid")))
 		for i := range 3 {
@@ -256,7 +246,7 @@ func TestCallerChosenIDAndHeaders(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := sqlevents.InsertOrderPaid(ctx, tx, paid("o-1"), outbox.WithEventID(id),
+			got, err := e.writer.InsertOrderPaid(ctx, tx, paid("o-1"), outbox.WithEventID(id),
 				outbox.WithHeader("traceparent", "00-abc-def-01"), outbox.WithHeaders(map[string]string{"tenant": "acme"}))
 			if err != nil {
 				t.Fatalf("emission %d: %v", i, err)
@@ -298,10 +288,10 @@ func TestCallerChosenIDAndHeaders(t *testing.T) {
 			insert func() (outbox.EventID, error)
 		}{
 			{"another type", func() (outbox.EventID, error) {
-				return sqlevents.InsertStockReserved(ctx, tx, sqlevents.StockReserved{SkuID: 7, Quantity: 1}, outbox.WithEventID(id))
+				return e.writer.InsertStockReserved(ctx, tx, sqlevents.StockReserved{SkuID: 7, Quantity: 1}, outbox.WithEventID(id))
 			}},
 			{"another key", func() (outbox.EventID, error) {
-				return sqlevents.InsertOrderPaid(ctx, tx, paid("o-2"), outbox.WithEventID(id))
+				return e.writer.InsertOrderPaid(ctx, tx, paid("o-2"), outbox.WithEventID(id))
 			}},
 		}
 		for _, c := range clashes {
@@ -312,10 +302,10 @@ func TestCallerChosenIDAndHeaders(t *testing.T) {
 			}
 		}
 		// A repeat is still fine in the same transaction.
-		if _, err := sqlevents.InsertOrderPaid(ctx, tx, paid("o-1"), outbox.WithEventID(id)); err != nil {
+		if _, err := e.writer.InsertOrderPaid(ctx, tx, paid("o-1"), outbox.WithEventID(id)); err != nil {
 			t.Fatalf("repeat after a clash: %v", err)
 		}
-		fresh, err := sqlevents.InsertOrderPaid(ctx, tx, paid("o-2"))
+		fresh, err := e.writer.InsertOrderPaid(ctx, tx, paid("o-2"))
 		if err != nil {
 			t.Fatalf("insert after a clash: %v", err)
 		}
@@ -337,7 +327,6 @@ func TestCallerChosenIDAndHeaders(t *testing.T) {
 // non-string key (int64) is stored as its decimal text.
 func TestConcurrentWriters(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, e env) {
-		e.useWriter(t)
 		ctx := t.Context()
 		const writers, each = 8, 25
 		var mu sync.Mutex
@@ -352,7 +341,7 @@ func TestConcurrentWriters(t *testing.T) {
 						errs <- err
 						return
 					}
-					id, err := sqlevents.InsertStockReserved(ctx, tx, sqlevents.StockReserved{SkuID: int64(w*1000 + i), Quantity: 1})
+					id, err := e.writer.InsertStockReserved(ctx, tx, sqlevents.StockReserved{SkuID: int64(w*1000 + i), Quantity: 1})
 					if err == nil {
 						err = tx.Commit()
 					} else {

@@ -45,7 +45,7 @@ import (
 // janitor's archive table.
 var tables = templates.Tables{Outbox: "outbox_event", Inbox: "outbox_inbox", Archive: "outbox_archive"}
 
-var drvTables = driver.Tables{Outbox: tables.Outbox, Inbox: tables.Inbox}
+var drvTables = driver.Tables{Outbox: tables.Outbox, Inbox: tables.Inbox, Archive: tables.Archive}
 
 const password = "privtest-pw"
 
@@ -469,7 +469,7 @@ func runWriter(t *testing.T, e *env, as *role) error {
 			tx.Rollback()
 			return fmt.Errorf("insert %d: %w", i, err)
 		}
-		if err := sqldriver.Notify(ctx, tx, e.dia, drvTables); err != nil {
+		if err := notify(ctx, tx, as.db, e.dia); err != nil {
 			tx.Rollback()
 			return fmt.Errorf("notify: %w", err)
 		}
@@ -489,7 +489,7 @@ func runRelay(t *testing.T, e *env, as *role) error {
 	failed := e.seed(t, "relay-failed")[0]
 	e.exec(t, "UPDATE "+tables.Outbox+" SET status = 2, retry_count = 5, last_error = 'boom' WHERE id = "+strconv.FormatInt(failed, 10))
 
-	drv, err := sqldriver.New(as.db, e.dia, drvTables)
+	drv, err := sqldriver.New(as.db, testdb.SchemaWith(e.dia, drvTables))
 	if err != nil {
 		return err
 	}
@@ -525,7 +525,7 @@ func runRelay(t *testing.T, e *env, as *role) error {
 		return err
 	}
 	defer pool.Close()
-	pdrv, err := pgxdriver.New(pool, drvTables)
+	pdrv, err := pgxdriver.New(pool, testdb.SchemaWith(dialect.Postgres, drvTables))
 	if err != nil {
 		return err
 	}
@@ -537,7 +537,7 @@ func runRelay(t *testing.T, e *env, as *role) error {
 	if err != nil {
 		return err
 	}
-	if err := sqldriver.Notify(ctx, tx, e.dia, drvTables); err != nil {
+	if err := notify(ctx, tx, e.admin, e.dia); err != nil {
 		tx.Rollback()
 		return err
 	}
@@ -563,7 +563,7 @@ func runSweeper(t *testing.T, e *env, as *role) error {
 	ctx := e.ctx
 	e.seed(t, "sweep-1", "sweep-2")
 	e.exec(t, "UPDATE "+tables.Outbox+" SET created_at = "+e.ago(time.Hour))
-	drv, err := sqldriver.New(as.db, e.dia, drvTables)
+	drv, err := sqldriver.New(as.db, testdb.SchemaWith(e.dia, drvTables))
 	if err != nil {
 		return err
 	}
@@ -586,7 +586,7 @@ func runMonitor(t *testing.T, e *env, as *role) error {
 	ctx := e.ctx
 	e.seed(t, "mon-1")
 	e.exec(t, "UPDATE "+tables.Outbox+" SET created_at = "+e.ago(time.Hour))
-	drv, err := sqldriver.New(as.db, e.dia, drvTables)
+	drv, err := sqldriver.New(as.db, testdb.SchemaWith(e.dia, drvTables))
 	if err != nil {
 		return err
 	}
@@ -619,7 +619,7 @@ func runJanitor(t *testing.T, e *env, as *role) error {
 	for i := range 3 {
 		e.exec(t, "INSERT INTO "+tables.Inbox+" (consumer, event_id, processed_at) VALUES ('points', 'ev-"+strconv.Itoa(i)+"', "+e.ago(30*24*time.Hour)+")")
 	}
-	drv, err := sqldriver.New(as.db, e.dia, drvTables)
+	drv, err := sqldriver.New(as.db, testdb.SchemaWith(e.dia, drvTables))
 	if err != nil {
 		return err
 	}
@@ -701,6 +701,7 @@ func runConsumer(t *testing.T, e *env, as *role) error {
 	select {
 	case <-r.Running():
 	case err := <-done:
+		done <- err // for the deferred receive
 		return fmt.Errorf("router: %w", err)
 	}
 
@@ -772,3 +773,13 @@ func (errLogger) Info(string, watermill.LogFields)                     {}
 func (errLogger) Debug(string, watermill.LogFields)                    {}
 func (errLogger) Trace(string, watermill.LogFields)                    {}
 func (l errLogger) With(watermill.LogFields) watermill.LoggerAdapter   { return l }
+
+// notify runs the database/sql driver's NOTIFY in tx (a no-op but on
+// PostgreSQL).
+func notify(ctx context.Context, tx *sql.Tx, db *sql.DB, d dialect.Dialect) error {
+	drv, err := sqldriver.New(db, testdb.SchemaWith(d, drvTables))
+	if err != nil {
+		return err
+	}
+	return drv.Notify(ctx, tx)
+}

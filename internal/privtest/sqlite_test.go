@@ -47,7 +47,7 @@ func TestSQLiteReadOnlyMonitor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	drv, err := sqldriver.New(ro, dialect.SQLite, drvTables)
+	drv, err := sqldriver.New(ro, testdb.SchemaWith(dialect.SQLite, drvTables))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver
 
+	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/templates"
 )
 
@@ -251,4 +252,21 @@ func mysqlDSN(t testing.TB) string {
 	})
 	cfg.DBName = name
 	return cfg.FormatDSN()
+}
+
+// Tables are events.yaml's default table names, as the runtime takes them.
+var Tables = outbox.Tables{Outbox: templates.DefaultTables.Outbox, Inbox: templates.DefaultTables.Inbox}
+
+// Schema returns the schema a generated package with the default table
+// names and the single dialect d would export (d: a dialect.Dialect or its
+// name).
+func Schema[D ~string](d D) outbox.Schema {
+	return outbox.Schema{Source: "events.yaml", Tables: Tables, Dialects: []outbox.Dialect{outbox.Dialect(d)}}
+}
+
+// SchemaWith is Schema with other table names.
+func SchemaWith[D ~string](d D, tables outbox.Tables) outbox.Schema {
+	s := Schema(d)
+	s.Tables = tables
+	return s
 }

@@ -1,59 +1,98 @@
 package dialect
 
-// Building blocks shared by every statement builder of the package.
+// Binding: how a prepared statement (sql.go) and a call's arguments become
+// the text and the arguments a driver sends. This runs per call, so it
+// only copies: the text of a statement without a run-time list is final
+// when the statement is prepared, and a statement with one (an id list) is
+// the prepared text with the list's placeholders written in.
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
 
-// Now returns the dialect's current-timestamp expression, the one the DDL
-// defaults use.
-func (d Dialect) Now() string {
-	switch d {
-	case Postgres:
-		return "now()"
-	case MySQL:
-		return "CURRENT_TIMESTAMP(6)"
+// render returns the statement's text and its arguments in bind order;
+// vals are the arguments in the order of the stmtDef's args. A nil
+// prepared (a statement the dialect does not have) renders as "", nil.
+func (p *prepared) render(vals ...any) (string, []any) {
+	if p == nil {
+		return "", nil
 	}
-	return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
-}
-
-// binder numbers placeholders in the order they are written.
-type binder struct {
-	d    Dialect
-	args []any
-}
-
-func (b *binder) bind(v any) string {
-	b.args = append(b.args, v)
-	return b.d.Placeholder(len(b.args))
-}
-
-func (b *binder) list(vs []string) string {
-	ps := make([]string, len(vs))
-	for i, v := range vs {
-		ps[i] = b.bind(v)
+	if !p.lists {
+		args := make([]any, len(p.segs))
+		for i, sg := range p.segs {
+			if sg.arg < 0 {
+				args[i] = sg.val
+			} else {
+				args[i] = p.s.encode(vals[sg.arg])
+			}
+		}
+		return p.static, args
 	}
-	return strings.Join(ps, ", ")
+	var b strings.Builder
+	args := make([]any, 0, len(p.segs)+16)
+	b.Grow(p.size + 8*len(p.segs) + 16)
+	var num [20]byte
+	ph := func() {
+		if p.s.dollar {
+			b.WriteByte('$')
+			b.Write(strconv.AppendInt(num[:0], int64(len(args)), 10))
+		} else {
+			b.WriteByte('?')
+		}
+	}
+	for _, sg := range p.segs {
+		b.WriteString(sg.text)
+		switch {
+		case sg.arg < 0:
+			args = append(args, sg.val)
+			ph()
+		case sg.list:
+			switch l := vals[sg.arg].(type) {
+			case []int64:
+				for i, v := range l {
+					if i > 0 {
+						b.WriteString(", ")
+					}
+					args = append(args, v)
+					ph()
+				}
+			case []string:
+				for i, v := range l {
+					if i > 0 {
+						b.WriteString(", ")
+					}
+					args = append(args, v)
+					ph()
+				}
+			default:
+				panic(fmt.Sprintf("dialect: %s: list argument of type %T", p.name, l))
+			}
+		default:
+			args = append(args, p.s.encode(vals[sg.arg]))
+			ph()
+		}
+	}
+	b.WriteString(p.tail)
+	return b.String(), args
 }
 
-func (b *binder) ids(ids []int64) string {
-	ps := make([]string, len(ids))
-	for i, v := range ids {
-		ps[i] = b.bind(v)
+// encode turns a Go argument into what the dialect binds: a duration
+// becomes the dialect's duration (seconds, microseconds, a strftime
+// modifier); everything else is bound as it is.
+func (s *spec) encode(v any) any {
+	if d, ok := v.(time.Duration); ok {
+		return s.duration(d)
 	}
-	return strings.Join(ps, ", ")
+	return v
 }
 
-// nowPlus returns "now + d" in the dialect (d may be negative), binding d.
-func (b *binder) nowPlus(d time.Duration) string {
-	switch b.d {
-	case Postgres:
-		return "now() + " + b.bind(d.Seconds()) + " * interval '1 second'"
-	case MySQL:
-		return "CURRENT_TIMESTAMP(6) + INTERVAL " + b.bind(d.Microseconds()) + " MICROSECOND"
+// placeholder returns the n-th (1-based) bind parameter marker.
+func (s *spec) placeholder(n int) string {
+	if s.dollar {
+		return "$" + strconv.Itoa(n)
 	}
-	return "strftime('%Y-%m-%d %H:%M:%f', 'now', " + b.bind(fmt.Sprintf("%+.6f seconds", d.Seconds())) + ")"
+	return "?"
 }

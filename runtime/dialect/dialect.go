@@ -1,9 +1,16 @@
 // Package dialect holds every SQL statement outboxgen's runtime sends, one
-// set per database family, so that a dialect's SQL lives in one place.
+// file per database family: sql/postgres.sql, sql/mysql.sql and
+// sql/sqlite.sql, embedded and parsed at init (see sql.go). The Go code
+// looks statements up by name and fills in table names and arguments.
 //
 // Table names come from configuration (events.yaml or runtime options); they
 // are checked with ValidIdentifier before they are spliced into a statement,
 // which is what makes splicing safe.
+//
+// Adding a dialect: write sql/<name>.sql (every statement the capabilities
+// of its spec below require; TestQueryCatalog lists what is missing), a DDL
+// template in templates/, an entry in specs and a constant here, and the
+// sql/sqlc.yaml entry that checks the file against the DDL.
 package dialect
 
 import (
@@ -11,6 +18,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Dialect names a SQL database family. The values match the `dialects`
@@ -30,24 +38,96 @@ const (
 // All lists the supported dialects in a stable order.
 var All = []Dialect{Postgres, MySQL, SQLite}
 
+// archiveMode is how a dialect's janitor archives a batch (see
+// OpsQueries.ArchiveInOneStatement).
+type archiveMode int
+
+const (
+	archiveMove           archiveMode = iota // OpsArchiveMove: one statement
+	archivePickCopyDelete                    // OpsArchivePick, OpsArchiveCopy, OpsArchiveDelete
+	archivePickDelete                        // OpsArchivePick (which copies), OpsArchiveDelete
+)
+
+// spec is what the Go code needs to know about a dialect besides its SQL:
+// how it writes placeholders and binds durations, and the capabilities
+// that decide which statements its file defines.
+type spec struct {
+	dialect Dialect
+	aliases []string // names Parse accepts besides dialect
+	now     string   // the current-timestamp expression of the DDL defaults
+	dollar  bool     // placeholders are $1, $2, ...; else ?
+	// duration is how a time.Duration argument is bound.
+	duration func(time.Duration) any
+	// claimInTx: the claim is RelayClaim, RelayClaimBlocked and
+	// RelayClaimLease in a transaction (no UPDATE ... RETURNING).
+	claimInTx bool
+	// arrayIDs: the Relay*Array statements bind an id list as one array.
+	arrayIDs bool
+	// notify: OutboxNotifyInsert and RelayListen (LISTEN/NOTIFY).
+	notify  bool
+	archive archiveMode
+
+	file file // parsed sql/<dialect>.sql
+}
+
+// specs lists the dialects in the order of All.
+var specs = []*spec{
+	{
+		dialect: Postgres, aliases: []string{"postgresql", "pgx"},
+		now: "now()", dollar: true,
+		duration: func(d time.Duration) any { return d.Seconds() },
+		arrayIDs: true,
+		notify:   true,
+		archive:  archiveMove,
+	},
+	{
+		dialect: MySQL, aliases: []string{"mariadb"},
+		now:       "CURRENT_TIMESTAMP(6)",
+		duration:  func(d time.Duration) any { return d.Microseconds() },
+		claimInTx: true,
+		archive:   archivePickCopyDelete,
+	},
+	{
+		dialect: SQLite, aliases: []string{"sqlite3"},
+		now:      "strftime('%Y-%m-%d %H:%M:%f', 'now')",
+		duration: func(d time.Duration) any { return fmt.Sprintf("%.6f seconds", d.Seconds()) },
+		archive:  archivePickDelete,
+	},
+}
+
+// specOf returns the spec of d, or nil.
+func specOf(d Dialect) *spec {
+	for _, s := range specs {
+		if s.dialect == d {
+			return s
+		}
+	}
+	return nil
+}
+
+// mustSpec returns the spec of d; d must be valid.
+func mustSpec(d Dialect) *spec {
+	s := specOf(d)
+	if s == nil {
+		panic(fmt.Sprintf("dialect: unknown SQL dialect %q", d))
+	}
+	return s
+}
+
 // Parse returns the dialect named s, accepting the common aliases
 // ("postgresql", "pgx", "mariadb", "sqlite3").
 func Parse(s string) (Dialect, error) {
-	switch strings.ToLower(s) {
-	case "postgres", "postgresql", "pgx":
-		return Postgres, nil
-	case "mysql", "mariadb":
-		return MySQL, nil
-	case "sqlite", "sqlite3":
-		return SQLite, nil
+	name := strings.ToLower(s)
+	for _, sp := range specs {
+		if name == string(sp.dialect) || contains(sp.aliases, name) {
+			return sp.dialect, nil
+		}
 	}
 	return "", fmt.Errorf("unknown SQL dialect %q: use postgres, mysql or sqlite", s)
 }
 
 // Valid reports whether d is one of the supported dialects.
-func (d Dialect) Valid() bool {
-	return d == Postgres || d == MySQL || d == SQLite
-}
+func (d Dialect) Valid() bool { return specOf(d) != nil }
 
 var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
@@ -67,22 +147,19 @@ func CheckIdentifier(what, name string) error {
 
 // Placeholder returns the n-th (1-based) bind parameter marker.
 func (d Dialect) Placeholder(n int) string {
-	if d == Postgres {
+	if s := specOf(d); s != nil && s.dollar {
 		return "$" + strconv.Itoa(n)
 	}
 	return "?"
 }
 
-// placeholders returns "p1, p2, ..., pn".
-func (d Dialect) placeholders(n int) string {
-	var b strings.Builder
-	for i := 1; i <= n; i++ {
-		if i > 1 {
-			b.WriteString(", ")
-		}
-		b.WriteString(d.Placeholder(i))
+// Now returns the dialect's current-timestamp expression, the one the DDL
+// defaults use.
+func (d Dialect) Now() string {
+	if s := specOf(d); s != nil {
+		return s.now
 	}
-	return b.String()
+	return specOf(SQLite).now
 }
 
 // InsertEventColumns are the columns InsertEvent binds, in bind order. Every
@@ -117,27 +194,32 @@ const (
 // one by the rows affected (1 or 0); on MySQL that needs the driver's
 // default clientFoundRows=false, under which the no-op update counts 0 rows
 // (with clientFoundRows=true it counts 1, and a skipped insert looks like an
-// inserted one).
+// inserted one). d must be Valid and table a ValidIdentifier (the text is
+// rendered once per table and cached).
 func (d Dialect) InsertEvent(table string, ifAbsent bool) string {
-	q := "INSERT INTO " + table + " (" + strings.Join(InsertEventColumns, ", ") + ") VALUES (" + d.placeholders(len(InsertEventColumns)) + ")"
-	if !ifAbsent {
-		return q
+	def := sInsertEvent
+	if ifAbsent {
+		def = sInsertEventIfAbsent
 	}
-	if d == MySQL {
-		// MySQL has no ON CONFLICT; INSERT IGNORE would also swallow
-		// unrelated errors (truncation, bad JSON), so a no-op update it is.
-		return q + " ON DUPLICATE KEY UPDATE id = id"
-	}
-	return q + " ON CONFLICT (event_id) DO NOTHING"
+	return mustSpec(d).statements(tables{outbox: table}).get(def).static
 }
 
 // EventIdentity returns the SELECT of the biz_type, biz_id and topic of the
 // row with a given event_id: how a writer whose insert with a caller-chosen
 // id was skipped tells an idempotent repeat (the same event type, key and
-// topic) from a clash (another event under the same id).
+// topic) from a clash (another event under the same id). d must be Valid
+// and table a ValidIdentifier.
 func (d Dialect) EventIdentity(table string) string {
-	return "SELECT biz_type, biz_id, topic FROM " + table + " WHERE event_id = " + d.Placeholder(1)
+	return mustSpec(d).statements(tables{outbox: table}).get(sEventIdentity).static
 }
+
+// The writers' statements. Their arguments are InsertEventArgs and the
+// event id; the methods above return only the text.
+var (
+	sInsertEvent         = define(nil, "OutboxInsertEvent", InsertEventColumns...)
+	sInsertEventIfAbsent = define(nil, "OutboxInsertEventIfAbsent", InsertEventColumns...)
+	sEventIdentity       = define(nil, "OutboxEventIdentity", "event_id")
+)
 
 // MySQLSessionTimeZone selects a MySQL session's time_zone and its offset
 // from UTC in seconds. DATETIME columns follow the session time zone, so

@@ -27,7 +27,9 @@ func NotifyChannel(table string) string {
 
 // Listen returns the statement that subscribes a PostgreSQL session to the
 // channel of outbox table table. table must be a ValidIdentifier.
-func Listen(table string) string { return "LISTEN " + NotifyChannel(table) }
+func Listen(table string) string {
+	return mustSpec(Postgres).statements(tables{outbox: table}).get(sListen).static
+}
 
 // NotifyInsert returns the statement a writer runs inside its transaction,
 // after inserting events into outbox table table, to wake the relays that
@@ -36,5 +38,11 @@ func Listen(table string) string { return "LISTEN " + NotifyChannel(table) }
 // coalesced (the payload is empty), so one call per transaction is enough.
 // table must be a ValidIdentifier.
 func NotifyInsert(table string) string {
-	return "SELECT pg_notify('" + NotifyChannel(table) + "', '')"
+	return mustSpec(Postgres).statements(tables{outbox: table}).get(sNotifyInsert).static
 }
+
+// The LISTEN/NOTIFY statements (sql/postgres.sql).
+var (
+	sNotifyInsert = define(needNotify, "OutboxNotifyInsert")
+	sListen       = define(needNotify, "RelayListen")
+)

@@ -1,7 +1,8 @@
 package dialect
 
-// This file holds every statement the monitor (package runtime/monitor) and
-// the janitor (package runtime/janitor) send, for all three dialects.
+// This file binds the statements the monitor (package runtime/monitor) and
+// the janitor (package runtime/janitor) send; their text is in
+// sql/<dialect>.sql.
 //
 // As everywhere in this package, time comes from the database clock only:
 // an age or a cutoff is computed in SQL from now() (PostgreSQL),
@@ -20,7 +21,6 @@ package dialect
 
 import (
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -43,15 +43,28 @@ var StatsColumns = []string{"pending", "oldest_pending_age", "stale", "failed", 
 // and inbox table pair. Build it once with NewOpsQueries; it is immutable
 // and safe for concurrent use.
 type OpsQueries struct {
-	d      Dialect
+	s      *spec
 	outbox string
 	inbox  string
+	set    *stmtSet
 }
+
+// The monitor's and janitor's statements (see sql/<dialect>.sql).
+var (
+	sStats         = define(nil, "OpsStats", "stale_after")
+	sDeleteSent    = define(nil, "OpsDeleteSent", "older_than", "max_rows")
+	sDeleteInbox   = define(nil, "OpsDeleteInbox", "older_than", "max_rows")
+	sArchiveMove   = define(needArchiveMove, "OpsArchiveMove", "older_than", "max_rows")
+	sArchivePick   = define(needArchivePick, "OpsArchivePick", "older_than", "max_rows")
+	sArchiveCopy   = define(needArchiveCopy, "OpsArchiveCopy", "ids")
+	sArchiveDelete = define(needArchivePick, "OpsArchiveDelete", "ids")
+)
 
 // NewOpsQueries returns the monitor and janitor statements of dialect d for
 // outbox table outbox and inbox table inbox.
 func NewOpsQueries(d Dialect, outbox, inbox string) (*OpsQueries, error) {
-	if !d.Valid() {
+	s := specOf(d)
+	if s == nil {
 		return nil, fmt.Errorf("unknown SQL dialect %q: use postgres, mysql or sqlite", d)
 	}
 	if err := CheckIdentifier("outbox table name", outbox); err != nil {
@@ -60,23 +73,16 @@ func NewOpsQueries(d Dialect, outbox, inbox string) (*OpsQueries, error) {
 	if err := CheckIdentifier("inbox table name", inbox); err != nil {
 		return nil, err
 	}
-	return &OpsQueries{d: d, outbox: outbox, inbox: inbox}, nil
+	return &OpsQueries{s: s, outbox: outbox, inbox: inbox, set: s.statements(tables{outbox: outbox, inbox: inbox})}, nil
 }
 
 // Dialect returns the queries' dialect.
-func (q *OpsQueries) Dialect() Dialect { return q.d }
+func (q *OpsQueries) Dialect() Dialect { return q.s.dialect }
 
-// ageSeconds returns the seconds from timestamp expression ts to now, as a
-// floating-point number.
-func (d Dialect) ageSeconds(ts string) string {
-	switch d {
-	case Postgres:
-		return "EXTRACT(EPOCH FROM (now() - " + ts + "))::float8"
-	case MySQL:
-		// TIMESTAMPDIFF is an integer; the division makes it DECIMAL.
-		return "TIMESTAMPDIFF(MICROSECOND, " + ts + ", CURRENT_TIMESTAMP(6)) / 1000000.0"
-	}
-	return "(julianday('now') - julianday(" + ts + ")) * 86400.0"
+// withArchive returns the statements for the queries' tables and archive
+// (cached per archive name).
+func (q *OpsQueries) withArchive(archive string) *stmtSet {
+	return q.s.statements(tables{outbox: q.outbox, inbox: q.inbox, archive: archive})
 }
 
 // Stats returns the monitor's snapshot query: one statement, one row of
@@ -85,33 +91,7 @@ func (d Dialect) ageSeconds(ts string) string {
 // died) come from one pass over the pending rows; FAILED rows are counted
 // by a scalar subquery on the failed index.
 func (q *OpsQueries) Stats(staleAfter time.Duration) (string, []any) {
-	b := &binder{d: q.d}
-	now := q.d.Now()
-	// The binder numbers placeholders in the order they are written; the
-	// cutoff is the only bound value.
-	s := "SELECT COUNT(*)" +
-		", COALESCE(" + q.d.ageSeconds("MIN(created_at)") + ", 0)" +
-		", COALESCE(SUM(CASE WHEN created_at < " + b.nowPlus(-staleAfter) + " THEN 1 ELSE 0 END), 0)" +
-		", (SELECT COUNT(*) FROM " + q.outbox + " WHERE status = 2)" +
-		", COALESCE(SUM(CASE WHEN lease_expires_at < " + now + " THEN 1 ELSE 0 END), 0)" +
-		" FROM " + q.outbox + " WHERE status = 0"
-	return s, b.args
-}
-
-// sentBefore is the janitor's condition on outbox rows: sent, and sent
-// longer than olderThan ago. FAILED (2) and pending (0) rows never match.
-func (q *OpsQueries) sentBefore(b *binder, olderThan time.Duration) string {
-	return "status = 1 AND sent_at < " + b.nowPlus(-olderThan)
-}
-
-// pgBatch is PostgreSQL's batch of old sent ids, locked with SKIP LOCKED
-// so that two janitors never wait for each other. The callers use it as
-// id = ANY(ARRAY(batch)): an IN (subquery) is planned as a hash semi-join
-// over a sequential scan of the whole table, the array as one primary-key
-// lookup per id.
-func (q *OpsQueries) pgBatch(b *binder, olderThan time.Duration, limit int) string {
-	return "SELECT id FROM " + q.outbox + " WHERE " + q.sentBefore(b, olderThan) +
-		" ORDER BY id LIMIT " + b.bind(limit) + " FOR UPDATE SKIP LOCKED"
+	return q.set.get(sStats).render(staleAfter)
 }
 
 // DeleteSent deletes at most limit sent rows whose sent_at is older than
@@ -123,19 +103,7 @@ func (q *OpsQueries) pgBatch(b *binder, olderThan time.Duration, limit int) stri
 // for each other. MySQL deletes with ORDER BY id LIMIT through the
 // (status, id) index.
 func (q *OpsQueries) DeleteSent(olderThan time.Duration, limit int) (string, []any) {
-	b := &binder{d: q.d}
-	t := q.outbox
-	switch q.d {
-	case MySQL:
-		s := "DELETE FROM " + t + " WHERE " + q.sentBefore(b, olderThan) + " ORDER BY id LIMIT " + b.bind(limit)
-		return s, b.args
-	case Postgres:
-		s := "DELETE FROM " + t + " WHERE id = ANY(ARRAY(" + q.pgBatch(b, olderThan, limit) + "))"
-		return s, b.args
-	}
-	s := "DELETE FROM " + t + " WHERE id IN (SELECT id FROM " + t + " WHERE " + q.sentBefore(b, olderThan) +
-		" ORDER BY id LIMIT " + b.bind(limit) + ")"
-	return s, b.args
+	return q.set.get(sDeleteSent).render(olderThan, limit)
 }
 
 // ArchiveInOneStatement reports how an archive batch runs. True
@@ -146,11 +114,11 @@ func (q *OpsQueries) DeleteSent(olderThan time.Duration, limit int) (string, []a
 // ArchiveCopy (MySQL only; SQLite's pick has already copied the rows),
 // then ArchiveDelete, and commit only when every step changed len(ids)
 // rows.
-func (q *OpsQueries) ArchiveInOneStatement() bool { return q.d == Postgres }
+func (q *OpsQueries) ArchiveInOneStatement() bool { return q.s.archive == archiveMove }
 
 // ArchiveCopiesOnPick reports whether ArchivePick already copies the rows
 // into the archive (SQLite), so that ArchiveCopy is skipped.
-func (q *OpsQueries) ArchiveCopiesOnPick() bool { return q.d == SQLite }
+func (q *OpsQueries) ArchiveCopiesOnPick() bool { return q.s.archive == archivePickDelete }
 
 func (q *OpsQueries) checkArchive(archive string) error {
 	if err := CheckIdentifier("archive table name", archive); err != nil {
@@ -168,15 +136,11 @@ func (q *OpsQueries) ArchiveMove(archive string, olderThan time.Duration, limit 
 	if err := q.checkArchive(archive); err != nil {
 		return "", nil, err
 	}
-	if q.d != Postgres {
-		return "", nil, fmt.Errorf("ArchiveMove is PostgreSQL only; %s runs ArchivePick, ArchiveCopy and ArchiveDelete in a transaction", q.d)
+	if !q.ArchiveInOneStatement() {
+		return "", nil, fmt.Errorf("ArchiveMove is PostgreSQL only; %s runs ArchivePick, ArchiveCopy and ArchiveDelete in a transaction", q.s.dialect)
 	}
-	b := &binder{d: q.d}
-	t := q.outbox
-	cs := strings.Join(OutboxColumns, ", ")
-	s := "WITH moved AS (DELETE FROM " + t + " WHERE id = ANY(ARRAY(" + q.pgBatch(b, olderThan, limit) + ")) RETURNING " + cs + ")" +
-		" INSERT INTO " + archive + " (" + cs + ") SELECT " + cs + " FROM moved"
-	return s, b.args, nil
+	s, args := q.withArchive(archive).get(sArchiveMove).render(olderThan, limit)
+	return s, args, nil
 }
 
 // ArchivePick (MySQL, SQLite) starts an archive batch: it returns the ids
@@ -189,21 +153,11 @@ func (q *OpsQueries) ArchivePick(archive string, olderThan time.Duration, limit 
 	if err := q.checkArchive(archive); err != nil {
 		return "", nil, err
 	}
-	b := &binder{d: q.d}
-	t := q.outbox
-	switch q.d {
-	case MySQL:
-		s := "SELECT id FROM " + t + " WHERE " + q.sentBefore(b, olderThan) + " ORDER BY id LIMIT " + b.bind(limit) + " FOR UPDATE SKIP LOCKED"
-		return s, b.args, nil
-	case SQLite:
-		cs := strings.Join(OutboxColumns, ", ")
-		// "WHERE true" is not needed: the SELECT has a WHERE, so SQLite's
-		// INSERT ... SELECT ... ON CONFLICT parsing ambiguity cannot arise.
-		s := "INSERT INTO " + archive + " (" + cs + ") SELECT " + cs + " FROM " + t + " WHERE " + q.sentBefore(b, olderThan) +
-			" ORDER BY id LIMIT " + b.bind(limit) + " RETURNING id"
-		return s, b.args, nil
+	if q.ArchiveInOneStatement() {
+		return "", nil, fmt.Errorf("ArchivePick is for MySQL and SQLite; PostgreSQL runs ArchiveMove")
 	}
-	return "", nil, fmt.Errorf("ArchivePick is for MySQL and SQLite; PostgreSQL runs ArchiveMove")
+	s, args := q.withArchive(archive).get(sArchivePick).render(olderThan, limit)
+	return s, args, nil
 }
 
 // ArchiveCopy (MySQL) copies the picked ids into archive. Callers split
@@ -212,21 +166,21 @@ func (q *OpsQueries) ArchiveCopy(archive string, ids []int64) (string, []any, er
 	if err := q.checkArchive(archive); err != nil {
 		return "", nil, err
 	}
-	b := &binder{d: q.d}
-	cs := strings.Join(OutboxColumns, ", ")
-	// outbox.id, not id: both tables have an id (sqlc rejects the bare
-	// name as ambiguous, though MySQL resolves it to the FROM table).
-	s := "INSERT INTO " + archive + " (" + cs + ") SELECT " + cs + " FROM " + q.outbox + " WHERE " + q.outbox + ".id IN (" + b.ids(ids) + ")"
-	return s, b.args, nil
+	if q.s.archive != archivePickCopyDelete {
+		return "", nil, fmt.Errorf("ArchiveCopy is MySQL only")
+	}
+	s, args := q.withArchive(archive).get(sArchiveCopy).render(ids)
+	return s, args, nil
 }
 
 // ArchiveDelete (MySQL, SQLite) deletes the picked ids from the outbox
 // table; status = 1 is repeated as a guard. Callers split id lists longer
-// than MaxInList.
+// than MaxInList. On PostgreSQL it returns "", nil.
 func (q *OpsQueries) ArchiveDelete(ids []int64) (string, []any) {
-	b := &binder{d: q.d}
-	s := "DELETE FROM " + q.outbox + " WHERE id IN (" + b.ids(ids) + ") AND status = 1"
-	return s, b.args
+	if q.ArchiveInOneStatement() {
+		return "", nil
+	}
+	return q.set.get(sArchiveDelete).render(ids)
 }
 
 // DeleteInbox deletes at most limit inbox rows processed longer than
@@ -234,21 +188,5 @@ func (q *OpsQueries) ArchiveDelete(ids []int64) (string, []any) {
 // finds them). The stale-guard table (InboxKeyTable) is never touched: it
 // holds one row per key, not one per event.
 func (q *OpsQueries) DeleteInbox(olderThan time.Duration, limit int) (string, []any) {
-	b := &binder{d: q.d}
-	t := q.inbox
-	cond := "processed_at < " + b.nowPlus(-olderThan)
-	switch q.d {
-	case MySQL:
-		s := "DELETE FROM " + t + " WHERE " + cond + " ORDER BY processed_at LIMIT " + b.bind(limit)
-		return s, b.args
-	case Postgres:
-		// ctid = ANY(ARRAY(...)): a TID scan of the locked rows. The
-		// rows stay locked until the DELETE, so their ctids cannot move.
-		s := "DELETE FROM " + t + " WHERE ctid = ANY(ARRAY(SELECT ctid FROM " + t + " WHERE " + cond +
-			" ORDER BY processed_at LIMIT " + b.bind(limit) + " FOR UPDATE SKIP LOCKED))"
-		return s, b.args
-	}
-	s := "DELETE FROM " + t + " WHERE (consumer, event_id) IN (SELECT consumer, event_id FROM " + t + " WHERE " + cond +
-		" ORDER BY processed_at LIMIT " + b.bind(limit) + ")"
-	return s, b.args
+	return q.set.get(sDeleteInbox).render(olderThan, limit)
 }

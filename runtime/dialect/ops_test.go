@@ -140,10 +140,13 @@ func TestOpsQueriesArchiveKindMismatch(t *testing.T) {
 	}
 }
 
-func TestNowPlusSQLiteModifier(t *testing.T) {
-	b := &binder{d: SQLite}
-	s := b.nowPlus(-90 * time.Second)
-	if !strings.Contains(s, "'now', ?") || b.args[0] != "-90.000000 seconds" {
-		t.Errorf("nowPlus = %q %v", s, b.args)
+func TestDurationEncoding(t *testing.T) {
+	for d, want := range map[Dialect]any{Postgres: 90.0, MySQL: int64(90_000_000), SQLite: "90.000000 seconds"} {
+		if got := mustSpec(d).encode(90 * time.Second); got != want {
+			t.Errorf("%s: %v (%T), want %v", d, got, got, want)
+		}
+	}
+	if got := mustSpec(SQLite).encode("x"); got != "x" {
+		t.Errorf("non-duration changed: %v", got)
 	}
 }

@@ -14,25 +14,26 @@ import (
 	"time"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
-// Tables names the outbox and inbox tables. Names are checked with
+// Tables names the outbox, inbox and archive tables: the generated
+// package's Schema.Tables, from events.yaml. Names are checked with
 // dialect.CheckIdentifier before they reach any SQL.
-type Tables struct {
-	Outbox string
-	Inbox  string
-}
+type Tables = outbox.Tables
 
-// DefaultTables are the tables events.yaml uses unless told otherwise.
-var DefaultTables = Tables{Outbox: "outbox_event", Inbox: "outbox_inbox"}
+// Table is one table of a schema that a runtime part uses, for Check.
+type Table int
 
-// Check returns an error when a table name is not a safe identifier.
-func (t Tables) Check() error {
-	if err := dialect.CheckIdentifier("outbox table name", t.Outbox); err != nil {
-		return err
-	}
-	return dialect.CheckIdentifier("inbox table name", t.Inbox)
-}
+// The tables Check can verify.
+const (
+	// Outbox is sql.outbox_table: relay, sweeper, monitor, janitor.
+	Outbox Table = iota
+	// Inbox is sql.inbox_table: consumers, janitor.
+	Inbox
+	// Archive is sql.archive_table: the janitor when it archives.
+	Archive
+)
 
 // Row is one claimed outbox row, everything the relay needs to publish it.
 type Row struct {
@@ -127,8 +128,19 @@ type Stats struct {
 type Driver interface {
 	// Dialect returns the SQL dialect.
 	Dialect() dialect.Dialect
-	// Tables returns the table names.
+	// Tables returns the table names (the schema's).
 	Tables() Tables
+	// Schema returns the schema the driver was built from.
+	Schema() outbox.Schema
+
+	// Check verifies, before a part first uses the database, that the
+	// database speaks the driver's dialect (asked of the server) and that
+	// table t exists with every column this runtime needs, and returns an
+	// error naming the table, its events.yaml key and the fix otherwise.
+	// A missing table or column and a wrong dialect are permanent (see
+	// dberr: fatal at start); a database that is down is not. Success is
+	// remembered: later calls cost nothing.
+	Check(ctx context.Context, t Table) error
 
 	// Claim leases up to p.Limit claimable rows to p.Owner and returns
 	// them in id order. Claimable: pending, due (next_retry_time passed),

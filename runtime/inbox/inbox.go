@@ -228,6 +228,18 @@ func Register(r *message.Router, sub message.Subscriber, db *sql.DB, c Consumer[
 	if db == nil {
 		return errors.New("inbox: nil *sql.DB")
 	}
+	var o Options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(o.Schema.Dialects) > 0 && o.Dialect == "" {
+		// The dialect is the database's, and events.yaml must list it.
+		d, err := o.Schema.DialectOf(db)
+		if err != nil {
+			return fmt.Errorf("inbox: consumer %s: %w (for a wrapping driver, pass inbox.WithDialect(outbox.SQLite), say)", c.Name, err)
+		}
+		opts = append(opts[:len(opts):len(opts)], WithDialect(d))
+	}
 	return RegisterStore(r, sub, SQLStore{DB: db}, c, opts...)
 }
 
@@ -318,6 +330,19 @@ func RegisterStore[T any](r *message.Router, sub message.Subscriber, s Store[T],
 		Logger: o.Logger,
 	}.Middleware)
 
+	latest := false
+	for _, rt := range c.Routes {
+		latest = latest || rt.LatestOnly
+	}
+	// The start-up check: when the router starts, the inbox table (and the
+	// stale-guard table) must exist with every column, or Router.Run fails
+	// with what to do, instead of every delivery failing later.
+	r.AddPlugin(func(*message.Router) error {
+		ctx, cancel := context.WithTimeout(context.Background(), startCheckTimeout)
+		defer cancel()
+		return checkTables(ctx, s, q, o.Schema, c.Name, latest)
+	})
+
 	for _, topic := range topics {
 		h := &handler[T]{
 			name: c.Name, store: s, q: q, routes: byTopic[topic], counter: counter,
@@ -328,6 +353,60 @@ func RegisterStore[T any](r *message.Router, sub message.Subscriber, s Store[T],
 		wh.AddMiddleware(mws...)
 	}
 	return nil
+}
+
+// startCheckTimeout bounds the start-up check of the inbox tables.
+const startCheckTimeout = 30 * time.Second
+
+// checkTables reads no row of the inbox table (and, with latest, of the
+// stale-guard table) with every column the consumer uses. A missing table
+// or column, or a missing privilege, is returned explained; any other
+// error (the database is not up yet) is left to the deliveries, which wait
+// for it.
+func checkTables[T any](ctx context.Context, s Store[T], q *dialect.InboxQueries, schema outbox.Schema, consumer string, latest bool) error {
+	source := schema.Source
+	if source == "" {
+		source = "events.yaml"
+	}
+	type check struct {
+		table string
+		cols  []string
+	}
+	checks := []check{{q.Table(), dialect.InboxColumns}}
+	if latest {
+		checks = append(checks, check{q.KeyTable(), []string{"consumer", "biz_type", "biz_id", "last_seq"}})
+	}
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		return fatalOnly(err, consumer, q.Table())
+	}
+	defer s.Rollback(context.WithoutCancel(ctx), tx) //nolint:errcheck // read-only
+	for _, c := range checks {
+		dest := make([]any, len(c.cols))
+		for i := range dest {
+			dest[i] = new(any)
+		}
+		if _, err := s.QueryRow(ctx, tx, dialect.SelectColumns(c.table, c.cols), nil, dest...); err != nil {
+			err = fmt.Errorf("inbox: consumer %s: check table %s: %w", consumer, c.table, err)
+			if dberr.Classify(err) == dberr.Missing {
+				return &dberr.Error{Class: dberr.Missing, Err: err, Advice: fmt.Sprintf(
+					"table %q (from sql.inbox_table in %s) does not exist or lacks columns consumers need (%s): apply the schema (`outboxgen schema -f %s -dialect %s` prints it, or run your migrations); if the table has another name, set sql.inbox_table in %s and regenerate",
+					c.table, source, strings.Join(c.cols, ", "), source, q.Dialect(), source)}
+			}
+			return fatalOnly(err, consumer, c.table)
+		}
+	}
+	return nil
+}
+
+// fatalOnly returns err explained when it is fatal at start (a missing
+// privilege), and nil otherwise: a database that is down is waited for.
+func fatalOnly(err error, consumer, table string) error {
+	if !dberr.Classify(err).FatalAtStart() {
+		return nil
+	}
+	return dberr.Explain(err, dberr.Need{Component: "consumer " + consumer, Tables: table,
+		Privileges: "SELECT and INSERT on " + table + " (and on its _key table for latest_only events, plus UPDATE there)"})
 }
 
 // handler handles the messages of one topic for one consumer.

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
 // DefaultInboxTable is the inbox table name events.yaml uses by default.
@@ -30,6 +31,12 @@ const (
 // (from the generated Writer) and InboxTable (from events.yaml); everything
 // else comes from the Option values the application passes.
 type Options struct {
+	// Schema is the generated package's Schema (from events.yaml):
+	// generated RegisterX functions pass it. It supplies InboxTable, and
+	// Register (database/sql) takes the dialect from the *sql.DB's driver
+	// and refuses one events.yaml does not list; pgxinbox.Register
+	// refuses a schema without postgres.
+	Schema outbox.Schema
 	// Dialect is the SQL dialect of the database (database/sql only; the
 	// pgx registration always uses PostgreSQL). Required.
 	Dialect dialect.Dialect
@@ -87,6 +94,9 @@ type Option func(*Options)
 // WithOptions replaces all options with o (later options still apply).
 func WithOptions(o Options) Option { return func(dst *Options) { *dst = o } }
 
+// WithSchema sets the schema (generated code passes its Schema).
+func WithSchema(s outbox.Schema) Option { return func(o *Options) { o.Schema = s } }
+
 // WithDialect sets the SQL dialect (database/sql).
 func WithDialect(d dialect.Dialect) Option { return func(o *Options) { o.Dialect = d } }
 
@@ -124,6 +134,9 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 func (o *Options) setDefaults(consumer string) {
 	if o.InboxTable == "" {
+		o.InboxTable = o.Schema.Tables.Inbox
+	}
+	if o.InboxTable == "" {
 		o.InboxTable = DefaultInboxTable
 	}
 	if o.PoisonTopic == "" {
@@ -146,6 +159,14 @@ func (o *Options) setDefaults(consumer string) {
 // Validate reports options that cannot work.
 func (o Options) Validate() error {
 	var errs []error
+	if o.Schema.Tables.Inbox != "" && o.InboxTable != o.Schema.Tables.Inbox {
+		errs = append(errs, fmt.Errorf("inbox: the inbox table is %q, but sql.inbox_table in %s is %q: leave the table to the schema", o.InboxTable, o.Schema.Source, o.Schema.Tables.Inbox))
+	}
+	if len(o.Schema.Dialects) > 0 && o.Dialect.Valid() {
+		if err := o.Schema.CheckDialect(o.Dialect, "the consumer's database"); err != nil {
+			errs = append(errs, fmt.Errorf("inbox: %w", err))
+		}
+	}
 	if !o.Dialect.Valid() {
 		errs = append(errs, fmt.Errorf("inbox: unknown or missing dialect %q: use inbox.WithDialect(outbox.Postgres), MySQL or SQLite", o.Dialect))
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
 	"github.com/outboxgen/outboxgen/runtime/internal/schedule"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
 // Store is what the janitor changes: any driver.Driver.
@@ -84,6 +85,21 @@ func New(store Store, opts Options) (*Janitor, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	if s, ok := store.(interface{ Schema() outbox.Schema }); ok && opts.ArchiveTable != "" {
+		// Only the archive table events.yaml declares (its DDL is
+		// generated with the outbox's).
+		sc := s.Schema()
+		if a := sc.Tables.Archive; a != opts.ArchiveTable {
+			src := sc.Source
+			if src == "" {
+				src = "events.yaml"
+			}
+			if a == "" {
+				return nil, fmt.Errorf("janitor: Options.ArchiveTable is %q, but %s declares no sql.archive_table: declare it there (its DDL comes with the outbox's), regenerate, and pass the generated Schema.Tables.Archive", opts.ArchiveTable, src)
+			}
+			return nil, fmt.Errorf("janitor: Options.ArchiveTable is %q, but sql.archive_table in %s is %q: pass Schema.Tables.Archive", opts.ArchiveTable, src, a)
+		}
+	}
 	return &Janitor{store: store, opts: opts, log: opts.Logger.With(slog.String("component", "outboxgen.janitor")), need: need(store, opts)}, nil
 }
 
@@ -137,7 +153,21 @@ func (j *Janitor) run(ctx context.Context) (Result, time.Duration, error) {
 		return j.store.DeleteSent(ctx, j.opts.Retention, j.opts.BatchSize)
 	}
 	var err error
-	res.Sent, res.SentBatches, err = j.drain(ctx, Outbox, res.Archived, sent)
+	if c, ok := j.store.(interface {
+		Check(context.Context, driver.Table) error
+	}); ok {
+		// The driver's start-up check (remembered once it passed): the
+		// dialect and the columns of the tables this run touches.
+		// Not the archive table: the janitor may only INSERT there (a
+		// missing one fails the first archive batch, explained).
+		err = c.Check(ctx, driver.Outbox)
+		if err == nil && j.opts.InboxRetention > 0 {
+			err = c.Check(ctx, driver.Inbox)
+		}
+	}
+	if err == nil {
+		res.Sent, res.SentBatches, err = j.drain(ctx, Outbox, res.Archived, sent)
+	}
 	if err == nil && j.opts.InboxRetention > 0 {
 		res.Inbox, res.InboxBatches, err = j.drain(ctx, Inbox, false, func(ctx context.Context) (int64, error) {
 			return j.store.DeleteInbox(ctx, j.opts.InboxRetention, j.opts.BatchSize)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,11 +13,11 @@ import (
 
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
-	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/driver/drivertest"
 	"github.com/outboxgen/outboxgen/runtime/driver/pgxdriver"
 	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
 	"github.com/outboxgen/outboxgen/runtime/janitor"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/templates"
 )
 
@@ -37,7 +38,7 @@ func eachDatabase(t *testing.T, f func(t *testing.T, env dbEnv)) {
 			}
 			db := testdb.Open(t, name)
 			testdb.ApplySchema(t, db, name, templates.DefaultTables)
-			drv, err := sqldriver.New(db, d, driver.DefaultTables)
+			drv, err := sqldriver.New(db, testdb.SchemaWith(d, archiveTables))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,7 +50,7 @@ func eachDatabase(t *testing.T, f func(t *testing.T, env dbEnv)) {
 		db := stdlib.OpenDBFromPool(pool)
 		t.Cleanup(func() { db.Close() })
 		testdb.ApplySchema(t, db, "postgres", templates.DefaultTables)
-		drv, err := pgxdriver.New(pool, driver.DefaultTables)
+		drv, err := pgxdriver.New(pool, testdb.SchemaWith(dialect.Postgres, archiveTables))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,12 +60,16 @@ func eachDatabase(t *testing.T, f func(t *testing.T, env dbEnv)) {
 
 const day = 24 * time.Hour
 
+// archiveTables are the default tables plus the archive table the tests
+// create (as sql.archive_table in events.yaml would).
+var archiveTables = outbox.Tables{Outbox: testdb.Tables.Outbox, Inbox: testdb.Tables.Inbox, Archive: "outbox_event_archive"}
+
 // seedMixed seeds oldSent removable rows and rows the janitor must keep;
 // FAILED and pending rows carry an old sent_at too, to prove the status
 // guard. It returns the old sent ids and the ids to keep.
 func seedMixed(t *testing.T, env dbEnv, oldSent int) (old, keep []int64) {
 	t.Helper()
-	tb := driver.DefaultTables
+	tb := testdb.Tables
 	ids := drivertest.OpsSeed(t, env.db, env.d, tb.Outbox,
 		drivertest.OpsSeedRow{Count: oldSent, Status: 1, CreatedAgo: 9 * day, SentAgo: 8 * day},
 		drivertest.OpsSeedRow{Count: 3, Status: 1, CreatedAgo: 2 * day, SentAgo: day},       // young sent
@@ -99,10 +104,10 @@ func TestJanitorDeletesOnDatabases(t *testing.T) {
 		if !reflect.DeepEqual(batches, wantBatches) {
 			t.Errorf("batches %+v, want %+v", batches, wantBatches)
 		}
-		if got := drivertest.OpsIDs(t, env.db, driver.DefaultTables.Outbox); !reflect.DeepEqual(got, keep) {
+		if got := drivertest.OpsIDs(t, env.db, testdb.Tables.Outbox); !reflect.DeepEqual(got, keep) {
 			t.Errorf("outbox ids %v, want %v (young sent, old failed, old pending)", got, keep)
 		}
-		if n := drivertest.OpsCount(t, env.db, driver.DefaultTables.Inbox, ""); n != 2 {
+		if n := drivertest.OpsCount(t, env.db, testdb.Tables.Inbox, ""); n != 2 {
 			t.Errorf("inbox rows %d, want the 2 young ones", n)
 		}
 		// Nothing left to do: a second run removes nothing.
@@ -116,9 +121,9 @@ func TestJanitorDeletesOnDatabases(t *testing.T) {
 func TestJanitorArchivesOnDatabases(t *testing.T) {
 	eachDatabase(t, func(t *testing.T, env dbEnv) {
 		const archive = "outbox_event_archive"
-		drivertest.CreateArchiveTable(t, env.db, env.d, driver.DefaultTables, archive)
+		drivertest.CreateArchiveTable(t, env.db, env.d, testdb.Tables, archive)
 		old, keep := seedMixed(t, env, 25)
-		before := drivertest.OpsRows(t, env.db, driver.DefaultTables.Outbox, old)
+		before := drivertest.OpsRows(t, env.db, testdb.Tables.Outbox, old)
 		j, err := janitor.New(env.store, janitor.Options{Logger: quiet, BatchSize: 10, BatchPause: -1, ArchiveTable: archive})
 		if err != nil {
 			t.Fatal(err)
@@ -131,7 +136,7 @@ func TestJanitorArchivesOnDatabases(t *testing.T) {
 		if res != want {
 			t.Errorf("result %+v, want %+v", res, want)
 		}
-		if got := drivertest.OpsIDs(t, env.db, driver.DefaultTables.Outbox); !reflect.DeepEqual(got, keep) {
+		if got := drivertest.OpsIDs(t, env.db, testdb.Tables.Outbox); !reflect.DeepEqual(got, keep) {
 			t.Errorf("outbox ids %v, want %v", got, keep)
 		}
 		after := drivertest.OpsRows(t, env.db, archive, old)
@@ -142,4 +147,23 @@ func TestJanitorArchivesOnDatabases(t *testing.T) {
 			t.Errorf("%d archived rows without archived_at", n)
 		}
 	})
+}
+
+// The janitor archives only into the table events.yaml declares.
+func TestArchiveTableFromSchema(t *testing.T) {
+	db := testdb.Open(t, "sqlite")
+	for _, c := range []struct {
+		archive, want string
+	}{
+		{"", `declares no sql.archive_table`},
+		{"outbox_event_archive", `sql.archive_table in events.yaml is "outbox_event_archive"`},
+	} {
+		drv, err := sqldriver.New(db, testdb.SchemaWith(dialect.SQLite, outbox.Tables{Outbox: "outbox_event", Inbox: "outbox_inbox", Archive: c.archive}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := janitor.New(drv, janitor.Options{ArchiveTable: "old_rows"}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("archive %q: New = %v, want %q", c.archive, err, c.want)
+		}
+	}
 }

@@ -52,6 +52,11 @@ type Source interface {
 	Stats(ctx context.Context, staleAfter time.Duration) (driver.Stats, error)
 }
 
+// checker is implemented by every driver.Driver: see driver.Driver.Check.
+type checker interface {
+	Check(ctx context.Context, t driver.Table) error
+}
+
 // Kind names an alert.
 type Kind string
 
@@ -233,7 +238,16 @@ func (m *Monitor) Snapshot() (driver.Stats, time.Time, bool) {
 // OnResolve: a one-off check (a CronJob, a health endpoint) acts on the
 // returned alerts itself.
 func (m *Monitor) Check(ctx context.Context) (driver.Stats, []Alert, error) {
-	st, err := m.src.Stats(ctx, m.opts.StaleAfter)
+	var err error
+	if c, ok := m.src.(checker); ok {
+		// The driver's start-up check (remembered once it passed): the
+		// dialect and the outbox table's columns.
+		err = c.Check(ctx, driver.Outbox)
+	}
+	var st driver.Stats
+	if err == nil {
+		st, err = m.src.Stats(ctx, m.opts.StaleAfter)
+	}
 	if err != nil {
 		m.errs.Add(ctx, 1, m.attrs)
 		return driver.Stats{}, nil, fmt.Errorf("monitor: read outbox stats: %w", dberr.Explain(err, m.need))

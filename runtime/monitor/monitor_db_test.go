@@ -30,7 +30,7 @@ func TestMonitorOnDatabases(t *testing.T) {
 			}
 			db := testdb.Open(t, name)
 			testdb.ApplySchema(t, db, name, templates.DefaultTables)
-			drv, err := sqldriver.New(db, d, driver.DefaultTables)
+			drv, err := sqldriver.New(db, testdb.Schema(d))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -42,7 +42,7 @@ func TestMonitorOnDatabases(t *testing.T) {
 		db := stdlib.OpenDBFromPool(pool)
 		t.Cleanup(func() { db.Close() })
 		testdb.ApplySchema(t, db, "postgres", templates.DefaultTables)
-		drv, err := pgxdriver.New(pool, driver.DefaultTables)
+		drv, err := pgxdriver.New(pool, testdb.Schema(dialect.Postgres))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -69,6 +69,10 @@ func WithHeader(key, value string) InsertOption {
 	return WithHeaders(map[string]string{key: value})
 }
 
+// ErrNilWriter is returned by the inserts of a nil *Writer (and so of a
+// generated package's zero Writer value).
+var ErrNilWriter = errors.New("outbox: the writer is nil: create it with the generated NewWriter (or outbox.NewWriter)")
+
 // Writer inserts events into one outbox table of one dialect. It is safe
 // for concurrent use; its statements are built once.
 type Writer struct {
@@ -313,6 +317,9 @@ func (w *Writer) Insert(ctx context.Context, tx Execer, ev Event, opts ...Insert
 
 // InsertTx is Insert through any Tx (pgxoutbox passes a pgx.Tx this way).
 func (w *Writer) InsertTx(ctx context.Context, tx Tx, ev Event, opts ...InsertOption) (EventID, error) {
+	if w == nil {
+		return EventID{}, ErrNilWriter
+	}
 	st, err := w.Prepare(ev, opts...)
 	if err != nil {
 		return EventID{}, err

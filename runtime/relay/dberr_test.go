@@ -52,7 +52,7 @@ func sqliteRelayDB(t *testing.T) (*sql.DB, *countingDriver) {
 	t.Helper()
 	db := testdb.Open(t, "sqlite")
 	testdb.ApplySchema(t, db, "sqlite", templates.Tables{Outbox: tables.Outbox, Inbox: tables.Inbox})
-	drv, err := sqldriver.New(db, dialect.SQLite, tables)
+	drv, err := sqldriver.New(db, testdb.SchemaWith(dialect.SQLite, tables))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestStartPermissionDenied(t *testing.T) {
 		// The superuser test login assumes the role for every connection.
 		limited := dsn + "&role=" + role
 		t.Run("sql", func(t *testing.T) {
-			drv, err := sqldriver.New(openDB(t, "pgx", limited), dialect.Postgres, tables)
+			drv, err := sqldriver.New(openDB(t, "pgx", limited), testdb.SchemaWith(dialect.Postgres, tables))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -301,7 +301,7 @@ func TestStartPermissionDenied(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer pool.Close()
-			drv, err := pgxdriver.New(pool, tables)
+			drv, err := pgxdriver.New(pool, testdb.SchemaWith(dialect.Postgres, tables))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -327,7 +327,7 @@ func TestStartPermissionDenied(t *testing.T) {
 		}
 		t.Cleanup(func() { admin.Exec("DROP USER '" + user + "'@'127.0.0.1'") })
 		limited := user + ":pw@" + dsn[strings.Index(dsn, "@")+1:]
-		drv, err := sqldriver.New(openDB(t, "mysql", limited), dialect.MySQL, tables)
+		drv, err := sqldriver.New(openDB(t, "mysql", limited), testdb.SchemaWith(dialect.MySQL, tables))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -356,7 +356,7 @@ func TestReadOnlyDatabase(t *testing.T) {
 			rw := openDB(t, "sqlite", testdb.SQLiteDSN(path))
 			testdb.ApplySchema(t, rw, "sqlite", templates.Tables{Outbox: tables.Outbox, Inbox: tables.Inbox})
 			rw.Close()
-			drv, err := sqldriver.New(openDB(t, "sqlite", "file:"+path+"?mode=ro"), dialect.SQLite, tables)
+			drv, err := sqldriver.New(openDB(t, "sqlite", "file:"+path+"?mode=ro"), testdb.SchemaWith(dialect.SQLite, tables))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -365,7 +365,7 @@ func TestReadOnlyDatabase(t *testing.T) {
 		"postgres": func(t *testing.T) driver.Driver {
 			dsn := testdb.DSN(t, "postgres")
 			testdb.ApplySchema(t, openDB(t, "pgx", dsn), "postgres", templates.Tables{Outbox: tables.Outbox, Inbox: tables.Inbox})
-			drv, err := sqldriver.New(openDB(t, "pgx", dsn+"&default_transaction_read_only=on"), dialect.Postgres, tables)
+			drv, err := sqldriver.New(openDB(t, "pgx", dsn+"&default_transaction_read_only=on"), testdb.SchemaWith(dialect.Postgres, tables))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -378,7 +378,7 @@ func TestReadOnlyDatabase(t *testing.T) {
 			if err := ro.Ping(); err != nil {
 				ro = openDB(t, "mysql", dsn+"&transaction_read_only=1") // MySQL 8
 			}
-			drv, err := sqldriver.New(ro, dialect.MySQL, tables)
+			drv, err := sqldriver.New(ro, testdb.SchemaWith(dialect.MySQL, tables))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,7 +3,7 @@
 // keeps the promise "committed ⇒ published (at least once), rolled back ⇒
 // never published".
 //
-//	drv, err := sqldriver.New(db, dialect.Postgres, driver.DefaultTables) // or pgxdriver.New(pool, ...)
+//	drv, err := sqldriver.New(db, events.Schema) // or pgxdriver.New(pool, events.Schema)
 //	...
 //	r, err := relay.New(drv, relay.Options{Publisher: pub})
 //	...

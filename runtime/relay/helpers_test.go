@@ -52,7 +52,7 @@ func forEachDialect(t *testing.T, f func(t *testing.T, db *sql.DB, d dialect.Dia
 				}
 				t.Cleanup(pool.Close)
 				testdb.ApplySchema(t, db, "postgres", templates.Tables{Outbox: tables.Outbox, Inbox: tables.Inbox})
-				drv, err := pgxdriver.New(pool, tables)
+				drv, err := pgxdriver.New(pool, testdb.SchemaWith(dialect.Postgres, tables))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -65,7 +65,7 @@ func forEachDialect(t *testing.T, f func(t *testing.T, db *sql.DB, d dialect.Dia
 			if err != nil {
 				t.Fatal(err)
 			}
-			drv, err := sqldriver.New(db, d, tables)
+			drv, err := sqldriver.New(db, testdb.SchemaWith(d, tables))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -54,8 +54,9 @@ type Options struct {
 	// works (Kafka, NATS JetStream, AMQP, Redis Streams, GoChannel, ...).
 	Publisher message.Publisher
 
-	// EventTypes lists the event types with their settings (the generated
-	// EventTypes variable). Only Ordered is read: types listed with
+	// EventTypes lists the event types with their settings. Default: the
+	// driver's schema's (the generated Schema.EventTypes, from
+	// events.yaml); set it only to override them. Only Ordered is read: types listed with
 	// Ordered false are published without per-key order. Types not listed
 	// are ordered.
 	EventTypes []outbox.EventType

@@ -84,7 +84,10 @@ var ErrRunning = errors.New("relay: already running: call Run or RunOnce once pe
 // defaults and validated.
 func New(drv driver.Driver, opts Options) (*Relay, error) {
 	if drv == nil {
-		return nil, errors.New("relay: driver is nil: pass sqldriver.New(db, dialect, tables) or pgxdriver.New(pool, tables)")
+		return nil, errors.New("relay: driver is nil: pass sqldriver.New(db, events.Schema) or pgxdriver.New(pool, events.Schema)")
+	}
+	if opts.EventTypes == nil {
+		opts.EventTypes = drv.Schema().EventTypes
 	}
 	opts.setDefaults()
 	if err := opts.Validate(); err != nil {
@@ -257,11 +260,16 @@ func errorText(err error) string {
 // besides.
 const probeID = 0
 
-// probeTable checks that the outbox table is usable without changing it: a
-// lease extension of a row that does not exist fails when the table or its
+// probeTable checks that the outbox table is usable without changing it:
+// the driver's Check, then a lease extension of a row that does not exist fails when the table or its
 // lease columns are missing, the user lacks SELECT or UPDATE on it, or the
 // database is read-only, and otherwise changes nothing.
 func (r *Relay) probeTable(ctx context.Context) error {
+	// The driver's check: the server speaks the driver's dialect and the
+	// table events.yaml names has every column (needs SELECT only).
+	if err := r.drv.Check(ctx, driver.Outbox); err != nil {
+		return err
+	}
 	_, err := r.drv.ExtendLease(ctx, r.opts.InstanceID, []int64{probeID}, r.opts.LeaseDuration)
 	return err
 }

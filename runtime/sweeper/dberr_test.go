@@ -38,7 +38,7 @@ func (c *countingDriver) ExtendLease(ctx context.Context, owner string, ids []in
 func TestRunBacksOffOnDatabaseErrors(t *testing.T) {
 	db := testdb.Open(t, "sqlite")
 	testdb.ApplySchema(t, db, "sqlite", templates.DefaultTables)
-	drv, err := sqldriver.New(db, dialect.SQLite, driver.DefaultTables)
+	drv, err := sqldriver.New(db, testdb.Schema(dialect.SQLite))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestRunBacksOffOnDatabaseErrors(t *testing.T) {
 // A missing table ends Run at start, with advice.
 func TestRunMissingTable(t *testing.T) {
 	db := testdb.Open(t, "sqlite")
-	drv, err := sqldriver.New(db, dialect.SQLite, driver.DefaultTables)
+	drv, err := sqldriver.New(db, testdb.Schema(dialect.SQLite))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestRunMissingTable(t *testing.T) {
 	if ctx.Err() != nil || err == nil || !strings.Contains(err.Error(), "apply the schema") {
 		t.Fatalf("Run = %v (context: %v), want a missing-table error at once", err, ctx.Err())
 	}
-	if _, err := s.RunOnce(ctx); err == nil || !strings.Contains(err.Error(), "sweeper: a table or column it uses does not exist") {
+	if _, err := s.RunOnce(ctx); err == nil || !strings.Contains(err.Error(), `table "outbox_event" (sql.outbox_table in events.yaml) does not exist`) {
 		t.Fatalf("RunOnce = %v, want the explained error", err)
 	}
 }

@@ -104,7 +104,7 @@ type Sweeper struct {
 // with defaults and validated.
 func New(drv driver.Driver, opts Options) (*Sweeper, error) {
 	if drv == nil {
-		return nil, errors.New("sweeper: driver is nil: pass sqldriver.New(db, dialect, tables) or pgxdriver.New(pool, tables)")
+		return nil, errors.New("sweeper: driver is nil: pass sqldriver.New(db, events.Schema) or pgxdriver.New(pool, events.Schema)")
 	}
 	if opts.OverdueAfter == 0 {
 		opts.OverdueAfter = DefaultOverdueAfter

@@ -66,7 +66,7 @@ func forEachDialect(t *testing.T, f func(t *testing.T, db *sql.DB, d dialect.Dia
 			if err != nil {
 				t.Fatal(err)
 			}
-			drv, err := sqldriver.New(db, d, driver.DefaultTables)
+			drv, err := sqldriver.New(db, testdb.Schema(d))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -226,7 +226,7 @@ func TestRunSweepsOnSchedule(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	drv, err := sqldriver.New(&sql.DB{}, dialect.SQLite, driver.DefaultTables)
+	drv, err := sqldriver.New(testdb.Open(t, "sqlite"), testdb.Schema(dialect.SQLite))
 	if err != nil {
 		t.Fatal(err)
 	}

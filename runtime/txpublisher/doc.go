@@ -24,20 +24,20 @@
 // does the forwarding (batched, multi-instance, per-key ordered, with
 // backoff and a FAILED state):
 //
-//	var events = outbox.MustNewWriter(outbox.Postgres, "outbox_event") // once
+//	w, _ := events.NewWriter(db) // once: the generated package's writer for db
 //
 //	tx, _ := db.BeginTx(ctx, nil)
-//	pub := txpublisher.New(tx, events)
+//	pub := txpublisher.New(tx, w.Outbox())
 //	// ... business writes on tx ...
 //	err = pub.Publish("orders", msg) // only INSERTs; never talks to the broker
 //	err = tx.Commit()
-//	// elsewhere: drv, _ := sqldriver.New(db, dialect.Postgres, driver.DefaultTables)
+//	// elsewhere: drv, _ := sqldriver.New(db, events.Schema)
 //	//           r, _ := relay.New(drv, relay.Options{Publisher: kafkaPublisher}); r.Run(ctx)
 //
 // Do not keep forwarder.NewPublisher around the txpublisher: it would
 // envelope every message to the forwarder topic, and the relay would
 // publish envelopes. For a native pgx/v5 transaction use
-// pgxtxpublisher.New(tx, events) from the sub-package of that name.
+// pgxtxpublisher.New(tx, w.Outbox()) from the sub-package of that name.
 //
 // # How a message becomes a row
 //

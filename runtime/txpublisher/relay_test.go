@@ -13,7 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
-	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/runtime/relay"
@@ -42,7 +42,7 @@ func TestThroughRelay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		drv, err := sqldriver.New(db, w.Dialect(), driver.DefaultTables)
+		drv, err := sqldriver.New(db, testdb.Schema(w.Dialect()))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,8 +36,9 @@ type PointsHandler interface {
 
 // RegisterPoints adds consumer points to r: one handler per topic
 // (orders.paid, orders.refunded), named "points/<topic>", reading from sub and
-// running each delivery in a transaction of db. The SQL dialect is Writer's,
-// so replacing Writer at start-up switches the consumers too.
+// running each delivery in a transaction of db. The inbox table is Schema's,
+// and the SQL dialect db's driver's, which must be one of sql.dialects in
+// events.yaml: another is an error here, at start-up.
 //
 // Pass inbox.WithPoisonQueue(publisher, topic) (or inbox.WithoutPoisonQueue())
 // and any other inbox options. When r is already running, call r.RunHandlers
@@ -53,8 +54,7 @@ func RegisterPoints(r *message.Router, sub message.Subscriber, db *sql.DB, h Poi
 			inbox.On(OrderRefundedType, OrderRefundedTopic, DecodeOrderRefunded, h.HandleOrderRefunded),
 		},
 	}, append([]inbox.Option{
-		inbox.WithDialect(Writer.Dialect()),
-		inbox.WithInboxTable(InboxTable),
+		inbox.WithSchema(Schema),
 	}, opts...)...)
 }
 
@@ -80,8 +80,9 @@ type SmsHandler interface {
 
 // RegisterSms adds consumer sms to r: one handler per topic (orders.paid,
 // points.credited), named "sms/<topic>", reading from sub and running each
-// delivery in a transaction of db. The SQL dialect is Writer's, so replacing
-// Writer at start-up switches the consumers too.
+// delivery in a transaction of db. The inbox table is Schema's, and the SQL
+// dialect db's driver's, which must be one of sql.dialects in events.yaml:
+// another is an error here, at start-up.
 //
 // Pass inbox.WithPoisonQueue(publisher, topic) (or inbox.WithoutPoisonQueue())
 // and any other inbox options. When r is already running, call r.RunHandlers
@@ -97,7 +98,6 @@ func RegisterSms(r *message.Router, sub message.Subscriber, db *sql.DB, h SmsHan
 			inbox.On(PointsCreditedType, PointsCreditedTopic, DecodePointsCredited, h.HandlePointsCredited),
 		},
 	}, append([]inbox.Option{
-		inbox.WithDialect(Writer.Dialect()),
-		inbox.WithInboxTable(InboxTable),
+		inbox.WithSchema(Schema),
 	}, opts...)...)
 }

@@ -13,28 +13,123 @@ import (
 
 // Table names from events.yaml.
 const (
-	// OutboxTable is the outbox table the writers insert into.
+	// OutboxTable is the outbox table the writers insert into (sql.outbox_table).
 	OutboxTable = "outbox_event"
-	// InboxTable is the consumer idempotency table.
+	// InboxTable is the consumer idempotency table (sql.inbox_table).
 	InboxTable = "outbox_inbox"
 )
 
-// Writer inserts events into the outbox table. It targets SQLite, the first
-// dialect in events.yaml. When one binary runs against several databases,
-// replace it at start-up:
+// Schema is what events.yaml says about the database: the table names, the SQL
+// dialects (SQLite, PostgreSQL, MySQL) and the event types. Every runtime part
+// is wired from it, so none can use a table or dialect events.yaml does not
+// name:
 //
-//	Writer = outbox.MustNewWriter(outbox.Postgres, OutboxTable)
-var Writer = outbox.MustNewWriter(outbox.SQLite, OutboxTable)
+//	drv, err := sqldriver.New(db, Schema) // then relay.New(drv, ...), sweeper, monitor, janitor
+//
+// The RegisterX consumer functions and the writers use it too.
+var Schema = outbox.Schema{
+	Source: "events.yaml",
+	Tables: outbox.Tables{
+		Outbox: OutboxTable,
+		Inbox:  InboxTable,
+	},
+	Dialects:   []outbox.Dialect{outbox.SQLite, outbox.Postgres, outbox.MySQL},
+	EventTypes: EventTypes,
+}
+
+// Writer writes the events into the outbox table of one database, in its SQL
+// dialect. Create it with NewWriter; it is a small value, safe for concurrent
+// use, and each database (or test) can have its own. The zero Writer returns
+// an error.
+type Writer struct {
+	w *outbox.Writer
+}
+
+// NewWriter returns a Writer for db, in the SQL dialect of db's driver (see
+// outbox.Schema.DialectOf), which must be one of sql.dialects in events.yaml:
+// a database of another dialect is an error here, not at the first insert.
+// opts set e.g. outbox.WithMaxMessageSize. When db's driver wraps another
+// (tracing, say), use DialectWriter.
+func NewWriter(db *sql.DB, opts ...outbox.WriterOption) (Writer, error) {
+	w, err := Schema.WriterFor(db, opts...)
+	if err != nil {
+		return Writer{}, err
+	}
+	return Writer{w: w}, nil
+}
+
+// DialectWriter returns a Writer for dialect d, which must be one of
+// sql.dialects in events.yaml. Prefer NewWriter, which takes the dialect from
+// the database.
+func DialectWriter(d outbox.Dialect, opts ...outbox.WriterOption) (Writer, error) {
+	w, err := Schema.NewWriter(d, opts...)
+	if err != nil {
+		return Writer{}, err
+	}
+	return Writer{w: w}, nil
+}
+
+// Outbox returns the runtime writer, for txpublisher.New; nil for the zero
+// Writer.
+func (w Writer) Outbox() *outbox.Writer {
+	return w.w
+}
+
+// binding is the writer behind the package-level InsertX functions.
+// events.yaml lists several dialects, so it is unbound until Bind(db) runs at
+// start-up; until then InsertX returns an error matching outbox.ErrUnbound,
+// never a wrong-dialect INSERT.
+var binding = outbox.NewBinding(Schema)
+
+// Bind makes the package-level InsertX functions write in the SQL dialect of
+// db's driver, which must be one of sql.dialects. events.yaml lists several
+// dialects, so call it once at start-up, before any InsertX: until then they
+// return an error matching outbox.ErrUnbound. A process binds one dialect:
+// binding another fails.
+//
+//	if err := events.Bind(db); err != nil { ... } // at start-up
+func Bind(db *sql.DB, opts ...outbox.WriterOption) error {
+	w, err := NewWriter(db, opts...)
+	if err != nil {
+		return err
+	}
+	return Use(w)
+}
+
+// Use makes w the writer of the package-level InsertX functions, as Bind does;
+// for a Writer from DialectWriter.
+func Use(w Writer) error {
+	return binding.Bind(w.w)
+}
+
+// Default returns the Writer the package-level InsertX functions use, or an
+// error matching outbox.ErrUnbound before Bind.
+func Default() (Writer, error) {
+	w, err := binding.Writer()
+	return Writer{w: w}, err
+}
 
 // InsertOrderPaid writes an ORDER_PAID event into the outbox table inside tx,
 // the transaction that makes the business change, so the event is published if
 // and only if tx commits. It validates e first; an invalid event returns an
-// error and leaves tx usable.
+// error and leaves tx usable. It uses the package's writer (see Default).
 func InsertOrderPaid(ctx context.Context, tx *sql.Tx, e OrderPaid, opts ...outbox.InsertOption) (outbox.EventID, error) {
+	w, err := binding.Writer()
+	if err != nil {
+		return outbox.EventID{}, err
+	}
+	return Writer{w: w}.InsertOrderPaid(ctx, tx, e, opts...)
+}
+
+// InsertOrderPaid writes an ORDER_PAID event into w's outbox table inside tx,
+// the transaction that makes the business change, so the event is published if
+// and only if tx commits. It validates e first; an invalid event returns an
+// error and leaves tx usable.
+func (w Writer) InsertOrderPaid(ctx context.Context, tx *sql.Tx, e OrderPaid, opts ...outbox.InsertOption) (outbox.EventID, error) {
 	if err := e.Validate(); err != nil {
 		return outbox.EventID{}, err
 	}
-	return Writer.Insert(ctx, tx, outbox.Event{
+	return w.w.Insert(ctx, tx, outbox.Event{
 		Type:    OrderPaidType,
 		Topic:   OrderPaidTopic,
 		Key:     e.OrderID,
@@ -46,12 +141,25 @@ func InsertOrderPaid(ctx context.Context, tx *sql.Tx, e OrderPaid, opts ...outbo
 // InsertOrderRefunded writes an ORDER_REFUNDED event into the outbox table
 // inside tx, the transaction that makes the business change, so the event is
 // published if and only if tx commits. It validates e first; an invalid event
-// returns an error and leaves tx usable.
+// returns an error and leaves tx usable. It uses the package's writer (see
+// Default).
 func InsertOrderRefunded(ctx context.Context, tx *sql.Tx, e OrderRefunded, opts ...outbox.InsertOption) (outbox.EventID, error) {
+	w, err := binding.Writer()
+	if err != nil {
+		return outbox.EventID{}, err
+	}
+	return Writer{w: w}.InsertOrderRefunded(ctx, tx, e, opts...)
+}
+
+// InsertOrderRefunded writes an ORDER_REFUNDED event into w's outbox table
+// inside tx, the transaction that makes the business change, so the event is
+// published if and only if tx commits. It validates e first; an invalid event
+// returns an error and leaves tx usable.
+func (w Writer) InsertOrderRefunded(ctx context.Context, tx *sql.Tx, e OrderRefunded, opts ...outbox.InsertOption) (outbox.EventID, error) {
 	if err := e.Validate(); err != nil {
 		return outbox.EventID{}, err
 	}
-	return Writer.Insert(ctx, tx, outbox.Event{
+	return w.w.Insert(ctx, tx, outbox.Event{
 		Type:    OrderRefundedType,
 		Topic:   OrderRefundedTopic,
 		Key:     e.OrderID,
@@ -63,12 +171,25 @@ func InsertOrderRefunded(ctx context.Context, tx *sql.Tx, e OrderRefunded, opts 
 // InsertPointsCredited writes a POINTS_CREDITED event into the outbox table
 // inside tx, the transaction that makes the business change, so the event is
 // published if and only if tx commits. It validates e first; an invalid event
-// returns an error and leaves tx usable.
+// returns an error and leaves tx usable. It uses the package's writer (see
+// Default).
 func InsertPointsCredited(ctx context.Context, tx *sql.Tx, e PointsCredited, opts ...outbox.InsertOption) (outbox.EventID, error) {
+	w, err := binding.Writer()
+	if err != nil {
+		return outbox.EventID{}, err
+	}
+	return Writer{w: w}.InsertPointsCredited(ctx, tx, e, opts...)
+}
+
+// InsertPointsCredited writes a POINTS_CREDITED event into w's outbox table
+// inside tx, the transaction that makes the business change, so the event is
+// published if and only if tx commits. It validates e first; an invalid event
+// returns an error and leaves tx usable.
+func (w Writer) InsertPointsCredited(ctx context.Context, tx *sql.Tx, e PointsCredited, opts ...outbox.InsertOption) (outbox.EventID, error) {
 	if err := e.Validate(); err != nil {
 		return outbox.EventID{}, err
 	}
-	return Writer.Insert(ctx, tx, outbox.Event{
+	return w.w.Insert(ctx, tx, outbox.Event{
 		Type:    PointsCreditedType,
 		Topic:   PointsCreditedTopic,
 		Key:     e.CustomerID,

@@ -45,7 +45,7 @@ type PointsHandler interface {
 
 // RegisterPoints adds consumer points to r: one handler per topic
 // (orders.paid, orders.status), named "points/<topic>", reading from sub and
-// running each delivery in a transaction of pool.
+// running each delivery in a transaction of pool. The inbox table is Schema's.
 //
 // Pass inbox.WithPoisonQueue(publisher, topic) (or inbox.WithoutPoisonQueue())
 // and any other inbox options. When r is already running, call r.RunHandlers
@@ -61,6 +61,6 @@ func RegisterPoints(r *message.Router, sub message.Subscriber, pool *pgxpool.Poo
 			inbox.OnLatest(OrderStatusChangedType, OrderStatusChangedTopic, DecodeOrderStatusChanged, h.HandleOrderStatusChanged),
 		},
 	}, append([]inbox.Option{
-		inbox.WithInboxTable(InboxTable),
+		inbox.WithSchema(Schema),
 	}, opts...)...)
 }

@@ -15,25 +15,85 @@ import (
 
 // Table names from pgxevents.yaml.
 const (
-	// OutboxTable is the outbox table the writers insert into.
+	// OutboxTable is the outbox table the writers insert into (sql.outbox_table).
 	OutboxTable = "outbox_event"
-	// InboxTable is the consumer idempotency table.
+	// InboxTable is the consumer idempotency table (sql.inbox_table).
 	InboxTable = "outbox_inbox"
 )
 
-// Writer inserts events into the outbox table. It targets PostgreSQL, the only
-// database pgx/v5 speaks.
-var Writer = outbox.MustNewWriter(outbox.Postgres, OutboxTable)
+// Schema is what pgxevents.yaml says about the database: the table names, the
+// SQL dialects (PostgreSQL) and the event types. Every runtime part is wired
+// from it, so none can use a table or dialect pgxevents.yaml does not name:
+//
+//	drv, err := pgxdriver.New(pool, Schema) // then relay.New(drv, ...), sweeper, monitor, janitor
+//
+// The RegisterX consumer functions and the writers use it too.
+var Schema = outbox.Schema{
+	Source: "pgxevents.yaml",
+	Tables: outbox.Tables{
+		Outbox: OutboxTable,
+		Inbox:  InboxTable,
+	},
+	Dialects:   []outbox.Dialect{outbox.Postgres},
+	EventTypes: EventTypes,
+}
+
+// Writer writes the events into the outbox table of one database, in its SQL
+// dialect. Create it with NewWriter; it is a small value, safe for concurrent
+// use, and each database (or test) can have its own. The zero Writer returns
+// an error.
+type Writer struct {
+	w *outbox.Writer
+}
+
+// NewWriter returns a Writer for PostgreSQL, the only database pgx/v5 speaks.
+// opts set e.g. outbox.WithMaxMessageSize.
+func NewWriter(opts ...outbox.WriterOption) (Writer, error) {
+	w, err := Schema.NewWriter(outbox.Postgres, opts...)
+	if err != nil {
+		return Writer{}, err
+	}
+	return Writer{w: w}, nil
+}
+
+// Outbox returns the runtime writer, for txpublisher.New; nil for the zero
+// Writer.
+func (w Writer) Outbox() *outbox.Writer {
+	return w.w
+}
+
+// binding is the writer behind the package-level InsertX functions:
+// PostgreSQL, the only database pgx/v5 speaks.
+var binding = outbox.NewBinding(Schema)
+
+// Default returns the Writer the package-level InsertX functions use.
+func Default() (Writer, error) {
+	w, err := binding.Writer()
+	return Writer{w: w}, err
+}
 
 // InsertOrderPaid writes an ORDER_PAID event into the outbox table inside tx,
 // the pgx transaction that makes the business change, so the event is
 // published if and only if tx commits. It validates e first; an invalid event
-// returns an error and leaves tx usable.
+// returns an error and leaves tx usable. It uses the package's writer (see
+// Default).
 func InsertOrderPaid(ctx context.Context, tx pgx.Tx, e OrderPaid, opts ...outbox.InsertOption) (outbox.EventID, error) {
+	w, err := binding.Writer()
+	if err != nil {
+		return outbox.EventID{}, err
+	}
+	return Writer{w: w}.InsertOrderPaid(ctx, tx, e, opts...)
+}
+
+// InsertOrderPaid writes an ORDER_PAID event into w's outbox table inside tx,
+// the pgx transaction that makes the business change, so the event is
+// published if and only if tx commits. It validates e first; an invalid event
+// returns an error and leaves tx usable.
+func (w Writer) InsertOrderPaid(ctx context.Context, tx pgx.Tx, e OrderPaid, opts ...outbox.InsertOption) (outbox.EventID, error) {
 	if err := e.Validate(); err != nil {
 		return outbox.EventID{}, err
 	}
-	return pgxoutbox.Insert(ctx, tx, Writer, outbox.Event{
+	return pgxoutbox.Insert(ctx, tx, w.w, outbox.Event{
 		Type:    OrderPaidType,
 		Topic:   OrderPaidTopic,
 		Key:     e.OrderID,
@@ -45,12 +105,25 @@ func InsertOrderPaid(ctx context.Context, tx pgx.Tx, e OrderPaid, opts ...outbox
 // InsertStockReserved writes a STOCK_RESERVED event into the outbox table
 // inside tx, the pgx transaction that makes the business change, so the event
 // is published if and only if tx commits. It validates e first; an invalid
-// event returns an error and leaves tx usable.
+// event returns an error and leaves tx usable. It uses the package's writer
+// (see Default).
 func InsertStockReserved(ctx context.Context, tx pgx.Tx, e StockReserved, opts ...outbox.InsertOption) (outbox.EventID, error) {
+	w, err := binding.Writer()
+	if err != nil {
+		return outbox.EventID{}, err
+	}
+	return Writer{w: w}.InsertStockReserved(ctx, tx, e, opts...)
+}
+
+// InsertStockReserved writes a STOCK_RESERVED event into w's outbox table
+// inside tx, the pgx transaction that makes the business change, so the event
+// is published if and only if tx commits. It validates e first; an invalid
+// event returns an error and leaves tx usable.
+func (w Writer) InsertStockReserved(ctx context.Context, tx pgx.Tx, e StockReserved, opts ...outbox.InsertOption) (outbox.EventID, error) {
 	if err := e.Validate(); err != nil {
 		return outbox.EventID{}, err
 	}
-	return pgxoutbox.Insert(ctx, tx, Writer, outbox.Event{
+	return pgxoutbox.Insert(ctx, tx, w.w, outbox.Event{
 		Type:    StockReservedType,
 		Topic:   StockReservedTopic,
 		Key:     strconv.FormatInt(e.SkuID, 10),
@@ -62,12 +135,25 @@ func InsertStockReserved(ctx context.Context, tx pgx.Tx, e StockReserved, opts .
 // InsertOrderStatusChanged writes an ORDER_STATUS_CHANGED event into the
 // outbox table inside tx, the pgx transaction that makes the business change,
 // so the event is published if and only if tx commits. It validates e first;
-// an invalid event returns an error and leaves tx usable.
+// an invalid event returns an error and leaves tx usable. It uses the
+// package's writer (see Default).
 func InsertOrderStatusChanged(ctx context.Context, tx pgx.Tx, e OrderStatusChanged, opts ...outbox.InsertOption) (outbox.EventID, error) {
+	w, err := binding.Writer()
+	if err != nil {
+		return outbox.EventID{}, err
+	}
+	return Writer{w: w}.InsertOrderStatusChanged(ctx, tx, e, opts...)
+}
+
+// InsertOrderStatusChanged writes an ORDER_STATUS_CHANGED event into w's
+// outbox table inside tx, the pgx transaction that makes the business change,
+// so the event is published if and only if tx commits. It validates e first;
+// an invalid event returns an error and leaves tx usable.
+func (w Writer) InsertOrderStatusChanged(ctx context.Context, tx pgx.Tx, e OrderStatusChanged, opts ...outbox.InsertOption) (outbox.EventID, error) {
 	if err := e.Validate(); err != nil {
 		return outbox.EventID{}, err
 	}
-	return pgxoutbox.Insert(ctx, tx, Writer, outbox.Event{
+	return pgxoutbox.Insert(ctx, tx, w.w, outbox.Event{
 		Type:    OrderStatusChangedType,
 		Topic:   OrderStatusChangedTopic,
 		Key:     e.OrderID,
@@ -79,12 +165,25 @@ func InsertOrderStatusChanged(ctx context.Context, tx pgx.Tx, e OrderStatusChang
 // InsertPointsCredited writes a POINTS_CREDITED event into the outbox table
 // inside tx, the pgx transaction that makes the business change, so the event
 // is published if and only if tx commits. It validates e first; an invalid
-// event returns an error and leaves tx usable.
+// event returns an error and leaves tx usable. It uses the package's writer
+// (see Default).
 func InsertPointsCredited(ctx context.Context, tx pgx.Tx, e PointsCredited, opts ...outbox.InsertOption) (outbox.EventID, error) {
+	w, err := binding.Writer()
+	if err != nil {
+		return outbox.EventID{}, err
+	}
+	return Writer{w: w}.InsertPointsCredited(ctx, tx, e, opts...)
+}
+
+// InsertPointsCredited writes a POINTS_CREDITED event into w's outbox table
+// inside tx, the pgx transaction that makes the business change, so the event
+// is published if and only if tx commits. It validates e first; an invalid
+// event returns an error and leaves tx usable.
+func (w Writer) InsertPointsCredited(ctx context.Context, tx pgx.Tx, e PointsCredited, opts ...outbox.InsertOption) (outbox.EventID, error) {
 	if err := e.Validate(); err != nil {
 		return outbox.EventID{}, err
 	}
-	return pgxoutbox.Insert(ctx, tx, Writer, outbox.Event{
+	return pgxoutbox.Insert(ctx, tx, w.w, outbox.Event{
 		Type:    PointsCreditedType,
 		Topic:   PointsCreditedTopic,
 		Key:     e.CustomerID,

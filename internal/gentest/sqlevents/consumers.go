@@ -43,8 +43,9 @@ type PointsHandler interface {
 
 // RegisterPoints adds consumer points to r: one handler per topic
 // (orders.paid, orders.status), named "points/<topic>", reading from sub and
-// running each delivery in a transaction of db. The SQL dialect is Writer's,
-// so replacing Writer at start-up switches the consumers too.
+// running each delivery in a transaction of db. The inbox table is Schema's,
+// and the SQL dialect db's driver's, which must be one of sql.dialects in
+// sqlevents.yaml: another is an error here, at start-up.
 //
 // Pass inbox.WithPoisonQueue(publisher, topic) (or inbox.WithoutPoisonQueue())
 // and any other inbox options. When r is already running, call r.RunHandlers
@@ -60,7 +61,6 @@ func RegisterPoints(r *message.Router, sub message.Subscriber, db *sql.DB, h Poi
 			inbox.OnLatest(OrderStatusChangedType, OrderStatusChangedTopic, DecodeOrderStatusChanged, h.HandleOrderStatusChanged),
 		},
 	}, append([]inbox.Option{
-		inbox.WithDialect(Writer.Dialect()),
-		inbox.WithInboxTable(InboxTable),
+		inbox.WithSchema(Schema),
 	}, opts...)...)
 }

@@ -3,7 +3,7 @@
 //
 //	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: []string{"kafka:9092"}})
 //	...
-//	drv, err := sqldriver.New(db, dialect.Postgres, driver.DefaultTables)
+//	drv, err := sqldriver.New(db, events.Schema)
 //	...
 //	r, err := relay.New(drv, relay.Options{Publisher: pub})
 //

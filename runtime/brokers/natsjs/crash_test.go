@@ -16,7 +16,6 @@ import (
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/brokers/internal/brokertest"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
-	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
 	"github.com/outboxgen/outboxgen/runtime/relay"
 	"github.com/outboxgen/outboxgen/templates"
@@ -55,7 +54,7 @@ func TestRelayChildProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv, err := sqldriver.New(db, dialect.Dialect(os.Getenv(envChildDialect)), driver.DefaultTables)
+	drv, err := sqldriver.New(db, testdb.Schema(dialect.Dialect(os.Getenv(envChildDialect))))
 	if err != nil {
 		t.Fatal(err)
 	}

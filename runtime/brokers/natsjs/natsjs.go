@@ -3,7 +3,7 @@
 //
 //	pub, err := natsjs.NewPublisher(natsjs.Config{URL: "nats://127.0.0.1:4222", AutoProvision: true})
 //	...
-//	drv, err := sqldriver.New(db, dialect.Postgres, driver.DefaultTables)
+//	drv, err := sqldriver.New(db, events.Schema)
 //	...
 //	r, err := relay.New(drv, relay.Options{Publisher: pub})
 //

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
-	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
 // listener owns the dedicated LISTEN connection. One waiter at a time reads
@@ -115,7 +115,8 @@ func (l *listener) read(ctx context.Context, conn **pgx.Conn) error {
 	return fmt.Errorf("pgxdriver: wait for notification: %w", err)
 }
 
-// Notify wakes the relays listening on the outbox table of tables (any
+// Notify wakes the relays listening on the outbox table of schema (the
+// generated package's Schema) (any
 // process, any driver.Notifier relay on this database). Call it inside the
 // writer's transaction after its inserts: PostgreSQL delivers the
 // notification at commit and drops it on rollback, and coalesces the
@@ -126,7 +127,8 @@ func (l *listener) read(ctx context.Context, conn **pgx.Conn) error {
 // lock taken at commit while the notification is queued), which caps their
 // commit rate under load. Without it a relay still finds the rows at its
 // next poll; in-process writers can call the relay's Notify instead.
-func Notify(ctx context.Context, tx pgx.Tx, tables driver.Tables) error {
+func Notify(ctx context.Context, tx pgx.Tx, schema outbox.Schema) error {
+	tables := schema.Tables
 	if tx == nil {
 		return errors.New("pgxdriver: notify: tx is nil: call Notify inside the transaction that inserted the events")
 	}

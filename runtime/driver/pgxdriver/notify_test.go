@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/driver/pgxdriver"
@@ -48,7 +49,7 @@ func TestWaitForNotification(t *testing.T) {
 		}()
 	}
 	for done.Load() < 2 && ctx.Err() == nil {
-		if _, err := pool.Exec(ctx, dialect.NotifyInsert(driver.DefaultTables.Outbox)); err != nil {
+		if _, err := pool.Exec(ctx, dialect.NotifyInsert(testdb.Tables.Outbox)); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -90,7 +91,7 @@ func listeners(t *testing.T, ctx context.Context, pool *pgxpool.Pool) int {
 	t.Helper()
 	var n int
 	if err := pool.QueryRow(ctx, "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND query = $1",
-		dialect.Listen(driver.DefaultTables.Outbox)).Scan(&n); err != nil {
+		dialect.Listen(testdb.Tables.Outbox)).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -154,7 +155,7 @@ func TestRelayWakesOnNotify(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond) // let a start-up poll in flight finish
 
-	w := outbox.MustNewWriter(dialect.Postgres, driver.DefaultTables.Outbox)
+	w := outbox.MustNewWriter(dialect.Postgres, testdb.Tables.Outbox)
 	expect := func(what string, id outbox.EventID) {
 		t.Helper()
 		select {
@@ -174,7 +175,7 @@ func TestRelayWakesOnNotify(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := insertPgx(t, ctx, tx)
-	if err := pgxdriver.Notify(ctx, tx, driver.DefaultTables); err != nil {
+	if err := pgxdriver.Notify(ctx, tx, testdb.Schema(dialect.Postgres)); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -183,6 +184,10 @@ func TestRelayWakesOnNotify(t *testing.T) {
 	expect("pgx writer", id)
 
 	// A database/sql writer.
+	sdrv, err := sqldriver.New(db, testdb.Schema(dialect.Postgres))
+	if err != nil {
+		t.Fatal(err)
+	}
 	stx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +196,7 @@ func TestRelayWakesOnNotify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sqldriver.Notify(ctx, stx, dialect.Postgres, driver.DefaultTables); err != nil {
+	if err := sdrv.Notify(ctx, stx); err != nil {
 		t.Fatal(err)
 	}
 	if err := stx.Commit(); err != nil {
@@ -205,7 +210,7 @@ func TestRelayWakesOnNotify(t *testing.T) {
 func insertPgx(t *testing.T, ctx context.Context, tx pgx.Tx) outbox.EventID {
 	t.Helper()
 	id := outbox.NewEventID()
-	if _, err := tx.Exec(ctx, dialect.Postgres.InsertEvent(driver.DefaultTables.Outbox, false),
+	if _, err := tx.Exec(ctx, dialect.Postgres.InsertEvent(testdb.Tables.Outbox, false),
 		id.String(), "ORDER_PAID", "k1", "orders", 1, `{"n":1}`, nil); err != nil {
 		t.Fatal(err)
 	}

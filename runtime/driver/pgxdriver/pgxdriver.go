@@ -5,6 +5,7 @@
 package pgxdriver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -13,30 +14,62 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/driver/internal/driverutil"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
 // Driver is the pgx/v5 driver. Create it with New.
 type Driver struct {
 	pool   *pgxpool.Pool
+	schema outbox.Schema
 	tables driver.Tables
 	relayQ *driverutil.RelayQueries // the relay's statements, per unordered set
 	listen listener                 // LISTEN/NOTIFY (notify.go)
+	check  driverutil.Checker
 }
 
-// New returns a driver for the outbox and inbox tables reachable through pool.
-func New(pool *pgxpool.Pool, tables driver.Tables) (*Driver, error) {
+// New returns a driver for the tables of schema (the generated package's
+// Schema, from events.yaml) reachable through pool:
+//
+//	drv, err := pgxdriver.New(pool, events.Schema)
+//
+// events.yaml must list postgres in sql.dialects. Every part built on the
+// driver calls Check when it starts, which asks the server whether it is
+// PostgreSQL and checks the tables it uses.
+func New(pool *pgxpool.Pool, schema outbox.Schema) (*Driver, error) {
 	if pool == nil {
 		return nil, errors.New("pgxdriver: pool is nil: pass the *pgxpool.Pool that holds the outbox table")
 	}
-	if err := tables.Check(); err != nil {
+	if err := schema.Validate(); err != nil {
 		return nil, fmt.Errorf("pgxdriver: %w", err)
 	}
+	if err := schema.CheckDialect(dialect.Postgres, "a pgx pool"); err != nil {
+		return nil, fmt.Errorf("pgxdriver: %w", err)
+	}
+	tables := schema.Tables
 	relayQ, err := driverutil.NewRelayQueries(dialect.Postgres, tables.Outbox, true)
 	if err != nil {
 		return nil, fmt.Errorf("pgxdriver: %w", err)
 	}
-	x := &Driver{pool: pool, tables: tables, relayQ: relayQ}
+	x := &Driver{pool: pool, schema: schema, tables: tables, relayQ: relayQ}
 	x.listen.init(pool, tables.Outbox)
+	x.check = driverutil.Checker{
+		What: "pgxdriver", Schema: schema, Dialect: dialect.Postgres,
+		Text: func(ctx context.Context, query string) (string, error) {
+			var v string
+			err := pool.QueryRow(ctx, query).Scan(&v)
+			return v, err
+		},
+		Probe: func(ctx context.Context, query string) error {
+			rows, err := pool.Query(ctx, query)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+			}
+			return rows.Err()
+		},
+	}
 	return x, nil
 }
 
@@ -45,6 +78,13 @@ func (x *Driver) Dialect() dialect.Dialect { return dialect.Postgres }
 
 // Tables returns the table names.
 func (x *Driver) Tables() driver.Tables { return x.tables }
+
+// Schema returns the schema the driver was built from.
+func (x *Driver) Schema() outbox.Schema { return x.schema }
+
+// Check verifies that the database is PostgreSQL and that table t has the
+// columns the runtime needs; see driver.Driver.
+func (x *Driver) Check(ctx context.Context, t driver.Table) error { return x.check.Check(ctx, t) }
 
 // Pool returns the underlying pool.
 func (x *Driver) Pool() *pgxpool.Pool { return x.pool }

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/outboxgen/outboxgen/internal/testdb"
-	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver/drivertest"
 	"github.com/outboxgen/outboxgen/runtime/driver/pgxdriver"
 	"github.com/outboxgen/outboxgen/templates"
@@ -22,7 +22,7 @@ func openPgx(t *testing.T) (*pgxdriver.Driver, *pgxpool.Pool, *sql.DB) {
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { db.Close() })
 	testdb.ApplySchema(t, db, "postgres", templates.DefaultTables)
-	drv, err := pgxdriver.New(pool, driver.DefaultTables)
+	drv, err := pgxdriver.New(pool, testdb.Schema(dialect.Postgres))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ package sqldriver
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -248,20 +249,20 @@ func (x *Driver) ListFailed(ctx context.Context, afterID int64, limit int) ([]dr
 }
 
 // Notify wakes the relays listening (package pgxdriver's Notifier) on the
-// outbox table of tables, when run inside the writer's transaction after
+// driver's outbox table, when run inside the writer's transaction after
 // its inserts: the notification is delivered at commit. It is opt-in
 // because PostgreSQL serialises the commits of notifying transactions
 // (see dialect.NotifyInsert); in-process writers can call the relay's
 // Notify instead. On MySQL and SQLite it does nothing (they have no
 // NOTIFY; relays there poll, or are woken in process).
-func Notify(ctx context.Context, tx *sql.Tx, d dialect.Dialect, tables driver.Tables) error {
-	if d != dialect.Postgres {
+func (x *Driver) Notify(ctx context.Context, tx *sql.Tx) error {
+	if x.d != dialect.Postgres {
 		return nil
 	}
-	if err := dialect.CheckIdentifier("sqldriver: notify: outbox table name", tables.Outbox); err != nil {
-		return err
+	if tx == nil {
+		return errors.New("sqldriver: notify: tx is nil: call Notify inside the transaction that inserted the events")
 	}
-	if _, err := tx.ExecContext(ctx, dialect.NotifyInsert(tables.Outbox)); err != nil {
+	if _, err := tx.ExecContext(ctx, dialect.NotifyInsert(x.tables.Outbox)); err != nil {
 		return fmt.Errorf("sqldriver: notify: %w", err)
 	}
 	return nil

@@ -29,7 +29,7 @@ func TestConformance(t *testing.T) {
 			drivertest.Run(t, func(t *testing.T) drivertest.Env {
 				db := testdb.Open(t, name)
 				testdb.ApplySchema(t, db, name, templates.DefaultTables)
-				drv, err := sqldriver.New(db, d, driver.DefaultTables)
+				drv, err := sqldriver.New(db, testdb.Schema(d))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -61,7 +61,7 @@ func TestMySQLTimeZone(t *testing.T) {
 			if tc.ok {
 				testdb.ApplySchema(t, db, "mysql", templates.DefaultTables)
 			}
-			drv, err := sqldriver.New(db, dialect.MySQL, driver.DefaultTables)
+			drv, err := sqldriver.New(db, testdb.Schema(dialect.MySQL))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,47 +16,79 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/driver/internal/driverutil"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
 // Driver is the database/sql driver. Create it with New.
 type Driver struct {
 	db     *sql.DB
 	d      dialect.Dialect
+	schema outbox.Schema
 	tables driver.Tables
 	relayQ *driverutil.RelayQueries // the relay's statements, per unordered set
+	check  driverutil.Checker
 
 	// MySQL: the session time zone was found to be UTC (see checkTimeZone).
 	tzOK atomic.Bool
 	tzMu sync.Mutex
 }
 
-// New returns a driver for the outbox and inbox tables in db, which speaks
-// dialect d.
+// New returns a driver for the tables of schema (the generated package's
+// Schema, from events.yaml) in db:
+//
+//	drv, err := sqldriver.New(db, events.Schema)
+//
+// The SQL dialect is db's: New recognises pgx's stdlib and lib/pq
+// (PostgreSQL), go-sql-driver/mysql (MySQL, MariaDB), modernc.org/sqlite
+// and mattn/go-sqlite3 (SQLite) by their driver type, and fails when
+// events.yaml does not list that dialect. For a driver it does not
+// recognise (a wrapper, e.g. for tracing) it takes the only dialect
+// events.yaml lists; when it lists several, pass
+// events.Schema.Only(outbox.MySQL) (say). Every part built on the driver
+// (relay, sweeper, monitor, janitor) calls Check when it starts, which
+// asks the server which dialect it is and checks the tables it uses.
 //
 // MySQL/MariaDB sessions must run in UTC: the outbox's DATETIME(6)
 // timestamps (created_at, leases, backoff) are written and compared with
 // CURRENT_TIMESTAMP(6), which follows the session time_zone, so sessions
 // in different zones would see leases lapse early or late. Add
 // time_zone=%27%2B00%3A00%27 (that is, '+00:00' URL-encoded) to the DSN, or
-// run the server in UTC. New does not query the database; the first Claim
-// checks the session (SELECT @@session.time_zone, and the offset of NOW()
-// from UTC_TIMESTAMP()) and fails with an error saying so when it is not
-// UTC.
-func New(db *sql.DB, d dialect.Dialect, tables driver.Tables) (*Driver, error) {
+// run the server in UTC. The first Claim checks the session (SELECT
+// @@session.time_zone, and the offset of NOW() from UTC_TIMESTAMP()) and
+// fails with an error saying so when it is not UTC.
+func New(db *sql.DB, schema outbox.Schema) (*Driver, error) {
 	if db == nil {
 		return nil, errors.New("sqldriver: db is nil: pass the *sql.DB that holds the outbox table")
 	}
-	if !d.Valid() {
-		return nil, fmt.Errorf("sqldriver: unknown dialect %q: use dialect.Postgres, dialect.MySQL or dialect.SQLite", d)
-	}
-	if err := tables.Check(); err != nil {
+	d, err := schema.DialectOf(db)
+	if err != nil {
 		return nil, fmt.Errorf("sqldriver: %w", err)
 	}
+	tables := schema.Tables
 	relayQ, err := driverutil.NewRelayQueries(d, tables.Outbox, false)
 	if err != nil {
 		return nil, fmt.Errorf("sqldriver: %w", err)
 	}
-	return &Driver{db: db, d: d, tables: tables, relayQ: relayQ}, nil
+	x := &Driver{db: db, d: d, schema: schema, tables: tables, relayQ: relayQ}
+	x.check = driverutil.Checker{
+		What: "sqldriver", Schema: schema, Dialect: d,
+		Text: func(ctx context.Context, query string) (string, error) {
+			var v string
+			err := db.QueryRowContext(ctx, query).Scan(&v)
+			return v, err
+		},
+		Probe: func(ctx context.Context, query string) error {
+			rows, err := db.QueryContext(ctx, query)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+			}
+			return rows.Err()
+		},
+	}
+	return x, nil
 }
 
 // Dialect returns the driver's SQL dialect.
@@ -64,6 +96,13 @@ func (x *Driver) Dialect() dialect.Dialect { return x.d }
 
 // Tables returns the table names.
 func (x *Driver) Tables() driver.Tables { return x.tables }
+
+// Schema returns the schema the driver was built from.
+func (x *Driver) Schema() outbox.Schema { return x.schema }
+
+// Check verifies that the database is of the driver's dialect and that
+// table t has the columns the runtime needs; see driver.Driver.
+func (x *Driver) Check(ctx context.Context, t driver.Table) error { return x.check.Check(ctx, t) }
 
 // DB returns the underlying database handle.
 func (x *Driver) DB() *sql.DB { return x.db }

@@ -39,6 +39,10 @@ const (
 	// 25006, e.g. a hot standby; MySQL/MariaDB 1290, 1792, 1836;
 	// SQLITE_READONLY).
 	ReadOnly
+	// Mismatch: the database is not what events.yaml and the code say it
+	// is (another SQL dialect, a table events.yaml does not declare).
+	// Only start-up checks report it, as an *Error.
+	Mismatch
 )
 
 func (c Class) String() string {
@@ -49,6 +53,8 @@ func (c Class) String() string {
 		return "permission_denied"
 	case ReadOnly:
 		return "read_only"
+	case Mismatch:
+		return "mismatch"
 	}
 	return "transient"
 }
@@ -62,7 +68,7 @@ func (c Class) Permanent() bool { return c != Transient }
 // that waiting does not mend. A read-only database is not: it is what a
 // failover looks like for a moment (connections still on the old primary,
 // now a standby), so components keep retrying it, loudly.
-func (c Class) FatalAtStart() bool { return c == Missing || c == Denied }
+func (c Class) FatalAtStart() bool { return c == Missing || c == Denied || c == Mismatch }
 
 // Classify returns the class of err (Transient for nil and for errors of
 // unknown drivers). Wrapped and joined errors are searched.
@@ -182,7 +188,7 @@ func Explain(err error, n Need) error {
 	var advice string
 	switch c {
 	case Missing:
-		advice = fmt.Sprintf("%s: a table or column it uses does not exist (tables: %s): apply the schema (`outboxgen schema -dialect ...` prints it, or run your migrations) or fix the table names (driver.Tables); waiting will not help",
+		advice = fmt.Sprintf("%s: a table or column it uses does not exist (tables: %s): apply the schema (`outboxgen schema -dialect ...` prints it, or run your migrations) or fix the table names in events.yaml (sql.outbox_table, sql.inbox_table) and regenerate; waiting will not help",
 			n.Component, n.Tables)
 	case Denied:
 		advice = fmt.Sprintf("%s: permission denied: the database user needs %s; grant them (waiting will not help)", n.Component, n.Privileges)

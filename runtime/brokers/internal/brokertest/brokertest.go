@@ -19,7 +19,6 @@ import (
 
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
-	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/runtime/relay"
@@ -164,7 +163,7 @@ func StartRelays(t testing.TB, db *sql.DB, d dialect.Dialect, n int, pub message
 	for i := range n {
 		o := opts
 		o.InstanceID = "relay-" + strconv.Itoa(i)
-		drv, err := sqldriver.New(db, d, driver.DefaultTables)
+		drv, err := sqldriver.New(db, testdb.Schema(d))
 		if err != nil {
 			cancel()
 			t.Fatalf("sqldriver.New: %v", err)

@@ -4,6 +4,7 @@ package driverutil
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
 // RelayQueries memoizes the relay statements of one outbox table per set
@@ -155,4 +158,124 @@ func (t *Time) parse(s string) error {
 		}
 	}
 	return fmt.Errorf("cannot parse timestamp %q", s)
+}
+
+// Checker implements driver.Driver's Check for one driver: it asks the
+// server which dialect it is, then reads no row of each table with every
+// column the runtime uses. Successes are remembered.
+type Checker struct {
+	// What prefixes errors: "sqldriver" or "pgxdriver".
+	What    string
+	Schema  outbox.Schema
+	Dialect dialect.Dialect
+	// Text runs a query returning one text value.
+	Text func(ctx context.Context, query string) (string, error)
+	// Probe runs a query and reads its rows, if any.
+	Probe func(ctx context.Context, query string) error
+
+	mu        sync.Mutex
+	dialectOK bool
+	tableOK   [3]bool
+}
+
+// Check verifies the server's dialect and table t; see driver.Driver.
+func (c *Checker) Check(ctx context.Context, t driver.Table) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.dialectOK {
+		if err := c.checkDialect(ctx); err != nil {
+			return err
+		}
+		c.dialectOK = true
+	}
+	if int(t) < 0 || int(t) >= len(c.tableOK) {
+		return fmt.Errorf("%s: check: unknown table %d", c.What, t)
+	}
+	if c.tableOK[t] {
+		return nil
+	}
+	var table, key string
+	var cols []string
+	switch t {
+	case driver.Outbox:
+		table, key, cols = c.Schema.Tables.Outbox, "sql.outbox_table", dialect.OutboxColumns
+	case driver.Inbox:
+		table, key, cols = c.Schema.Tables.Inbox, "sql.inbox_table", dialect.InboxColumns
+	case driver.Archive:
+		table, key, cols = c.Schema.Tables.Archive, "sql.archive_table", dialect.OutboxColumns
+		if table == "" {
+			return &dberr.Error{Class: dberr.Mismatch, Err: fmt.Errorf("%s: no archive table", c.What),
+				Advice: fmt.Sprintf("%s declares no sql.archive_table: declare it, regenerate and apply its DDL to archive sent rows, or let the janitor delete them", c.source())}
+		}
+	}
+	if err := c.Probe(ctx, dialect.SelectColumns(table, cols)); err != nil {
+		err = fmt.Errorf("%s: check table %s: %w", c.What, table, err)
+		if dberr.Classify(err) == dberr.Missing {
+			return &dberr.Error{Class: dberr.Missing, Err: err, Advice: fmt.Sprintf(
+				"table %q (%s in %s) does not exist or lacks columns this runtime needs (%s): apply the schema (`outboxgen schema -f %s -dialect %s` prints it, or run your migrations); if the table has another name, set %s in %s and regenerate",
+				table, key, c.source(), strings.Join(cols, ", "), c.source(), c.Dialect, key, c.source())}
+		}
+		return err
+	}
+	c.tableOK[t] = true
+	return nil
+}
+
+func (c *Checker) source() string {
+	if c.Schema.Source == "" {
+		return "events.yaml"
+	}
+	return c.Schema.Source
+}
+
+// checkDialect asks the server which dialect it is.
+func (c *Checker) checkDialect(ctx context.Context) error {
+	var got dialect.Dialect
+	if c.Dialect == dialect.SQLite {
+		_, err := c.Text(ctx, dialect.SQLiteVersion)
+		if err == nil {
+			return nil
+		}
+		v, verr := c.Text(ctx, dialect.ServerVersion)
+		if verr != nil {
+			return fmt.Errorf("%s: check the database: %w", c.What, err) // down, say
+		}
+		got = dialect.VersionDialect(v)
+	} else {
+		v, err := c.Text(ctx, dialect.ServerVersion)
+		if err != nil {
+			if _, serr := c.Text(ctx, dialect.SQLiteVersion); serr != nil {
+				return fmt.Errorf("%s: check the database: %w", c.What, err)
+			}
+			got = dialect.SQLite
+		} else {
+			got = dialect.VersionDialect(v)
+		}
+	}
+	if got == c.Dialect {
+		return nil
+	}
+	return &dberr.Error{Class: dberr.Mismatch, Err: fmt.Errorf("%s: the driver runs %s SQL on a %s database", c.What, c.Dialect, got),
+		Advice: fmt.Sprintf("the database is %s, not %s as its driver was set up for: %s", got, c.Dialect, dialectAdvice(c.Schema, got))}
+}
+
+func dialectAdvice(s outbox.Schema, got dialect.Dialect) string {
+	src := s.Source
+	if src == "" {
+		src = "events.yaml"
+	}
+	if s.Has(got) {
+		return "pass the schema narrowed to the database's dialect (Schema.Only(outbox." + dialectIdent(got) + ")), or connect to the database you meant"
+	}
+	return fmt.Sprintf("connect to the database you meant, or add %s to sql.dialects in %s, regenerate and apply its schema", got, src)
+}
+
+func dialectIdent(d dialect.Dialect) string {
+	switch d {
+	case dialect.Postgres:
+		return "Postgres"
+	case dialect.MySQL:
+		return "MySQL"
+	}
+	return "SQLite"
 }

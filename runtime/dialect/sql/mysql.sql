@@ -1,0 +1,212 @@
+-- Every statement outboxgen's runtime sends to MySQL 8.0+ and MariaDB 10.6+.
+--
+-- Package runtime/dialect embeds this file, finds each statement by its
+-- "-- name:" line and replaces the markers (see postgres.sql for the list).
+-- sqlc checks every statement as written here against schema/mysql.sql
+-- (sqlc compile -f runtime/dialect/sql/sqlc.yaml). Time always comes from
+-- the database clock (CURRENT_TIMESTAMP(6)); durations are bound as
+-- microseconds.
+--
+-- Affected-row counts are MySQL's defaults (1 inserted, 2 updated, 0
+-- unchanged): a DSN with clientFoundRows=true breaks the duplicate
+-- detection of OutboxInsertEventIfAbsent and InboxRecord.
+
+-- MySQL has no ON CONFLICT; INSERT IGNORE would also swallow unrelated
+-- errors (truncation, bad JSON), so a no-op update it is.
+-- name: OutboxInsertEvent :exec
+INSERT INTO /* TEMPLATE: outbox */outbox_event (event_id, biz_type, biz_id, topic, payload_version, payload, headers)
+VALUES (sqlc.arg(event_id), sqlc.arg(biz_type), sqlc.arg(biz_id), sqlc.arg(topic), sqlc.arg(payload_version), sqlc.arg(payload), sqlc.arg(headers));
+
+-- name: OutboxInsertEventIfAbsent :exec
+INSERT INTO /* TEMPLATE: outbox */outbox_event (event_id, biz_type, biz_id, topic, payload_version, payload, headers)
+VALUES (sqlc.arg(event_id), sqlc.arg(biz_type), sqlc.arg(biz_id), sqlc.arg(topic), sqlc.arg(payload_version), sqlc.arg(payload), sqlc.arg(headers))
+ON DUPLICATE KEY UPDATE id = id;
+
+-- name: OutboxEventIdentity :one
+SELECT biz_type, biz_id, topic
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE event_id = sqlc.arg(event_id);
+
+-- MySQL has no UPDATE ... RETURNING: the claim is a transaction of
+-- RelayClaim (lock the candidates), RelayClaimBlocked (the locked ids an
+-- older unlocked row of their key blocks) and RelayClaimLease.
+-- name: RelayClaim :many
+SELECT c.id, c.event_id, c.biz_type, c.biz_id, c.topic, c.payload_version, c.payload, c.headers, c.retry_count, c.created_at
+FROM /* TEMPLATE: outbox */outbox_event c
+WHERE c.status = 0
+  AND c.next_retry_time <= CURRENT_TIMESTAMP(6)
+  AND (c.lease_expires_at IS NULL OR c.lease_expires_at < CURRENT_TIMESTAMP(6))
+  AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */NOT EXISTS (
+    SELECT 1
+    FROM /* TEMPLATE: outbox */outbox_event o
+    WHERE o.biz_id = c.biz_id
+      AND o.id < c.id
+      AND o.status <> 1
+      /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+      AND NOT (o.status = 0 AND o.next_retry_time <= CURRENT_TIMESTAMP(6) AND (o.lease_expires_at IS NULL OR o.lease_expires_at < CURRENT_TIMESTAMP(6)))))
+ORDER BY c.id
+LIMIT /* ARG: max_rows */?
+FOR UPDATE SKIP LOCKED;
+
+-- name: RelayClaimOverdue :many
+SELECT c.id, c.event_id, c.biz_type, c.biz_id, c.topic, c.payload_version, c.payload, c.headers, c.retry_count, c.created_at
+FROM /* TEMPLATE: outbox */outbox_event c
+WHERE c.status = 0
+  AND c.next_retry_time <= CURRENT_TIMESTAMP(6)
+  AND (c.lease_expires_at IS NULL OR c.lease_expires_at < CURRENT_TIMESTAMP(6))
+  AND c.created_at <= CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(overdue) MICROSECOND
+  AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */NOT EXISTS (
+    SELECT 1
+    FROM /* TEMPLATE: outbox */outbox_event o
+    WHERE o.biz_id = c.biz_id
+      AND o.id < c.id
+      AND o.status <> 1
+      /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+      AND NOT (o.status = 0 AND o.next_retry_time <= CURRENT_TIMESTAMP(6) AND (o.lease_expires_at IS NULL OR o.lease_expires_at < CURRENT_TIMESTAMP(6))
+               AND o.created_at <= CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(overdue) MICROSECOND)))
+ORDER BY c.id
+LIMIT /* ARG: max_rows */?
+FOR UPDATE SKIP LOCKED;
+
+-- name: RelayClaimBlocked :many
+SELECT c.id
+FROM /* TEMPLATE: outbox */outbox_event c
+WHERE c.id IN (sqlc.slice(ids))
+  /* IF unordered */AND c.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+  AND EXISTS (
+    SELECT 1
+    FROM /* TEMPLATE: outbox */outbox_event o
+    WHERE o.biz_id = c.biz_id
+      AND o.id < c.id
+      AND o.status <> 1
+      /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+      AND o.id NOT IN (sqlc.slice(ids)));
+
+-- name: RelayClaimLease :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET lease_owner = sqlc.arg(owner), lease_expires_at = CURRENT_TIMESTAMP(6) + INTERVAL sqlc.arg(lease) MICROSECOND, updated_at = CURRENT_TIMESTAMP(6)
+WHERE id IN (sqlc.slice(ids));
+
+-- name: RelayMarkSent :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET status = 1, sent_at = CURRENT_TIMESTAMP(6), lease_owner = NULL, lease_expires_at = NULL, updated_at = CURRENT_TIMESTAMP(6)
+WHERE id IN (sqlc.slice(ids))
+  AND lease_owner = sqlc.arg(owner)
+  AND status = 0;
+
+-- status is assigned before retry_count: MySQL evaluates SET assignments
+-- left to right with already-updated values, PostgreSQL and SQLite with the
+-- old ones; in this order all three agree.
+-- name: RelayMarkRetry :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET status = CASE WHEN retry_count + 1 >= sqlc.arg(max_attempts) THEN 2 ELSE 0 END,
+    retry_count = retry_count + 1,
+    last_error = sqlc.arg(last_error),
+    next_retry_time = CURRENT_TIMESTAMP(6) + INTERVAL sqlc.arg(delay) MICROSECOND,
+    lease_owner = NULL, lease_expires_at = NULL, updated_at = CURRENT_TIMESTAMP(6)
+WHERE id = sqlc.arg(id)
+  AND lease_owner = sqlc.arg(owner)
+  AND status = 0;
+
+-- name: RelayRelease :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET lease_owner = NULL, lease_expires_at = NULL, updated_at = CURRENT_TIMESTAMP(6)
+WHERE id IN (sqlc.slice(ids))
+  AND lease_owner = sqlc.arg(owner)
+  AND status = 0;
+
+-- name: RelayExtendLease :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET lease_expires_at = CURRENT_TIMESTAMP(6) + INTERVAL sqlc.arg(lease) MICROSECOND, updated_at = CURRENT_TIMESTAMP(6)
+WHERE id IN (sqlc.slice(ids))
+  AND lease_owner = sqlc.arg(owner)
+  AND status = 0;
+
+-- name: RelayListFailed :many
+SELECT id, event_id, biz_type, biz_id, topic, retry_count, last_error, created_at, updated_at
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE status = 2
+  AND id > sqlc.arg(after_id)
+ORDER BY id
+LIMIT /* ARG: max_rows */?;
+
+-- name: RelayRequeue :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET status = 0, retry_count = 0, next_retry_time = CURRENT_TIMESTAMP(6), lease_owner = NULL, lease_expires_at = NULL, updated_at = CURRENT_TIMESTAMP(6)
+WHERE id IN (sqlc.slice(ids))
+  AND status = 2;
+
+-- No ON CONFLICT; INSERT IGNORE would also turn a too-long event id into a
+-- truncated (and possibly colliding) one, so a no-op update.
+-- name: InboxRecord :execrows
+INSERT INTO /* TEMPLATE: inbox */outbox_inbox (consumer, event_id, biz_type, biz_id)
+VALUES (sqlc.arg(consumer), sqlc.arg(event_id), sqlc.arg(biz_type), sqlc.arg(biz_id))
+ON DUPLICATE KEY UPDATE consumer = consumer;
+
+-- A locking read, so that it sees the row the INSERT found even when a
+-- REPEATABLE READ snapshot predates it.
+-- name: InboxRecorded :one
+SELECT COALESCE(biz_type, ''), COALESCE(biz_id, '')
+FROM /* TEMPLATE: inbox */outbox_inbox
+WHERE consumer = sqlc.arg(consumer)
+  AND event_id = sqlc.arg(event_id)
+LOCK IN SHARE MODE;
+
+-- updated_at has ON UPDATE CURRENT_TIMESTAMP(6): it moves only when
+-- last_seq does. An older or equal sequence changes nothing: 0 rows.
+-- name: InboxGuard :execrows
+INSERT INTO /* TEMPLATE: inbox_key */outbox_inbox_key (consumer, biz_type, biz_id, last_seq)
+VALUES (sqlc.arg(consumer), sqlc.arg(biz_type), sqlc.arg(biz_id), sqlc.arg(last_seq))
+ON DUPLICATE KEY UPDATE last_seq = IF(VALUES(last_seq) > last_seq, VALUES(last_seq), last_seq);
+
+-- TIMESTAMPDIFF is an integer; the division makes it DECIMAL.
+-- name: OpsStats :one
+SELECT COUNT(*),
+    COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), CURRENT_TIMESTAMP(6)) / 1000000.0, 0),
+    COALESCE(SUM(CASE WHEN created_at < CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(stale_after) MICROSECOND THEN 1 ELSE 0 END), 0),
+    (SELECT COUNT(*) FROM /* TEMPLATE: outbox */outbox_event WHERE status = 2),
+    COALESCE(SUM(CASE WHEN lease_expires_at < CURRENT_TIMESTAMP(6) THEN 1 ELSE 0 END), 0)
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE status = 0;
+
+-- ORDER BY id LIMIT walks the (status, id) index.
+-- name: OpsDeleteSent :execrows
+DELETE FROM /* TEMPLATE: outbox */outbox_event
+WHERE status = 1
+  AND sent_at < CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(older_than) MICROSECOND
+ORDER BY id
+LIMIT /* ARG: max_rows */?;
+
+-- name: OpsDeleteInbox :execrows
+DELETE FROM /* TEMPLATE: inbox */outbox_inbox
+WHERE processed_at < CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(older_than) MICROSECOND
+ORDER BY processed_at
+LIMIT /* ARG: max_rows */?;
+
+-- The archive is a READ COMMITTED transaction of OpsArchivePick (lock the
+-- batch), OpsArchiveCopy and OpsArchiveDelete.
+-- name: OpsArchivePick :many
+SELECT id
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE status = 1
+  AND sent_at < CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(older_than) MICROSECOND
+ORDER BY id
+LIMIT /* ARG: max_rows */?
+FOR UPDATE SKIP LOCKED;
+
+-- outbox.id, not id: both tables have an id (sqlc rejects the bare name as
+-- ambiguous, though MySQL resolves it to the FROM table).
+-- name: OpsArchiveCopy :execrows
+INSERT INTO /* TEMPLATE: archive */outbox_archive (id, event_id, biz_type, biz_id, topic, payload_version, payload,
+    headers, status, retry_count, next_retry_time, lease_owner, lease_expires_at, last_error,
+    created_at, updated_at, sent_at)
+SELECT id, event_id, biz_type, biz_id, topic, payload_version, payload, headers, status,
+    retry_count, next_retry_time, lease_owner, lease_expires_at, last_error, created_at, updated_at,
+    sent_at
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE /* TEMPLATE: outbox */outbox_event.id IN (sqlc.slice(ids));
+
+-- name: OpsArchiveDelete :execrows
+DELETE FROM /* TEMPLATE: outbox */outbox_event
+WHERE id IN (sqlc.slice(ids))
+  AND status = 1;

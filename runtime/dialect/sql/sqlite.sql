@@ -1,0 +1,189 @@
+-- Every statement outboxgen's runtime sends to SQLite 3.35+.
+--
+-- Package runtime/dialect embeds this file, finds each statement by its
+-- "-- name:" line and replaces the markers (see postgres.sql for the list).
+-- sqlc prepares every statement as written here on an in-memory database
+-- created from schema/sqlite.sql (sqlc compile -f runtime/dialect/sql/sqlc.yaml).
+-- Time always comes from the database clock, as the text the DDL defaults
+-- write (strftime('%Y-%m-%d %H:%M:%f', 'now')), so timestamps compare as
+-- text; durations are bound as strftime modifiers ('1.500000 seconds').
+-- SQLite has one writer and no SKIP LOCKED: the claim's prefilter alone
+-- keeps per-key order.
+
+-- name: OutboxInsertEvent :exec
+INSERT INTO /* TEMPLATE: outbox */outbox_event (event_id, biz_type, biz_id, topic, payload_version, payload, headers)
+VALUES (sqlc.arg(event_id), sqlc.arg(biz_type), sqlc.arg(biz_id), sqlc.arg(topic), sqlc.arg(payload_version), sqlc.arg(payload), sqlc.arg(headers));
+
+-- name: OutboxInsertEventIfAbsent :exec
+INSERT INTO /* TEMPLATE: outbox */outbox_event (event_id, biz_type, biz_id, topic, payload_version, payload, headers)
+VALUES (sqlc.arg(event_id), sqlc.arg(biz_type), sqlc.arg(biz_id), sqlc.arg(topic), sqlc.arg(payload_version), sqlc.arg(payload), sqlc.arg(headers))
+ON CONFLICT (event_id) DO NOTHING;
+
+-- name: OutboxEventIdentity :one
+SELECT biz_type, biz_id, topic
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE event_id = sqlc.arg(event_id);
+
+-- One statement: SQLite takes the write lock when the statement starts, so
+-- the candidate SELECT and the UPDATE see one state.
+-- name: RelayClaim :many
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET lease_owner = sqlc.arg(owner), lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', sqlc.arg(lease)), updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+WHERE id IN (
+    SELECT c.id
+    FROM /* TEMPLATE: outbox */outbox_event c
+    WHERE c.status = 0
+      AND c.next_retry_time <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+      AND (c.lease_expires_at IS NULL OR c.lease_expires_at < strftime('%Y-%m-%d %H:%M:%f', 'now'))
+      AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */NOT EXISTS (
+        SELECT 1
+        FROM /* TEMPLATE: outbox */outbox_event o
+        WHERE o.biz_id = c.biz_id
+          AND o.id < c.id
+          AND o.status <> 1
+          /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+          AND NOT (o.status = 0 AND o.next_retry_time <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+                   AND (o.lease_expires_at IS NULL OR o.lease_expires_at < strftime('%Y-%m-%d %H:%M:%f', 'now')))))
+    ORDER BY c.id
+    LIMIT sqlc.arg(max_rows))
+RETURNING id, event_id, biz_type, biz_id, topic, payload_version, payload, headers, retry_count, created_at;
+
+-- name: RelayClaimOverdue :many
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET lease_owner = sqlc.arg(owner), lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', sqlc.arg(lease)), updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+WHERE id IN (
+    SELECT c.id
+    FROM /* TEMPLATE: outbox */outbox_event c
+    WHERE c.status = 0
+      AND c.next_retry_time <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+      AND (c.lease_expires_at IS NULL OR c.lease_expires_at < strftime('%Y-%m-%d %H:%M:%f', 'now'))
+      AND c.created_at <= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(overdue))
+      AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */NOT EXISTS (
+        SELECT 1
+        FROM /* TEMPLATE: outbox */outbox_event o
+        WHERE o.biz_id = c.biz_id
+          AND o.id < c.id
+          AND o.status <> 1
+          /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+          AND NOT (o.status = 0 AND o.next_retry_time <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+                   AND (o.lease_expires_at IS NULL OR o.lease_expires_at < strftime('%Y-%m-%d %H:%M:%f', 'now'))
+                   AND o.created_at <= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(overdue)))))
+    ORDER BY c.id
+    LIMIT sqlc.arg(max_rows))
+RETURNING id, event_id, biz_type, biz_id, topic, payload_version, payload, headers, retry_count, created_at;
+
+-- name: RelayMarkSent :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET status = 1, sent_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_owner = NULL, lease_expires_at = NULL, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+WHERE id IN (sqlc.slice(ids))
+  AND lease_owner = sqlc.arg(owner)
+  AND status = 0;
+
+-- status is assigned before retry_count (see the MySQL file).
+-- name: RelayMarkRetry :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET status = CASE WHEN retry_count + 1 >= sqlc.arg(max_attempts) THEN 2 ELSE 0 END,
+    retry_count = retry_count + 1,
+    last_error = sqlc.arg(last_error),
+    next_retry_time = strftime('%Y-%m-%d %H:%M:%f', 'now', sqlc.arg(delay)),
+    lease_owner = NULL, lease_expires_at = NULL, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+WHERE id = sqlc.arg(id)
+  AND lease_owner = sqlc.arg(owner)
+  AND status = 0;
+
+-- name: RelayRelease :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET lease_owner = NULL, lease_expires_at = NULL, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+WHERE id IN (sqlc.slice(ids))
+  AND lease_owner = sqlc.arg(owner)
+  AND status = 0;
+
+-- name: RelayExtendLease :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', sqlc.arg(lease)), updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+WHERE id IN (sqlc.slice(ids))
+  AND lease_owner = sqlc.arg(owner)
+  AND status = 0;
+
+-- name: RelayListFailed :many
+SELECT id, event_id, biz_type, biz_id, topic, retry_count, last_error, created_at, updated_at
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE status = 2
+  AND id > sqlc.arg(after_id)
+ORDER BY id
+LIMIT sqlc.arg(max_rows);
+
+-- name: RelayRequeue :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET status = 0, retry_count = 0, next_retry_time = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_owner = NULL, lease_expires_at = NULL,
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+WHERE id IN (sqlc.slice(ids))
+  AND status = 2;
+
+-- name: InboxRecord :execrows
+INSERT INTO /* TEMPLATE: inbox */outbox_inbox (consumer, event_id, biz_type, biz_id)
+VALUES (sqlc.arg(consumer), sqlc.arg(event_id), sqlc.arg(biz_type), sqlc.arg(biz_id))
+ON CONFLICT (consumer, event_id) DO NOTHING;
+
+-- name: InboxRecorded :one
+SELECT COALESCE(biz_type, ''), COALESCE(biz_id, '')
+FROM /* TEMPLATE: inbox */outbox_inbox
+WHERE consumer = sqlc.arg(consumer)
+  AND event_id = sqlc.arg(event_id);
+
+-- name: InboxGuard :execrows
+INSERT INTO /* TEMPLATE: inbox_key */outbox_inbox_key (consumer, biz_type, biz_id, last_seq)
+VALUES (sqlc.arg(consumer), sqlc.arg(biz_type), sqlc.arg(biz_id), sqlc.arg(last_seq))
+ON CONFLICT (consumer, biz_type, biz_id) DO UPDATE
+SET last_seq = excluded.last_seq, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+WHERE /* TEMPLATE: inbox_key */outbox_inbox_key.last_seq < excluded.last_seq;
+
+-- name: OpsStats :one
+SELECT COUNT(*),
+    COALESCE((julianday('now') - julianday(MIN(created_at))) * 86400.0, 0),
+    COALESCE(SUM(CASE WHEN created_at < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(stale_after)) THEN 1 ELSE 0 END), 0),
+    (SELECT COUNT(*) FROM /* TEMPLATE: outbox */outbox_event WHERE status = 2),
+    COALESCE(SUM(CASE WHEN lease_expires_at < strftime('%Y-%m-%d %H:%M:%f', 'now') THEN 1 ELSE 0 END), 0)
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE status = 0;
+
+-- name: OpsDeleteSent :execrows
+DELETE FROM /* TEMPLATE: outbox */outbox_event
+WHERE id IN (
+    SELECT id
+    FROM /* TEMPLATE: outbox */outbox_event
+    WHERE status = 1
+      AND sent_at < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(older_than))
+    ORDER BY id
+    LIMIT sqlc.arg(max_rows));
+
+-- name: OpsDeleteInbox :execrows
+DELETE FROM /* TEMPLATE: inbox */outbox_inbox
+WHERE (consumer, event_id) IN (
+    SELECT consumer, event_id
+    FROM /* TEMPLATE: inbox */outbox_inbox
+    WHERE processed_at < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(older_than))
+    ORDER BY processed_at
+    LIMIT sqlc.arg(max_rows));
+
+-- The archive is a transaction of OpsArchivePick, which copies the batch
+-- (a write first, so the transaction takes SQLite's write lock at once and
+-- cannot fail to upgrade a read snapshot later), and OpsArchiveDelete.
+-- name: OpsArchivePick :many
+INSERT INTO /* TEMPLATE: archive */outbox_archive (id, event_id, biz_type, biz_id, topic, payload_version, payload,
+    headers, status, retry_count, next_retry_time, lease_owner, lease_expires_at, last_error,
+    created_at, updated_at, sent_at)
+SELECT id, event_id, biz_type, biz_id, topic, payload_version, payload, headers, status,
+    retry_count, next_retry_time, lease_owner, lease_expires_at, last_error, created_at, updated_at,
+    sent_at
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE status = 1
+  AND sent_at < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(older_than))
+ORDER BY id
+LIMIT sqlc.arg(max_rows)
+RETURNING id;
+
+-- name: OpsArchiveDelete :execrows
+DELETE FROM /* TEMPLATE: outbox */outbox_event
+WHERE id IN (sqlc.slice(ids))
+  AND status = 1;
