@@ -81,8 +81,8 @@ func RenderGrants(d string, p GrantParams) ([]byte, error) {
 		return nil, fmt.Errorf("no role named (GrantParams.Roles is empty)")
 	}
 	for _, id := range idents {
-		if !identRE.MatchString(id.name) {
-			return nil, fmt.Errorf("%s %q is not a safe SQL identifier: use lower-case letters, digits and '_', start with a letter or '_', at most %d characters", id.what, id.name, MaxIdentifier)
+		if err := checkIdentifier(id.what, id.name); err != nil {
+			return nil, err
 		}
 	}
 	if !hostRE.MatchString(p.Host) {

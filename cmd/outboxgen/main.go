@@ -33,7 +33,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"slices"
 
 	"github.com/outboxgen/outboxgen/generator"
 	"github.com/outboxgen/outboxgen/generator/spec"
@@ -241,9 +240,7 @@ func plural(n int, one, many string) string {
 func cmdSchema(args []string, stdout, stderr io.Writer) error {
 	fl := newFlags("schema", "schema -dialect postgres|mysql|sqlite [-f events.yaml] [-outbox-table T] [-inbox-table T]", stderr)
 	dialect := fl.String("dialect", "", "SQL dialect: postgres, mysql (also MariaDB) or sqlite (required)")
-	file := fl.String("f", "", "read table names from this events.yaml (default: events.yaml when present)")
-	outbox := fl.String("outbox-table", "", "outbox table name (default from events.yaml, else outbox_event)")
-	inbox := fl.String("inbox-table", "", "inbox table name (default from events.yaml, else outbox_inbox)")
+	readTables := tableFlags(fl)
 	if err := parseFlags(fl, args); err != nil {
 		return err
 	}
@@ -252,13 +249,13 @@ func cmdSchema(args []string, stdout, stderr io.Writer) error {
 		fl.Usage()
 		return errUsage
 	}
-	tables, source, err := specTables(*file, *outbox, *inbox)
+	tables, source, err := readTables()
 	if err != nil {
 		return err
 	}
-	d := normalizeDialect(*dialect)
-	if !slices.Contains(templates.Dialects(), d) {
-		fmt.Fprintf(stderr, "outboxgen schema: unknown dialect %q: use postgres, mysql (also MariaDB) or sqlite\n", *dialect)
+	d, err := templates.ParseDialect(*dialect)
+	if err != nil {
+		fmt.Fprintf(stderr, "outboxgen schema: %v\n", err)
 		return errUsage
 	}
 	// The header of the file generate writes: with a spec, the output is
@@ -269,6 +266,15 @@ func cmdSchema(args []string, stdout, stderr io.Writer) error {
 	}
 	_, err = stdout.Write(ddl)
 	return err
+}
+
+// tableFlags defines -f, -outbox-table and -inbox-table on fl and returns
+// what specTables makes of them, to be called once fl is parsed.
+func tableFlags(fl *flag.FlagSet) func() (templates.Tables, string, error) {
+	file := fl.String("f", "", "read table names from this events.yaml (default: events.yaml when present)")
+	outbox := fl.String("outbox-table", "", "outbox table name (default from events.yaml, else "+templates.DefaultTables.Outbox+")")
+	inbox := fl.String("inbox-table", "", "inbox table name (default from events.yaml, else "+templates.DefaultTables.Inbox+")")
+	return func() (templates.Tables, string, error) { return specTables(*file, *outbox, *inbox) }
 }
 
 // specTables returns the table names of the spec at path (events.yaml in
@@ -302,9 +308,7 @@ func cmdGrants(args []string, stdout, stderr io.Writer) error {
 	fl := newFlags("grants", "grants -dialect postgres|mysql -database DB [-f events.yaml] [-writer R] [-relay R] [-sweeper R] [-monitor R] [-janitor R] [-consumer R]", stderr)
 	dialect := fl.String("dialect", "", "SQL dialect: postgres or mysql (also MariaDB); SQLite has no grants (required)")
 	database := fl.String("database", "", "the database holding the tables (required)")
-	file := fl.String("f", "", "read table names from this events.yaml (default: events.yaml when present)")
-	outbox := fl.String("outbox-table", "", "outbox table name (default from events.yaml, else outbox_event)")
-	inbox := fl.String("inbox-table", "", "inbox table name (default from events.yaml, else outbox_inbox)")
+	readTables := tableFlags(fl)
 	schemaName := fl.String("schema", "", "PostgreSQL schema of the tables (default public)")
 	host := fl.String("host", "", "MySQL account host of every role (default %)")
 	var roles templates.Roles
@@ -326,7 +330,7 @@ func cmdGrants(args []string, stdout, stderr io.Writer) error {
 		roles = templates.Roles{Writer: "outbox_writer", Relay: "outbox_relay", Sweeper: "outbox_sweeper",
 			Monitor: "outbox_monitor", Janitor: "outbox_janitor", Consumer: "outbox_consumer"}
 	}
-	tables, _, err := specTables(*file, *outbox, *inbox)
+	tables, _, err := readTables()
 	if err != nil {
 		return err
 	}
@@ -340,15 +344,11 @@ func cmdGrants(args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-// normalizeDialect accepts the same aliases as events.yaml.
+// normalizeDialect returns the dialect d names (see
+// templates.ParseDialect), or d when it names none.
 func normalizeDialect(d string) string {
-	switch d {
-	case "postgresql", "pgx":
-		return "postgres"
-	case "mariadb":
-		return "mysql"
-	case "sqlite3":
-		return "sqlite"
+	if name, err := templates.ParseDialect(d); err == nil {
+		return name
 	}
 	return d
 }

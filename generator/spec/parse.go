@@ -514,11 +514,10 @@ var (
 	topicRe    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._\-/]{0,248}$`)
 	fieldRe    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	consumerRe = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
-	sqlIdentRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 )
 
 // maxEventName is the longest allowed event name (the biz_type column).
-const maxEventName = 64
+const maxEventName = templates.MaxTypeLen
 
 func (p *parser) parseRoot(root *yaml.Node) {
 	m := p.mapping(root, "the spec file")
@@ -750,13 +749,6 @@ func (p *parser) outDir(v *yaml.Node, subject string) string {
 	return path.Clean(filepath.ToSlash(s))
 }
 
-// dialectNames maps accepted dialect spellings to dialects.
-var dialectNames = map[string]Dialect{
-	"postgres": Postgres, "postgresql": Postgres,
-	"mysql": MySQL, "mariadb": MySQL,
-	"sqlite": SQLite, "sqlite3": SQLite,
-}
-
 func (p *parser) parseSQL(n *yaml.Node) {
 	m := p.mapping(n, "sql")
 	if m == nil {
@@ -769,8 +761,8 @@ func (p *parser) parseSQL(n *yaml.Node) {
 	if v := m.get("out"); v != nil {
 		p.spec.SQL.Out = p.outDir(v, "sql.out")
 	}
-	p.spec.SQL.OutboxTable = "outbox_event"
-	p.spec.SQL.InboxTable = "outbox_inbox"
+	p.spec.SQL.OutboxTable = templates.DefaultTables.Outbox
+	p.spec.SQL.InboxTable = templates.DefaultTables.Inbox
 	var outboxNode *yaml.Node
 	outboxOK, inboxOK, archiveOK := true, true, true
 	if v := m.get("outbox_table"); v != nil {
@@ -856,10 +848,10 @@ func (p *parser) parseDialects(v *yaml.Node) {
 		if !ok {
 			continue
 		}
-		d, known := dialectNames[s]
-		if !known {
-			names := []string{"postgres", "mysql", "sqlite", "postgresql", "mariadb", "sqlite3"}
-			if sg := suggest(s, names); sg != "" {
+		name, err := templates.ParseDialect(s)
+		d := Dialect(name)
+		if err != nil {
+			if sg := suggest(s, templates.DialectNames()); sg != "" {
 				p.errorf(it, "unknown dialect %q; did you mean %q?", s, sg)
 			} else {
 				p.errorf(it, "unknown dialect %q; use postgres, mysql or sqlite", s)
@@ -899,8 +891,8 @@ func (p *parser) sqlIdent(v *yaml.Node, subject string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	if !sqlIdentRe.MatchString(s) {
-		p.errorf(v, "%s %q is not a safe SQL identifier; use 1 to 63 lower-case letters, digits and underscores, starting with a letter or underscore (this prevents SQL injection, as the name is spliced into SQL)", subject, s)
+	if !templates.ValidIdentifier(s) {
+		p.errorf(v, "%s %q is not a safe SQL identifier; use 1 to %d lower-case letters, digits and underscores, starting with a letter or underscore (this prevents SQL injection, as the name is spliced into SQL)", subject, s, templates.MaxIdentifier)
 		return "", false
 	}
 	if sqlReserved[s] {

@@ -14,7 +14,10 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outboxgen/outboxgen/internal/readmetest/events"
 	"github.com/outboxgen/outboxgen/internal/readmetest/pgonly"
@@ -89,23 +92,31 @@ const (
 // The service the README's snippets build works end to end on every
 // database, with the custom table names of events.yaml; the same service
 // on a database without the tables fails at start-up, naming the table,
-// its events.yaml key and the fix.
+// its events.yaml key and the fix. The broker snippets (NATS, Kafka) run
+// the same service on in-process brokers.
 func TestREADMEService(t *testing.T) {
+	type run struct{ d, c string }
+	var runs []run
 	for _, d := range testdb.Dialects() {
 		for _, c := range []string{"service", "missing"} {
-			t.Run(d+"/"+c, func(t *testing.T) {
-				t.Parallel()
-				if d != "sqlite" {
-					testdb.DSN(t, d) // skips (or fails in CI) without the server
-				}
-				cmd := exec.Command(os.Args[0], "-test.run=^TestChild$", "-test.v", "-test.count=1")
-				cmd.Env = append(os.Environ(), envDialect+"="+d, envCase+"="+c)
-				out, err := cmd.CombinedOutput()
-				if err != nil || !strings.Contains(string(out), "--- PASS: TestChild") {
-					t.Fatalf("child: %v\n%s", err, out)
-				}
-			})
+			runs = append(runs, run{d, c})
 		}
+	}
+	// The broker snippets, on in-process brokers.
+	runs = append(runs, run{"sqlite", "nats"}, run{"sqlite", "kafka"})
+	for _, r := range runs {
+		t.Run(r.d+"/"+r.c, func(t *testing.T) {
+			t.Parallel()
+			if r.d != "sqlite" {
+				testdb.DSN(t, r.d) // skips (or fails in CI) without the server
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^TestChild$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), envDialect+"="+r.d, envCase+"="+r.c)
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "--- PASS: TestChild") {
+				t.Fatalf("child: %v\n%s", err, out)
+			}
+		})
 	}
 }
 
@@ -120,6 +131,29 @@ func TestChild(t *testing.T) {
 	case "service":
 		testdb.ApplySchema(t, db, d, templates.Tables{Outbox: events.OutboxTable, Inbox: events.InboxTable})
 		runService(t, db)
+	case "nats":
+		testdb.ApplySchema(t, db, d, templates.Tables{Outbox: events.OutboxTable, Inbox: events.InboxTable})
+		pub, sub, err := NATS(startNATS(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pub.Close()
+		defer sub.Close()
+		runServiceOn(t, db, pub, sub)
+	case "kafka":
+		testdb.ApplySchema(t, db, d, templates.Tables{Outbox: events.OutboxTable, Inbox: events.InboxTable})
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, events.OrderPaidTopic, "points.poison"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cluster.Close()
+		pub, sub, err := Kafka(cluster.ListenAddrs())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pub.Close()
+		defer sub.Close()
+		runServiceOn(t, db, pub, sub)
 	case "missing":
 		missingTables(t, db)
 	default:
@@ -142,14 +176,35 @@ func (h *handler) HandleOrderPaid(_ context.Context, _ *sql.Tx, e events.OrderPa
 	return nil
 }
 
+// startNATS starts an in-process JetStream server and returns its URL.
+func startNATS(t *testing.T) string {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready after 10s")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s.ClientURL()
+}
+
 func runService(t *testing.T, db *sql.DB) {
+	ps := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
+	defer ps.Close()
+	runServiceOn(t, db, ps, ps)
+}
+
+// runServiceOn runs the service the snippets build on the broker of pub
+// and sub.
+func runServiceOn(t *testing.T, db *sql.DB, pub message.Publisher, sub message.Subscriber) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	logger := watermill.NopLogger{}
-	ps := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
-	defer ps.Close()
 	h := &handler{seen: map[string]int{}, got: make(chan string, 10)}
-	svc, err := Start(db, ps, ps, h, logger)
+	svc, err := Start(db, pub, sub, h, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

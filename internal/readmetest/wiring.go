@@ -9,11 +9,14 @@ package readmetest
 import (
 	"context"
 	"database/sql"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/outboxgen/outboxgen/internal/readmetest/events"
+	"github.com/outboxgen/outboxgen/runtime/brokers/kafka"
+	"github.com/outboxgen/outboxgen/runtime/brokers/natsjs"
 	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
 	"github.com/outboxgen/outboxgen/runtime/inbox"
 	"github.com/outboxgen/outboxgen/runtime/janitor"
@@ -101,4 +104,59 @@ func PayOrder(ctx context.Context, db *sql.DB, orderID string) error {
 	}
 	return tx.Commit()
 	// README:end
+}
+
+// NATS returns the relay's publisher and consumer points' subscriber on the
+// NATS JetStream server at natsURL.
+func NATS(natsURL string) (*natsjs.Publisher, *natsjs.Subscriber, error) {
+	// README:begin nats
+	// The relay's publisher: AutoProvision creates a stream per topic
+	// (OUTBOX_ORDERS_PAID capturing orders.paid) unless one captures it
+	// already; Nats-Msg-Id is the event id, so the stream drops a re-send
+	// of an event inside DuplicateWindow.
+	pub, err := natsjs.NewPublisher(natsjs.Config{
+		URL:             natsURL,
+		AutoProvision:   true,
+		DuplicateWindow: 2 * time.Minute,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	// One subscriber per consumer, each with its own durable JetStream
+	// consumer per topic (points_orders_paid): a restart resumes after the
+	// last acknowledged message.
+	sub, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{
+		URL:           natsURL,
+		Durable:       "points",
+		AutoProvision: true,
+	})
+	if err != nil {
+		pub.Close()
+		return nil, nil, err
+	}
+	// README:end
+	return pub, sub, nil
+}
+
+// Kafka returns the relay's publisher and consumer points' subscriber on
+// the Kafka cluster of brokers.
+func Kafka(brokers []string) (*kafka.Publisher, *kafka.Subscriber, error) {
+	// README:begin kafka
+	// The relay's publisher: an idempotent producer whose records are keyed
+	// by the event key, so each key stays in one partition, in order.
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers})
+	if err != nil {
+		return nil, nil, err
+	}
+	// One subscriber per consumer, each in its own consumer group.
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
+		Brokers:       brokers,
+		ConsumerGroup: "points",
+	})
+	if err != nil {
+		pub.Close()
+		return nil, nil, err
+	}
+	// README:end
+	return pub, sub, nil
 }

@@ -43,6 +43,14 @@ func (p *prepared) render(vals ...any) (string, []any) {
 			b.WriteByte('?')
 		}
 	}
+	// item binds the i-th value v of a list argument.
+	item := func(i int, v any) {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		args = append(args, v)
+		ph()
+	}
 	for _, sg := range p.segs {
 		b.WriteString(sg.text)
 		switch {
@@ -53,19 +61,11 @@ func (p *prepared) render(vals ...any) (string, []any) {
 			switch l := vals[sg.arg].(type) {
 			case []int64:
 				for i, v := range l {
-					if i > 0 {
-						b.WriteString(", ")
-					}
-					args = append(args, v)
-					ph()
+					item(i, v)
 				}
 			case []string:
 				for i, v := range l {
-					if i > 0 {
-						b.WriteString(", ")
-					}
-					args = append(args, v)
-					ph()
+					item(i, v)
 				}
 			default:
 				panic(fmt.Sprintf("dialect: %s: list argument of type %T", p.name, l))

@@ -109,7 +109,7 @@ func specOf(d Dialect) *spec {
 func mustSpec(d Dialect) *spec {
 	s := specOf(d)
 	if s == nil {
-		panic(fmt.Sprintf("dialect: unknown SQL dialect %q", d))
+		panic("dialect: " + errUnknown(d).Error())
 	}
 	return s
 }
@@ -123,7 +123,12 @@ func Parse(s string) (Dialect, error) {
 			return sp.dialect, nil
 		}
 	}
-	return "", fmt.Errorf("unknown SQL dialect %q: use postgres, mysql or sqlite", s)
+	return "", errUnknown(s)
+}
+
+// errUnknown is the error for a dialect name that is none of All.
+func errUnknown[S ~string](d S) error {
+	return fmt.Errorf("unknown SQL dialect %q: use postgres, mysql or sqlite", d)
 }
 
 // Valid reports whether d is one of the supported dialects.

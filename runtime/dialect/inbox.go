@@ -12,8 +12,6 @@ package dialect
 // 0 unchanged). A DSN with clientFoundRows=true makes an unchanged row count
 // as 1 and breaks duplicate detection; the go-sql-driver default is false.
 
-import "fmt"
-
 // InboxKeySuffix is appended to the inbox table name to name the stale-guard
 // table: (consumer, biz_type, biz_id) → the newest outbox sequence applied.
 // templates.Tables derives the same name for the DDL.
@@ -45,7 +43,7 @@ var (
 func NewInboxQueries(d Dialect, inbox string) (*InboxQueries, error) {
 	s := specOf(d)
 	if s == nil {
-		return nil, fmt.Errorf("unknown SQL dialect %q: use postgres, mysql or sqlite", d)
+		return nil, errUnknown(d)
 	}
 	if err := CheckIdentifier("inbox: table name", inbox); err != nil {
 		return nil, err

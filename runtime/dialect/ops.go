@@ -65,7 +65,7 @@ var (
 func NewOpsQueries(d Dialect, outbox, inbox string) (*OpsQueries, error) {
 	s := specOf(d)
 	if s == nil {
-		return nil, fmt.Errorf("unknown SQL dialect %q: use postgres, mysql or sqlite", d)
+		return nil, errUnknown(d)
 	}
 	if err := CheckIdentifier("outbox table name", outbox); err != nil {
 		return nil, err

@@ -10,7 +10,6 @@ package dialect
 // correctly as text. A Go time.Time is never bound as a timestamp.
 
 import (
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -74,7 +73,7 @@ var (
 func NewRelayQueries(d Dialect, table string, unordered []string) (*RelayQueries, error) {
 	s := specOf(d)
 	if s == nil {
-		return nil, fmt.Errorf("unknown SQL dialect %q: use postgres, mysql or sqlite", d)
+		return nil, errUnknown(d)
 	}
 	if err := CheckIdentifier("relay: outbox table name", table); err != nil {
 		return nil, err

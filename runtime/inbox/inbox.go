@@ -114,6 +114,7 @@ import (
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
+	"github.com/outboxgen/outboxgen/runtime/internal/errtext"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
@@ -402,7 +403,7 @@ func checkTables[T any](ctx context.Context, s Store[T], q *dialect.InboxQueries
 // fatalOnly returns err explained when it is fatal at start (a missing
 // privilege), and nil otherwise: a database that is down is waited for.
 func fatalOnly(err error, consumer, table string) error {
-	if !dberr.Classify(err).FatalAtStart() {
+	if !dberr.FatalAtStart(err) {
 		return nil
 	}
 	return dberr.Explain(err, dberr.Need{Component: "consumer " + consumer, Tables: table,
@@ -577,19 +578,8 @@ func oneLine(logger watermill.LoggerAdapter, err error) error {
 		}
 		line = line[:cut] + "..."
 	}
-	if line == msg {
-		return err
-	}
-	return &lineError{line: line, err: err}
+	return errtext.Replace(err, line)
 }
-
-type lineError struct {
-	line string
-	err  error
-}
-
-func (e *lineError) Error() string { return e.line }
-func (e *lineError) Unwrap() error { return e.err }
 
 // checkFits reports, as a plain error, a value of m that cannot be stored in
 // the inbox table: too long for its column, or not valid UTF-8 text (which

@@ -249,7 +249,6 @@ func (j *Janitor) Run(ctx context.Context) error {
 	defer j.runMu.Unlock()
 	j.log.InfoContext(ctx, "janitor started", slog.Duration("interval", j.opts.Interval), slog.Duration("retention", j.opts.Retention),
 		slog.Duration("inbox_retention", j.opts.InboxRetention), slog.String("archive_table", j.opts.ArchiveTable), slog.Int("batch_size", j.opts.BatchSize))
-	started := false
 	var last Result
 	var took time.Duration
 	err := schedule.FixedDelay{
@@ -262,14 +261,13 @@ func (j *Janitor) Run(ctx context.Context) error {
 		OnRecover: func(ctx context.Context, failures int) {
 			j.log.InfoContext(ctx, "janitor run succeeded again", slog.Int("failed_runs", failures))
 		},
+		FatalAtStart: dberr.FatalAtStart,
+		OnFatal: func(ctx context.Context, err error) {
+			j.log.ErrorContext(ctx, "janitor not started: its tables are not usable", slog.Any("error", err))
+		},
 	}.Run(ctx, func(ctx context.Context) error {
 		var err error
 		last, took, err = j.run(ctx)
-		if err != nil && !started && ctx.Err() == nil && dberr.Classify(err).FatalAtStart() {
-			j.log.ErrorContext(ctx, "janitor not started: its tables are not usable", slog.Any("error", err))
-			return schedule.Stop(err)
-		}
-		started = started || err == nil
 		return err
 	})
 	if err != nil {

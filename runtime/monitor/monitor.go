@@ -404,7 +404,6 @@ func (m *Monitor) Run(ctx context.Context) error {
 	}
 	defer m.runMu.Unlock()
 	m.log.InfoContext(ctx, "monitor started", slog.Duration("interval", m.opts.Interval), slog.Duration("stale_after", m.opts.StaleAfter))
-	started := false
 	err := schedule.FixedDelay{
 		Interval:   m.opts.Interval,
 		BackoffMax: m.opts.DatabaseBackoffMax,
@@ -414,15 +413,11 @@ func (m *Monitor) Run(ctx context.Context) error {
 		OnRecover: func(ctx context.Context, failures int) {
 			m.log.InfoContext(ctx, "monitor check succeeded again", slog.Int("failed_checks", failures))
 		},
-	}.Run(ctx, func(ctx context.Context) error {
-		err := m.tick(ctx)
-		if err != nil && !started && ctx.Err() == nil && dberr.Classify(err).FatalAtStart() {
+		FatalAtStart: dberr.FatalAtStart,
+		OnFatal: func(ctx context.Context, err error) {
 			m.log.ErrorContext(ctx, "monitor not started: the outbox table is not usable", slog.Any("error", err))
-			return schedule.Stop(err)
-		}
-		started = started || err == nil
-		return err
-	})
+		},
+	}.Run(ctx, m.tick)
 	if err != nil {
 		return err
 	}

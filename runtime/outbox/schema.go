@@ -82,6 +82,11 @@ func (s Schema) Validate() error {
 	return errors.Join(errs...)
 }
 
+// errUnknownDialect is the error for a Dialect that is not Valid.
+func errUnknownDialect(d Dialect) error {
+	return fmt.Errorf("unknown SQL dialect %q: use outbox.Postgres, outbox.MySQL or outbox.SQLite", d)
+}
+
 // Has reports whether events.yaml lists dialect d.
 func (s Schema) Has(d Dialect) bool { return slices.Contains(s.Dialects, d) }
 
@@ -102,7 +107,7 @@ func (s Schema) Only(d Dialect) (Schema, error) {
 // message.
 func (s Schema) CheckDialect(d Dialect, what string) error {
 	if !d.Valid() {
-		return fmt.Errorf("unknown SQL dialect %q: use outbox.Postgres, outbox.MySQL or outbox.SQLite", d)
+		return errUnknownDialect(d)
 	}
 	if s.Has(d) {
 		return nil

@@ -88,7 +88,7 @@ type Writer struct {
 // is MaxMessageSize unless an option changes it.
 func NewWriter(d Dialect, table string, opts ...WriterOption) (*Writer, error) {
 	if !d.Valid() {
-		return nil, fmt.Errorf("outbox: unknown dialect %q: use outbox.Postgres, outbox.MySQL or outbox.SQLite", d)
+		return nil, fmt.Errorf("outbox: %w", errUnknownDialect(d))
 	}
 	if err := dialect.CheckIdentifier("outbox: table name", table); err != nil {
 		return nil, err

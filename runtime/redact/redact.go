@@ -42,6 +42,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/outboxgen/outboxgen/runtime/internal/errtext"
 )
 
 // Mask replaces every secret.
@@ -170,20 +172,5 @@ func ErrorWith(err error, secrets ...string) error {
 	if err == nil {
 		return nil
 	}
-	msg := err.Error()
-	red := StringWith(msg, secrets...)
-	if red == msg {
-		return err
-	}
-	return &redactedError{err: err, msg: red}
+	return errtext.Replace(err, StringWith(err.Error(), secrets...))
 }
-
-// redactedError is an error whose text is redacted; Unwrap returns the
-// original.
-type redactedError struct {
-	err error
-	msg string
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }

@@ -197,7 +197,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			continue // shutting down: not the database's fault
 		case err != nil:
 			err = r.explain(err)
-			if !started && dberr.Classify(err).FatalAtStart() {
+			if !started && dberr.FatalAtStart(err) {
 				r.log.ErrorContext(ctx, "relay not started: the outbox table is not usable", slog.Any("error", err))
 				return err
 			}

@@ -183,7 +183,6 @@ func (s *Sweeper) RunOnce(ctx context.Context) (int, error) {
 // logged): a deployment mistake that waiting does not mend (see relay.Run).
 func (s *Sweeper) Run(ctx context.Context) error {
 	s.log.InfoContext(ctx, "sweeper started", slog.Duration("interval", s.interval), slog.Duration("overdue_after", s.overdue))
-	started := false
 	err := schedule.FixedDelay{
 		Interval:   s.interval,
 		BackoffMax: s.backoffMax,
@@ -193,13 +192,12 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		OnRecover: func(ctx context.Context, failures int) {
 			s.log.InfoContext(ctx, "sweep succeeded again", slog.Int("failed_sweeps", failures))
 		},
+		FatalAtStart: dberr.FatalAtStart,
+		OnFatal: func(ctx context.Context, err error) {
+			s.log.ErrorContext(ctx, "sweeper not started: the outbox table is not usable", slog.Any("error", err))
+		},
 	}.Run(ctx, func(ctx context.Context) error {
 		_, err := s.RunOnce(ctx)
-		if err != nil && !started && ctx.Err() == nil && dberr.Classify(err).FatalAtStart() {
-			s.log.ErrorContext(ctx, "sweeper not started: the outbox table is not usable", slog.Any("error", err))
-			return schedule.Stop(err)
-		}
-		started = started || err == nil
 		return err
 	})
 	if err != nil {

@@ -54,21 +54,8 @@ func New(pool *pgxpool.Pool, schema outbox.Schema) (*Driver, error) {
 	x.listen.init(pool, tables.Outbox)
 	x.check = driverutil.Checker{
 		What: "pgxdriver", Schema: schema, Dialect: dialect.Postgres,
-		Text: func(ctx context.Context, query string) (string, error) {
-			var v string
-			err := pool.QueryRow(ctx, query).Scan(&v)
-			return v, err
-		},
-		Probe: func(ctx context.Context, query string) error {
-			rows, err := pool.Query(ctx, query)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-			}
-			return rows.Err()
-		},
+		Text:  driverutil.TextQuery(pool.QueryRow),
+		Probe: driverutil.ProbeQuery(pool.Query),
 	}
 	return x, nil
 }

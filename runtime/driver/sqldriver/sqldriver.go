@@ -72,21 +72,8 @@ func New(db *sql.DB, schema outbox.Schema) (*Driver, error) {
 	x := &Driver{db: db, d: d, schema: schema, tables: tables, relayQ: relayQ}
 	x.check = driverutil.Checker{
 		What: "sqldriver", Schema: schema, Dialect: d,
-		Text: func(ctx context.Context, query string) (string, error) {
-			var v string
-			err := db.QueryRowContext(ctx, query).Scan(&v)
-			return v, err
-		},
-		Probe: func(ctx context.Context, query string) error {
-			rows, err := db.QueryContext(ctx, query)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-			}
-			return rows.Err()
-		},
+		Text:  driverutil.TextQuery(db.QueryRowContext),
+		Probe: driverutil.ProbeQuery(db.QueryContext),
 	}
 	return x, nil
 }

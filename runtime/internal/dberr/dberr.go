@@ -70,6 +70,11 @@ func (c Class) Permanent() bool { return c != Transient }
 // now a standby), so components keep retrying it, loudly.
 func (c Class) FatalAtStart() bool { return c == Missing || c == Denied || c == Mismatch }
 
+// FatalAtStart reports whether Classify(err).FatalAtStart(): the test the
+// runtime's loops (schedule.FixedDelay.FatalAtStart, relay.Run) apply to a
+// failure before their first successful run.
+func FatalAtStart(err error) bool { return Classify(err).FatalAtStart() }
+
 // Classify returns the class of err (Transient for nil and for errors of
 // unknown drivers). Wrapped and joined errors are searched.
 func Classify(err error) Class {

@@ -31,6 +31,15 @@ type FixedDelay struct {
 	// OnRecover, if set, is called after the first successful run that
 	// follows failed ones, with their number.
 	OnRecover func(ctx context.Context, failures int)
+	// FatalAtStart, if set, is asked about each failed run before the
+	// first successful one (unless ctx is done): when it reports true, Run
+	// calls OnFatal and returns the error instead of retrying. It tells a
+	// deployment mistake that waiting does not mend (a missing table,
+	// column or privilege) from an outage.
+	FatalAtStart func(error) bool
+	// OnFatal, if set, is called with the error that ends Run because
+	// FatalAtStart reported true for it.
+	OnFatal func(ctx context.Context, err error)
 }
 
 // stop marks an error that ends Run.
@@ -49,8 +58,10 @@ func Stop(err error) error {
 
 // Run calls run at once, then Interval after each successful run, or the
 // backoff delay after each failed one, until ctx is done or run returns an
-// error made with Stop. Runs never overlap. It returns nil when ctx is done
-// (once run has returned), or the error given to Stop.
+// error made with Stop, or a run fails before any has succeeded with an
+// error FatalAtStart reports true for. Runs never overlap. It returns nil
+// when ctx is done (once run has returned), the error given to Stop, or
+// the fatal error.
 func (s FixedDelay) Run(ctx context.Context, run func(context.Context) error) error {
 	bmax := s.BackoffMax
 	if bmax == 0 {
@@ -60,6 +71,7 @@ func (s FixedDelay) Run(ctx context.Context, run func(context.Context) error) er
 	timer := time.NewTimer(s.Interval)
 	timer.Stop()
 	defer timer.Stop()
+	started := false
 	for ctx.Err() == nil {
 		delay := s.Interval
 		if err := run(ctx); err != nil {
@@ -69,14 +81,23 @@ func (s FixedDelay) Run(ctx context.Context, run func(context.Context) error) er
 			if ctx.Err() != nil {
 				return nil
 			}
+			if !started && s.FatalAtStart != nil && s.FatalAtStart(err) {
+				if s.OnFatal != nil {
+					s.OnFatal(ctx, err)
+				}
+				return err
+			}
 			delay = b.Next()
 			if s.OnError != nil {
 				s.OnError(ctx, err, b.Failures(), delay)
 			}
-		} else if n := b.Failures(); n > 0 {
-			b.Reset()
-			if s.OnRecover != nil {
-				s.OnRecover(ctx, n)
+		} else {
+			started = true
+			if n := b.Failures(); n > 0 {
+				b.Reset()
+				if s.OnRecover != nil {
+					s.OnRecover(ctx, n)
+				}
 			}
 		}
 		// Go 1.23+ timer semantics: Reset never leaves a stale tick.

@@ -99,3 +99,46 @@ func TestFixedDelayBacksOff(t *testing.T) {
 		t.Errorf("recoveries %v, want one after 3 failures", recovered)
 	}
 }
+
+// A failure FatalAtStart reports true for ends Run, after OnFatal, only
+// before the first successful run; later it is retried like any other.
+func TestFixedDelayFatalAtStart(t *testing.T) {
+	errFatal := errors.New("no such table")
+	errDown := errors.New("database down")
+	run := func(script []error) (runs int, fatal []error, reported int, err error) {
+		err = FixedDelay{
+			Interval:     time.Millisecond,
+			FatalAtStart: func(err error) bool { return errors.Is(err, errFatal) },
+			OnFatal:      func(_ context.Context, err error) { fatal = append(fatal, err) },
+			OnError:      func(context.Context, error, int, time.Duration) { reported++ },
+		}.Run(context.Background(), func(context.Context) error {
+			runs++
+			if runs > len(script) {
+				return Stop(errors.New("end of script"))
+			}
+			return script[runs-1]
+		})
+		return runs, fatal, reported, err
+	}
+
+	runs, fatal, reported, err := run([]error{errDown, errFatal, nil})
+	if !errors.Is(err, errFatal) || runs != 2 || len(fatal) != 1 || fatal[0] != errFatal || reported != 1 {
+		t.Fatalf("before a success: Run = %v after %d runs, OnFatal %v, %d OnError; want the fatal error after 2 runs, one OnFatal, one OnError", err, runs, fatal, reported)
+	}
+	runs, fatal, reported, err = run([]error{nil, errFatal, nil})
+	if err == nil || errors.Is(err, errFatal) || runs != 4 || len(fatal) != 0 || reported != 1 {
+		t.Fatalf("after a success: Run = %v after %d runs, OnFatal %v, %d OnError; want the end of the script after 4 runs, no OnFatal, one OnError", err, runs, fatal, reported)
+	}
+
+	// A done context wins: the failure is not the database's fault.
+	ctx, cancel := context.WithCancel(context.Background())
+	called := false
+	err = FixedDelay{
+		Interval:     time.Millisecond,
+		FatalAtStart: func(error) bool { return true },
+		OnFatal:      func(context.Context, error) { called = true },
+	}.Run(ctx, func(context.Context) error { cancel(); return errFatal })
+	if err != nil || called {
+		t.Fatalf("cancelled: Run = %v, OnFatal called %v; want nil, not called", err, called)
+	}
+}

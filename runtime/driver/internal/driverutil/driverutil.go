@@ -178,6 +178,44 @@ type Checker struct {
 	tableOK   [3]bool
 }
 
+// TextQuery returns a Checker.Text that runs its query with queryRow:
+// (*sql.DB).QueryRowContext or (*pgxpool.Pool).QueryRow.
+func TextQuery[R interface{ Scan(...any) error }](queryRow func(context.Context, string, ...any) R) func(context.Context, string) (string, error) {
+	return func(ctx context.Context, query string) (string, error) {
+		var v string
+		err := queryRow(ctx, query).Scan(&v)
+		return v, err
+	}
+}
+
+// ProbeQuery returns a Checker.Probe that runs its query with query
+// ((*sql.DB).QueryContext or (*pgxpool.Pool).Query) and reads every row.
+func ProbeQuery[R interface {
+	Next() bool
+	Err() error
+}](query func(context.Context, string, ...any) (R, error)) func(context.Context, string) error {
+	return func(ctx context.Context, q string) error {
+		rows, err := query(ctx, q)
+		if err != nil {
+			return err
+		}
+		defer closeRows(rows)
+		for rows.Next() {
+		}
+		return rows.Err()
+	}
+}
+
+// closeRows closes *sql.Rows (Close() error) or pgx.Rows (Close()).
+func closeRows(rows any) {
+	switch r := rows.(type) {
+	case interface{ Close() error }:
+		_ = r.Close()
+	case interface{ Close() }:
+		r.Close()
+	}
+}
+
 // Check verifies the server's dialect and table t; see driver.Driver.
 func (c *Checker) Check(ctx context.Context, t driver.Table) error {
 	c.mu.Lock()

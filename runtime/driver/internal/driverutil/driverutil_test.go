@@ -1,6 +1,8 @@
 package driverutil
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -46,5 +48,44 @@ func TestRelayQueriesMemo(t *testing.T) {
 	}
 	if _, err := NewRelayQueries(dialect.Postgres, "bad name", false); err == nil {
 		t.Fatal("bad table accepted")
+	}
+}
+
+// fakeRows counts rows read and Close calls; closeErr selects the
+// database/sql shape (Close() error) over pgx's (Close()).
+type fakeRows struct {
+	left, closed int
+	err          error
+}
+
+func (r *fakeRows) Next() bool { r.left--; return r.left >= 0 }
+func (r *fakeRows) Err() error { return r.err }
+
+type sqlRows struct{ *fakeRows }
+
+func (r sqlRows) Close() error { r.closed++; return nil }
+
+type pgxRows struct{ *fakeRows }
+
+func (r pgxRows) Close() { r.closed++ }
+
+// ProbeQuery reads every row, closes the rows of either driver shape and
+// returns their error.
+func TestProbeQuery(t *testing.T) {
+	errRows := errors.New("rows failed")
+	f := &fakeRows{left: 3, err: errRows}
+	probe := ProbeQuery(func(context.Context, string, ...any) (sqlRows, error) { return sqlRows{f}, nil })
+	if err := probe(context.Background(), "q"); err != errRows || f.left >= 0 || f.closed != 1 {
+		t.Errorf("database/sql shape: %v, %d left, closed %d times", err, f.left, f.closed)
+	}
+	g := &fakeRows{left: 2}
+	probe = ProbeQuery(func(context.Context, string, ...any) (pgxRows, error) { return pgxRows{g}, nil })
+	if err := probe(context.Background(), "q"); err != nil || g.left >= 0 || g.closed != 1 {
+		t.Errorf("pgx shape: %v, %d left, closed %d times", err, g.left, g.closed)
+	}
+	errQuery := errors.New("query failed")
+	probe = ProbeQuery(func(context.Context, string, ...any) (pgxRows, error) { return pgxRows{}, errQuery })
+	if err := probe(context.Background(), "q"); err != errQuery {
+		t.Errorf("failed query: %v", err)
 	}
 }
