@@ -274,7 +274,7 @@ func runRelay(b *testing.B, n, batch, conc int, slow bool) drainResult {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r, err := relay.New(drv, relay.Options{
+	r, err := relay.New(drv, relay.Config{
 		Publisher:   pub,
 		BatchSize:   batch,
 		Concurrency: conc,

@@ -75,7 +75,7 @@ func runLatency(b *testing.B, m latencyMode) latencyResult {
 		if err != nil {
 			b.Fatal(err)
 		}
-		r, err = relay.New(drv, relay.Options{Publisher: s.pub, PollInterval: m.poll, Logger: discard})
+		r, err = relay.New(drv, relay.Config{Publisher: s.pub, PollInterval: m.poll, Logger: discard})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -34,7 +35,7 @@ func (b *broker) close() {
 // openBroker starts the broker named by spec: "" or "gochannel" (watermill's
 // in-process GoChannel), "nats-embedded" (a NATS server with JetStream
 // started inside this process) or a nats:// URL.
-func openBroker(spec string, logger watermill.LoggerAdapter) (*broker, error) {
+func openBroker(spec string, logger *slog.Logger) (*broker, error) {
 	switch {
 	case spec == "" || spec == "gochannel":
 		// BlockPublishUntilSubscriberAck: Publish returns once every
@@ -42,7 +43,7 @@ func openBroker(spec string, logger watermill.LoggerAdapter) (*broker, error) {
 		// and an event is delivered only after the previous event of its
 		// key was (per-key order end to end). Nothing is persisted: this
 		// broker lives and dies with the process.
-		gc := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
+		gc := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NewSlogLogger(logger))
 		return &broker{
 			desc:       "GoChannel (watermill, in-process; Publish waits for the consumers' ack)",
 			pub:        gc,
@@ -96,7 +97,7 @@ func openBroker(spec string, logger watermill.LoggerAdapter) (*broker, error) {
 // openNATS connects the relay's publisher and one subscriber per consumer
 // to the NATS server at url. Streams are created on first use, one per
 // topic ("OUTBOX_orders_paid" capturing the subject "orders.paid").
-func openNATS(url string, logger watermill.LoggerAdapter) (*broker, error) {
+func openNATS(url string, logger *slog.Logger) (*broker, error) {
 	pub, err := natsjs.NewPublisher(natsjs.Config{
 		URL:            url,
 		AutoProvision:  true,

@@ -48,7 +48,7 @@ type Config struct {
 	Progress      time.Duration // progress line interval
 	Verbose       bool
 	Out           io.Writer
-	RelaySettings relay.Options // the demo's relay settings; see defaultRelayOptions
+	RelaySettings relay.Config // the demo's relay settings; see defaultRelayOptions
 }
 
 // Result is what a run established.
@@ -74,8 +74,8 @@ type Check struct {
 // to 64 min, leases rows for 5 s instead of 30 s, and allows 10 attempts
 // instead of 5, so that -chaos failure rates (about one publish in five
 // fails) do not exhaust them.
-func defaultRelayOptions() relay.Options {
-	return relay.Options{
+func defaultRelayOptions() relay.Config {
+	return relay.Config{
 		BatchSize:       relay.DefaultBatchSize,
 		PollInterval:    200 * time.Millisecond,
 		LeaseDuration:   5 * time.Second,
@@ -162,7 +162,7 @@ func (a *app) run(ctx context.Context) (Result, error) {
 	logger := slog.New(redact.NewHandler(slog.NewTextHandler(a.out, &slog.HandlerOptions{Level: level})))
 	wlogger := watermill.NewSlogLogger(logger)
 
-	a.brk, err = openBroker(cfg.Broker, wlogger)
+	a.brk, err = openBroker(cfg.Broker, logger)
 	if err != nil {
 		return Result{}, err
 	}
@@ -194,19 +194,19 @@ func (a *app) run(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	router.AddMiddleware(a.observe) // before RegisterX: runs outside the inbox's retry and poison queue
-	inboxOpts := []inbox.Option{inbox.WithPoisonQueue(a.poison, ""), inbox.WithRetryBackoff(50*time.Millisecond, time.Second)}
+	inboxCfg := inbox.Config{PoisonPublisher: a.poison, RetryInitialInterval: 50 * time.Millisecond, RetryMaxInterval: time.Second}
 	pointsSub, err := a.brk.subscriber("points")
 	if err != nil {
 		return Result{}, err
 	}
-	if err := events.RegisterPoints(router, pointsSub, a.store.db, pointsConsumer{a}, inboxOpts...); err != nil {
+	if err := events.RegisterPoints(router, pointsSub, a.store.db, pointsConsumer{a}, inboxCfg); err != nil {
 		return Result{}, err
 	}
 	smsSub, err := a.brk.subscriber("sms")
 	if err != nil {
 		return Result{}, err
 	}
-	if err := events.RegisterSms(router, smsSub, a.store.db, smsConsumer{a}, inboxOpts...); err != nil {
+	if err := events.RegisterSms(router, smsSub, a.store.db, smsConsumer{a}, inboxCfg); err != nil {
 		return Result{}, err
 	}
 	routerCtx, stopRouter := context.WithCancel(context.WithoutCancel(ctx))
@@ -300,7 +300,7 @@ func (a *app) run(ctx context.Context) (Result, error) {
 
 func (a *app) elapsed() float64 { return time.Since(a.start).Seconds() }
 
-func (a *app) printSettings(r relay.Options) {
+func (a *app) printSettings(r relay.Config) {
 	c := a.cfg
 	a.printf("orderpaid: the transactional outbox end to end (events.yaml -> examples/orderpaid/events)\n\n")
 	a.printf("database   %s\n", a.store.where)
@@ -428,7 +428,7 @@ func (a *app) payOne(ctx context.Context, i int) error {
 
 // startRelay starts relay instance n; the returned function stops it and
 // waits until it has recorded its results.
-func (a *app) startRelay(ctx context.Context, opts relay.Options, n int) (func(), error) {
+func (a *app) startRelay(ctx context.Context, opts relay.Config, n int) (func(), error) {
 	opts.InstanceID = fmt.Sprintf("orderpaid-relay-%d", n)
 	r, err := relay.New(a.drv, opts)
 	if err != nil {

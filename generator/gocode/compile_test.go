@@ -210,9 +210,9 @@ func consumersUseTest(s *spec.Spec) string {
 			topics[e.Topic] = true
 		}
 		want += len(topics)
-		fmt.Fprintf(&b, "\tif err := %s.Register%s(r, ps, db, my%s{}, inbox.WithPoisonQueue(ps, \"\")); err != nil {\n\t\tt.Fatal(err)\n\t}\n", pkg, c.GoName, c.GoName)
-		fmt.Fprintf(&b, "\tif err := %s.Register%s(r, ps, db, nil, inbox.WithPoisonQueue(ps, \"\")); err == nil {\n\t\tt.Error(\"nil handler accepted\")\n\t}\n", pkg, c.GoName)
-		fmt.Fprintf(&b, "\tif err := %s.Register%s(r, ps, db, my%s{}); err == nil {\n\t\tt.Error(\"registered without a poison queue decision\")\n\t}\n", pkg, c.GoName, c.GoName)
+		fmt.Fprintf(&b, "\tif err := %s.Register%s(r, ps, db, my%s{}, inbox.Config{PoisonPublisher: ps}); err != nil {\n\t\tt.Fatal(err)\n\t}\n", pkg, c.GoName, c.GoName)
+		fmt.Fprintf(&b, "\tif err := %s.Register%s(r, ps, db, nil, inbox.Config{PoisonPublisher: ps}); err == nil {\n\t\tt.Error(\"nil handler accepted\")\n\t}\n", pkg, c.GoName)
+		fmt.Fprintf(&b, "\tif err := %s.Register%s(r, ps, db, my%s{}, inbox.Config{}); err == nil {\n\t\tt.Error(\"registered without a poison queue decision\")\n\t}\n", pkg, c.GoName, c.GoName)
 	}
 	fmt.Fprintf(&b, "\tif n := len(r.Handlers()); n != %d {\n\t\tt.Errorf(\"%%d handlers, want %d\", n)\n\t}\n}\n", want, want)
 	return b.String()

@@ -104,7 +104,6 @@ func (g *gen) consumer(f *jen.File, c *spec.Consumer, pgx bool) {
 		jen.Id("Name"):   jen.Lit(c.Name),
 		jen.Id("Routes"): jen.Index().Qual(pathInbox, "Route").Types(txType).Custom(multiValues, routes...),
 	})
-	defaults := []jen.Code{jen.Qual(pathInbox, "WithSchema").Call(jen.Id("Schema"))}
 	var register *jen.Statement
 	var dialectNote string
 	if pgx {
@@ -125,21 +124,21 @@ func (g *gen) consumer(f *jen.File, c *spec.Consumer, pgx bool) {
 	f.Line()
 	f.Add(doc(
 		fmt.Sprintf("Register%s adds consumer %s to r: one handler per topic (%s), named %q, reading from sub and running each delivery in a transaction of %s.%s", c.GoName, c.Name, strings.Join(topics, ", "), c.Name+"/<topic>", dbWhat, dialectNote),
-		"Pass inbox.WithPoisonQueue(publisher, topic) (or inbox.WithoutPoisonQueue()) and any other inbox options. When r is already running, call r.RunHandlers afterwards.",
+		fmt.Sprintf("cfg configures the consumer: set PoisonPublisher (or NoPoisonQueue) and any other inbox.Config field; Register%s sets cfg.Schema to Schema. When r is already running, call r.RunHandlers afterwards.", c.GoName),
 	))
 	f.Func().Id("Register"+c.GoName).Params(
 		jen.Id("r").Op("*").Qual(pathMessage, "Router"),
 		jen.Id("sub").Qual(pathMessage, "Subscriber"),
 		jen.Id(dbName).Add(dbType),
 		jen.Id("h").Id(iface),
-		jen.Id("opts").Op("...").Qual(pathInbox, "Option"),
+		jen.Id("cfg").Qual(pathInbox, "Config"),
 	).Error().Block(
 		jen.If(jen.Id("h").Op("==").Nil()).Block(
 			jen.Return(jen.Qual(pathFmt, "Errorf").Call(jen.Lit("Register"+c.GoName+": nil "+iface))),
 		),
+		jen.Id("cfg").Dot("Schema").Op("=").Id("Schema"),
 		jen.Return(register.Call(
-			jen.Id("r"), jen.Id("sub"), jen.Id(dbName), consumer,
-			jen.Append(jen.Index().Qual(pathInbox, "Option").Custom(multiValues, defaults...), jen.Id("opts").Op("...")).Op("..."),
+			jen.Id("r"), jen.Id("sub"), jen.Id(dbName), consumer, jen.Id("cfg"),
 		)),
 	)
 }

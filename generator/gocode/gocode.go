@@ -56,7 +56,7 @@ const (
 	pathUUID      = "github.com/google/uuid"
 	pathPgx       = "github.com/jackc/pgx/v5"
 	pathOutbox    = "github.com/outboxgen/outboxgen/runtime/outbox"
-	pathPgxOutbox = "github.com/outboxgen/outboxgen/runtime/pgxoutbox"
+	pathPgxOutbox = "github.com/outboxgen/outboxgen/runtime/outbox/pgxoutbox"
 )
 
 // Generate returns the generated Go files for s: file name (relative to

@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/outboxgen/outboxgen/internal/gentest/sqlevents"
+	"github.com/outboxgen/outboxgen/runtime/inbox"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
@@ -21,7 +22,7 @@ import (
 func BenchmarkConsumer(b *testing.B) {
 	be := sqlBackend(b, "postgres")
 	const customers = 64
-	br := startConsumer(b, be)
+	br := startConsumer(b, be, inbox.Config{})
 	for i := range customers {
 		be.mustExec(b, `INSERT INTO balances (customer_id, points) VALUES (?, 0)`, fmt.Sprintf("b-%d", i))
 	}

@@ -54,7 +54,7 @@ type backend struct {
 	exec     func(ctx context.Context, query string, args ...any) error
 	queryInt func(ctx context.Context, query string, args ...any) (int64, error)
 	// register registers the generated points consumer.
-	register func(r *message.Router, sub message.Subscriber, h *points, opts ...inbox.Option) error
+	register func(r *message.Router, sub message.Subscriber, h *points, cfg inbox.Config) error
 }
 
 func (b *backend) q(query string) string { return env{dialect: b.dialect}.q(query) }
@@ -113,8 +113,9 @@ func sqlBackend(t testing.TB, d string) *backend {
 			err := db.QueryRowContext(ctx, query, args...).Scan(&n)
 			return n, err
 		},
-		register: func(r *message.Router, sub message.Subscriber, h *points, opts ...inbox.Option) error {
-			return sqlevents.RegisterPoints(r, sub, db, sqlPoints{h, w}, append(opts, inbox.WithDialect(dl))...)
+		register: func(r *message.Router, sub message.Subscriber, h *points, cfg inbox.Config) error {
+			cfg.Dialect = dl
+			return sqlevents.RegisterPoints(r, sub, db, sqlPoints{h, w}, cfg)
 		},
 	}
 	for _, s := range businessDDL {
@@ -141,8 +142,8 @@ func pgxBackend(t testing.TB) *backend {
 			err := pool.QueryRow(ctx, query, args...).Scan(&n)
 			return n, err
 		},
-		register: func(r *message.Router, sub message.Subscriber, h *points, opts ...inbox.Option) error {
-			return pgxevents.RegisterPoints(r, sub, pool, pgxPoints{h}, opts...)
+		register: func(r *message.Router, sub message.Subscriber, h *points, cfg inbox.Config) error {
+			return pgxevents.RegisterPoints(r, sub, pool, pgxPoints{h}, cfg)
 		},
 	}
 	for _, s := range businessDDL {
@@ -355,9 +356,10 @@ type broker struct {
 const poisonTopic = "points.poison"
 
 // startConsumer registers the points consumer of b on a fresh router and
-// runs it until the test ends. opts come after the test's defaults (a
-// poison queue on the GoChannel, fast retries, a test meter provider).
-func startConsumer(t testing.TB, b *backend, opts ...inbox.Option) *broker {
+// runs it until the test ends. cfg's zero fields get the test's defaults
+// (a poison queue on the GoChannel unless NoPoisonQueue, fast retries, a
+// test meter provider).
+func startConsumer(t testing.TB, b *backend, cfg inbox.Config) *broker {
 	t.Helper()
 	logger := watermill.NopLogger{}
 	ps := gochannel.NewGoChannel(gochannel.Config{}, logger)
@@ -392,12 +394,16 @@ func startConsumer(t testing.TB, b *backend, opts ...inbox.Option) *broker {
 			return out, err
 		}
 	})
-	all := append([]inbox.Option{
-		inbox.WithPoisonQueue(ps, poisonTopic),
-		inbox.WithRetryBackoff(time.Millisecond, 20*time.Millisecond),
-		inbox.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
-	}, opts...)
-	if err := b.register(r, ps, br.h, all...); err != nil {
+	if !cfg.NoPoisonQueue && cfg.PoisonPublisher == nil {
+		cfg.PoisonPublisher, cfg.PoisonTopic = ps, poisonTopic
+	}
+	if cfg.RetryInitialInterval == 0 && cfg.RetryMaxInterval == 0 {
+		cfg.RetryInitialInterval, cfg.RetryMaxInterval = time.Millisecond, 20*time.Millisecond
+	}
+	if cfg.MeterProvider == nil {
+		cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	}
+	if err := b.register(r, ps, br.h, cfg); err != nil {
 		t.Fatal(err)
 	}
 	br.router = r

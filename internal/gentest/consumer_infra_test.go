@@ -9,13 +9,14 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -52,7 +53,7 @@ func (br *broker) waitFailedAttempts(n int64) map[string]int64 {
 // checks that the message is retried as an infrastructure failure of
 // class wantClass, alerted at ERROR with what to do, and not poisoned,
 // calls fix, and checks that the message is then handled once.
-func checkKeptThenHandled(t *testing.T, b *backend, br *broker, logger *watermill.CaptureLoggerAdapter, wantClass, wantHint string, fix func()) {
+func checkKeptThenHandled(t *testing.T, b *backend, br *broker, logs *captureLogs, wantClass, wantHint string, fix func()) {
 	t.Helper()
 	br.publish(sqlevents.OrderPaidTopic, paidMessage(t, eventID, "o-1", 7))
 	o := br.waitFailedAttempts(infraAttempts)
@@ -63,9 +64,9 @@ func checkKeptThenHandled(t *testing.T, b *backend, br *broker, logger *watermil
 		t.Fatalf("outcomes %v: want only infrastructure failures, at least %d", o, infraAttempts)
 	}
 	alerted := false
-	for _, m := range logger.Captured()[watermill.ErrorLogLevel] {
-		alerted = alerted || m.Fields["error_class"] == wantClass && strings.Contains(fmt.Sprint(m.Fields["what_to_do"]), wantHint) &&
-			strings.Contains(m.Msg, "the message is kept and retried")
+	for _, m := range logs.errors() {
+		alerted = alerted || m.attrs["error_class"] == wantClass && strings.Contains(fmt.Sprint(m.attrs["what_to_do"]), wantHint) &&
+			strings.Contains(m.msg, "the message is kept and retried")
 	}
 	if !alerted {
 		t.Errorf("no ERROR log with error_class %s and what_to_do mentioning %q", wantClass, wantHint)
@@ -89,11 +90,11 @@ func checkKeptThenHandled(t *testing.T, b *backend, br *broker, logger *watermil
 // A missing inbox table (the schema not applied yet, on every database).
 func TestConsumerMissingInboxTableKeepsMessage(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		logger := watermill.NewCaptureLogger()
-		br := startConsumer(t, b, inbox.WithLogger(logger))
+		logs := &captureLogs{}
+		br := startConsumer(t, b, inbox.Config{Logger: slog.New(logs)})
 		off := sqlevents.InboxTable + "_off"
 		b.mustExec(t, `ALTER TABLE `+sqlevents.InboxTable+` RENAME TO `+off)
-		checkKeptThenHandled(t, b, br, logger, "missing_table", "apply the schema", func() {
+		checkKeptThenHandled(t, b, br, logs, "missing_table", "apply the schema", func() {
 			b.mustExec(t, `ALTER TABLE `+off+` RENAME TO `+sqlevents.InboxTable)
 		})
 	})
@@ -168,8 +169,8 @@ func TestConsumerInboxPermissionDeniedKeepsMessage(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(pool.Close)
-				limited.register = func(r *message.Router, sub message.Subscriber, h *points, opts ...inbox.Option) error {
-					return pgxevents.RegisterPoints(r, sub, pool, pgxPoints{h}, opts...)
+				limited.register = func(r *message.Router, sub message.Subscriber, h *points, cfg inbox.Config) error {
+					return pgxevents.RegisterPoints(r, sub, pool, pgxPoints{h}, cfg)
 				}
 			default:
 				db, err := sql.Open(testdb.Driver(t, flavour), dsn)
@@ -181,13 +182,13 @@ func TestConsumerInboxPermissionDeniedKeepsMessage(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				limited.register = func(r *message.Router, sub message.Subscriber, h *points, opts ...inbox.Option) error {
-					return sqlevents.RegisterPoints(r, sub, db, sqlPoints{h, w}, opts...)
+				limited.register = func(r *message.Router, sub message.Subscriber, h *points, cfg inbox.Config) error {
+					return sqlevents.RegisterPoints(r, sub, db, sqlPoints{h, w}, cfg)
 				}
 			}
-			logger := watermill.NewCaptureLogger()
-			br := startConsumer(t, &limited, inbox.WithLogger(logger))
-			checkKeptThenHandled(t, b, br, logger, "permission_denied", "grant", func() { b.mustExec(t, grant) })
+			logs := &captureLogs{}
+			br := startConsumer(t, &limited, inbox.Config{Logger: slog.New(logs)})
+			checkKeptThenHandled(t, b, br, logs, "permission_denied", "grant", func() { b.mustExec(t, grant) })
 		})
 	}
 }
@@ -205,4 +206,40 @@ func queryString(t *testing.T, b *backend, query string) string {
 		t.Fatalf("%s: %v", query, err)
 	}
 	return s
+}
+
+// captureLogs is an slog handler that keeps the ERROR records.
+type captureLogs struct {
+	mu      sync.Mutex
+	records []capturedLog
+}
+
+type capturedLog struct {
+	msg   string
+	attrs map[string]any
+}
+
+func (*captureLogs) Enabled(context.Context, slog.Level) bool { return true }
+func (c *captureLogs) WithAttrs([]slog.Attr) slog.Handler     { return c }
+func (c *captureLogs) WithGroup(string) slog.Handler          { return c }
+
+func (c *captureLogs) Handle(_ context.Context, r slog.Record) error {
+	if r.Level < slog.LevelError {
+		return nil
+	}
+	l := capturedLog{msg: r.Message, attrs: map[string]any{}}
+	r.Attrs(func(a slog.Attr) bool {
+		l.attrs[a.Key] = a.Value.Any()
+		return true
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.records = append(c.records, l)
+	return nil
+}
+
+func (c *captureLogs) errors() []capturedLog {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]capturedLog(nil), c.records...)
 }

@@ -17,7 +17,7 @@ import (
 // at the limit, counted in characters, go through.
 func TestConsumerValuesTooLongForInbox(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		br := startConsumer(t, b) // the default MaxAttempts (4)
+		br := startConsumer(t, b, inbox.Config{}) // the default MaxAttempts (4)
 		longID := paidMessage(t, strings.Repeat("e", inbox.MaxEventIDLen+1), "o-1", 1)
 		longKey := paidMessage(t, "0190f3c8-0000-7000-8000-000000000002", "o-2", 2)
 		longKey.Metadata.Set(outbox.MetadataKey, strings.Repeat("k", inbox.MaxKeyLen+1))

@@ -16,7 +16,7 @@ import (
 // duplicate.
 func TestConsumerReusedEventIDIsPoisoned(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		br := startConsumer(t, b)
+		br := startConsumer(t, b, inbox.Config{})
 		br.deliver(sqlevents.OrderPaidTopic, paidMessage(t, eventID, "o-1", 7))
 
 		reuses := []string{
@@ -62,7 +62,7 @@ func TestConsumerReusedEventIDIsPoisoned(t *testing.T) {
 // stack trace (which goes to the log).
 func TestConsumerPanicPoisonReasonIsOneLine(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		br := startConsumer(t, b, inbox.WithMaxAttempts(2))
+		br := startConsumer(t, b, inbox.Config{MaxAttempts: 2})
 		br.h.panics.Store(1000)
 		br.publish(sqlevents.OrderPaidTopic, paidMessage(t, eventID, "o-1", 7))
 		r := br.waitPoisoned(1)[0].Metadata.Get(middleware.ReasonForPoisonedKey)

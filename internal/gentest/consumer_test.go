@@ -21,7 +21,7 @@ const eventID = "0190f3c8-7a4e-7b1c-9d2e-1f2a3b4c5d6e"
 // and all at once, takes effect once.
 func TestConsumerSameMessage100TimesSequential(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		br := startConsumer(t, b)
+		br := startConsumer(t, b, inbox.Config{})
 		for range 100 {
 			br.deliver(sqlevents.OrderPaidTopic, paidMessage(t, eventID, "o-1", 7))
 		}
@@ -44,7 +44,7 @@ func TestConsumerSameMessage100TimesConcurrent(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		// Generous attempts: concurrent inserts of one key may deadlock on
 		// MariaDB (an error like any other: rolled back and retried).
-		br := startConsumer(t, b, inbox.WithMaxAttempts(20))
+		br := startConsumer(t, b, inbox.Config{MaxAttempts: 20})
 		msgs := make([]*message.Message, 100)
 		for i := range msgs {
 			msgs[i] = paidMessage(t, eventID, "o-1", 7)
@@ -84,9 +84,9 @@ func TestConsumerFailsTwiceThenSucceeds(t *testing.T) {
 			forEachBackend(t, func(t *testing.T, b *backend) {
 				var br *broker
 				if mode == "retry" {
-					br = startConsumer(t, b, inbox.WithMaxAttempts(3))
+					br = startConsumer(t, b, inbox.Config{MaxAttempts: 3})
 				} else {
-					br = startConsumer(t, b, inbox.WithMaxAttempts(1), inbox.WithoutPoisonQueue())
+					br = startConsumer(t, b, inbox.Config{MaxAttempts: 1, NoPoisonQueue: true})
 				}
 				br.h.failures.Store(2)
 				br.deliver(sqlevents.OrderPaidTopic, paidMessage(t, eventID, "o-1", 7))
@@ -118,7 +118,7 @@ func TestConsumerFailsTwiceThenSucceeds(t *testing.T) {
 // effect once.
 func TestConsumerCrashBeforeCommit(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		br := startConsumer(t, b, inbox.WithMaxAttempts(1), inbox.WithoutPoisonQueue())
+		br := startConsumer(t, b, inbox.Config{MaxAttempts: 1, NoPoisonQueue: true})
 		br.h.crash.Store(true)
 		br.deliver(sqlevents.OrderPaidTopic, paidMessage(t, eventID, "o-1", 7))
 		if br.h.crash.Load() {
@@ -147,7 +147,7 @@ func TestConsumerCrashBeforeCommit(t *testing.T) {
 // A panicking handler is an ordinary failure: retried, then poisoned.
 func TestConsumerPoison(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		br := startConsumer(t, b, inbox.WithMaxAttempts(3))
+		br := startConsumer(t, b, inbox.Config{MaxAttempts: 3})
 		bad := []*message.Message{
 			outboxMessage("0190f3c8-0000-7000-8000-000000000001", sqlevents.OrderPaidType, "o-9", 1, 1, []byte(`{"order_id": `)),
 			outboxMessage("0190f3c8-0000-7000-8000-000000000002", sqlevents.OrderPaidType, "o-9", 99, 2, []byte(`{}`)),
@@ -214,7 +214,7 @@ func TestConsumerPoison(t *testing.T) {
 // redeliveries are duplicates).
 func TestConsumerStaleGuard(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		br := startConsumer(t, b)
+		br := startConsumer(t, b, inbox.Config{})
 		id := func(i int) string { return fmt.Sprintf("0190f3c8-0000-7000-8000-%012d", i) }
 		// Produced in order shipped(10) < delivered(20) < returned(30) ...
 		br.deliver(sqlevents.OrderStatusChangedTopic, statusMessage(t, id(20), "o-1", "delivered", 20))
@@ -258,7 +258,7 @@ func TestConsumerStaleGuard(t *testing.T) {
 // the handler's transaction rolls back with it, and commits exactly once.
 func TestConsumerChainedEventIsAtomic(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		br := startConsumer(t, b, inbox.WithMaxAttempts(1), inbox.WithoutPoisonQueue())
+		br := startConsumer(t, b, inbox.Config{MaxAttempts: 1, NoPoisonQueue: true})
 		br.h.chain.Store(true)
 		br.h.failures.Store(2)
 		br.deliver(sqlevents.OrderPaidTopic, paidMessage(t, eventID, "o-1", 7))

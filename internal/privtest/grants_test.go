@@ -493,7 +493,7 @@ func runRelay(t *testing.T, e *env, as *role) error {
 	if err != nil {
 		return err
 	}
-	r, err := relay.New(drv, relay.Options{Publisher: newPublisher(), Logger: quiet})
+	r, err := relay.New(drv, relay.Config{Publisher: newPublisher(), Logger: quiet})
 	if err != nil {
 		return err
 	}
@@ -547,7 +547,7 @@ func runRelay(t *testing.T, e *env, as *role) error {
 	if err := pdrv.WaitForNotification(ctx); err != nil {
 		return fmt.Errorf("wait for NOTIFY: %w", err)
 	}
-	pr, err := relay.New(pdrv, relay.Options{Publisher: newPublisher(), Logger: quiet})
+	pr, err := relay.New(pdrv, relay.Config{Publisher: newPublisher(), Logger: quiet})
 	if err != nil {
 		return err
 	}
@@ -567,7 +567,7 @@ func runSweeper(t *testing.T, e *env, as *role) error {
 	if err != nil {
 		return err
 	}
-	s, err := sweeper.New(drv, sweeper.Options{Publisher: newPublisher(), OverdueAfter: time.Minute, Logger: quiet})
+	s, err := sweeper.New(drv, sweeper.Config{Publisher: newPublisher(), OverdueAfter: time.Minute, Logger: quiet})
 	if err != nil {
 		return err
 	}
@@ -590,7 +590,7 @@ func runMonitor(t *testing.T, e *env, as *role) error {
 	if err != nil {
 		return err
 	}
-	m, err := monitor.New(drv, monitor.Options{Logger: quiet})
+	m, err := monitor.New(drv, monitor.Config{Logger: quiet})
 	if err != nil {
 		return err
 	}
@@ -623,7 +623,7 @@ func runJanitor(t *testing.T, e *env, as *role) error {
 	if err != nil {
 		return err
 	}
-	j, err := janitor.New(drv, janitor.Options{ArchiveTable: tables.Archive, Logger: quiet})
+	j, err := janitor.New(drv, janitor.Config{ArchiveTable: tables.Archive, Logger: quiet})
 	if err != nil {
 		return err
 	}
@@ -638,7 +638,7 @@ func runJanitor(t *testing.T, e *env, as *role) error {
 		return fmt.Errorf("%d rows in the archive, want 2", n)
 	}
 	old("jan-3")
-	j, err = janitor.New(drv, janitor.Options{Logger: quiet})
+	j, err = janitor.New(drv, janitor.Config{Logger: quiet})
 	if err != nil {
 		return err
 	}
@@ -668,14 +668,14 @@ func runConsumer(t *testing.T, e *env, as *role) error {
 		handled int
 	)
 	dbFailed := make(chan error, 1)
-	logger := errLogger{func(msg string, err error) {
+	logger := slog.New(errHandler{func(msg string, err error) {
 		if strings.HasPrefix(msg, "inbox: the database failed") || strings.HasPrefix(msg, "inbox: delivery failed") {
 			select {
 			case dbFailed <- err:
 			default:
 			}
 		}
-	}}
+	}})
 	r, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	if err != nil {
 		return err
@@ -689,8 +689,7 @@ func runConsumer(t *testing.T, e *env, as *role) error {
 			inbox.OnLatest(sqlevents.OrderStatusChangedType, sqlevents.OrderStatusChangedTopic, sqlevents.DecodeOrderStatusChanged,
 				func(context.Context, *sql.Tx, sqlevents.OrderStatusChanged, outbox.Meta) error { count(); return nil }),
 		},
-	}, inbox.WithDialect(e.dia), inbox.WithInboxTable(tables.Inbox), inbox.WithoutPoisonQueue(),
-		inbox.WithMaxAttempts(1), inbox.WithLogger(logger))
+	}, inbox.Config{Dialect: e.dia, InboxTable: tables.Inbox, NoPoisonQueue: true, MaxAttempts: 1, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -765,14 +764,27 @@ func runConsumer(t *testing.T, e *env, as *role) error {
 	return nil
 }
 
-// errLogger is a watermill logger that passes its ERROR lines to f.
-type errLogger struct{ f func(msg string, err error) }
+// errHandler is an slog handler that passes its ERROR records (message
+// and "error" attribute) to f.
+type errHandler struct{ f func(msg string, err error) }
 
-func (l errLogger) Error(msg string, err error, _ watermill.LogFields) { l.f(msg, err) }
-func (errLogger) Info(string, watermill.LogFields)                     {}
-func (errLogger) Debug(string, watermill.LogFields)                    {}
-func (errLogger) Trace(string, watermill.LogFields)                    {}
-func (l errLogger) With(watermill.LogFields) watermill.LoggerAdapter   { return l }
+func (errHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h errHandler) WithAttrs([]slog.Attr) slog.Handler     { return h }
+func (h errHandler) WithGroup(string) slog.Handler          { return h }
+func (h errHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Level < slog.LevelError {
+		return nil
+	}
+	var err error
+	r.Attrs(func(a slog.Attr) bool {
+		if e, ok := a.Value.Any().(error); ok && a.Key == "error" {
+			err = e
+		}
+		return true
+	})
+	h.f(r.Message, err)
+	return nil
+}
 
 // notify runs the database/sql driver's NOTIFY in tx (a no-op but on
 // PostgreSQL).

@@ -51,7 +51,7 @@ func TestSQLiteReadOnlyMonitor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := monitor.New(drv, monitor.Options{Logger: quiet})
+	m, err := monitor.New(drv, monitor.Config{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestSQLiteReadOnlyMonitor(t *testing.T) {
 	if err != nil || st.Pending != 1 {
 		t.Fatalf("monitor on a read-only SQLite connection: %+v, %v", st, err)
 	}
-	r, err := relay.New(drv, relay.Options{Publisher: newPublisher(), Logger: quiet})
+	r, err := relay.New(drv, relay.Config{Publisher: newPublisher(), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

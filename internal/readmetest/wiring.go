@@ -53,7 +53,7 @@ func Start(db *sql.DB, pub message.Publisher, sub message.Subscriber, h events.P
 	if err != nil {
 		return nil, err
 	}
-	r, err := relay.New(drv, relay.Options{
+	r, err := relay.New(drv, relay.Config{
 		Publisher: pub, // any watermill message.Publisher
 	})
 	if err != nil {
@@ -62,15 +62,15 @@ func Start(db *sql.DB, pub message.Publisher, sub message.Subscriber, h events.P
 	// README:end
 
 	// README:begin ops
-	s, err := sweeper.New(drv, sweeper.Options{Publisher: pub})
+	s, err := sweeper.New(drv, sweeper.Config{Publisher: pub})
 	if err != nil {
 		return nil, err
 	}
-	m, err := monitor.New(drv, monitor.Options{})
+	m, err := monitor.New(drv, monitor.Config{})
 	if err != nil {
 		return nil, err
 	}
-	j, err := janitor.New(drv, janitor.Options{})
+	j, err := janitor.New(drv, janitor.Config{})
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +81,7 @@ func Start(db *sql.DB, pub message.Publisher, sub message.Subscriber, h events.P
 	if err != nil {
 		return nil, err
 	}
-	err = events.RegisterPoints(router, sub, db, h, inbox.WithPoisonQueue(pub, ""))
+	err = events.RegisterPoints(router, sub, db, h, inbox.Config{PoisonPublisher: pub})
 	if err != nil {
 		return nil, err
 	}

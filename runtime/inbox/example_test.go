@@ -57,7 +57,7 @@ func ExampleRegister() {
 	err = inbox.Register(router, broker, db, inbox.Consumer[*sql.Tx]{
 		Name:   "audit", // the inbox deduplicates per consumer name
 		Routes: []inbox.Route[*sql.Tx]{inbox.On(events.OrderPaidType, events.OrderPaidTopic, events.DecodeOrderPaid, audit)},
-	}, inbox.WithSchema(events.Schema), inbox.WithPoisonQueue(poison, "")) // poison topic audit.poison
+	}, inbox.Config{Schema: events.Schema, PoisonPublisher: poison}) // poison topic audit.poison
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func ExampleRegister() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	r, err := relay.New(drv, relay.Options{Publisher: broker})
+	r, err := relay.New(drv, relay.Config{Publisher: broker})
 	if err != nil {
 		log.Fatal(err)
 	}

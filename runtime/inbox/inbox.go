@@ -20,7 +20,7 @@
 // follow-up events with the generated InsertX(ctx, tx, ...): they commit or
 // roll back with it.
 //
-// Failures: each delivery is tried Options.MaxAttempts times in-process
+// Failures: each delivery is tried Config.MaxAttempts times in-process
 // (watermill's Retry middleware) and then goes to the poison topic
 // (watermill's PoisonQueue middleware, which wraps Retry). Permanent
 // failures — an undecodable payload, an unknown payload version, malformed
@@ -44,7 +44,7 @@
 // and the like, whether the inbox's own statements or the handler's hit
 // them (a handler error must wrap the driver's error with %w to be
 // recognised). Such a delivery is rolled back and tried again, with the
-// Options' backoff (RetryInitialInterval doubling up to RetryMaxInterval),
+// Config's backoff (RetryInitialInterval doubling up to RetryMaxInterval),
 // until it gets through or the router stops (then it is nacked); these
 // attempts do not count toward MaxAttempts and the message is never
 // poisoned for them. Each one is logged at ERROR with the error class and
@@ -225,30 +225,26 @@ type Store[T any] interface {
 // are handled again (silently: this cannot be detected from db). SQLite:
 // db's DSN needs a busy timeout and _txlock=immediate. See the package
 // documentation, "Database requirements".
-func Register(r *message.Router, sub message.Subscriber, db *sql.DB, c Consumer[*sql.Tx], opts ...Option) error {
+func Register(r *message.Router, sub message.Subscriber, db *sql.DB, c Consumer[*sql.Tx], cfg Config) error {
 	if db == nil {
 		return errors.New("inbox: nil *sql.DB")
 	}
-	var o Options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if len(o.Schema.Dialects) > 0 && o.Dialect == "" {
+	if len(cfg.Schema.Dialects) > 0 && cfg.Dialect == "" {
 		// The dialect is the database's, and events.yaml must list it.
-		d, err := o.Schema.DialectOf(db)
+		d, err := cfg.Schema.DialectOf(db)
 		if err != nil {
-			return fmt.Errorf("inbox: consumer %s: %w (for a wrapping driver, pass inbox.WithDialect(outbox.SQLite), say)", c.Name, err)
+			return fmt.Errorf("inbox: consumer %s: %w (for a wrapping driver, set Config.Dialect to outbox.SQLite, say)", c.Name, err)
 		}
-		opts = append(opts[:len(opts):len(opts)], WithDialect(d))
+		cfg.Dialect = d
 	}
-	return RegisterStore(r, sub, SQLStore{DB: db}, c, opts...)
+	return RegisterStore(r, sub, SQLStore{DB: db}, c, cfg)
 }
 
 // RegisterStore adds the consumer's handlers to r: one watermill handler per
 // topic, named "<consumer>/<topic>", each wrapped (handler-level middleware)
 // in PoisonQueue around Retry. Router-level middleware added before it runs
 // outside those. When r is already running, call r.RunHandlers afterwards.
-func RegisterStore[T any](r *message.Router, sub message.Subscriber, s Store[T], c Consumer[T], opts ...Option) error {
+func RegisterStore[T any](r *message.Router, sub message.Subscriber, s Store[T], c Consumer[T], cfg Config) error {
 	if r == nil || sub == nil || s == nil {
 		return errors.New("inbox: router, subscriber and store must not be nil")
 	}
@@ -258,16 +254,14 @@ func RegisterStore[T any](r *message.Router, sub message.Subscriber, s Store[T],
 	if len(c.Routes) == 0 {
 		return fmt.Errorf("inbox: consumer %s has no routes", c.Name)
 	}
-	var o Options
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := cfg
 	o.setDefaults(c.Name)
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	if o.Logger == nil {
-		o.Logger = r.Logger()
+	logger := r.Logger()
+	if o.Logger != nil {
+		logger = watermill.NewSlogLogger(o.Logger)
 	}
 	q, err := dialect.NewInboxQueries(o.Dialect, o.InboxTable)
 	if err != nil {
@@ -328,7 +322,7 @@ func RegisterStore[T any](r *message.Router, sub message.Subscriber, s Store[T],
 			// until the message's context ended.
 			return !errors.Is(p.Err, ErrPermanent) && !errors.Is(p.Err, context.Canceled) && !isInfrastructure(p.Err)
 		},
-		Logger: o.Logger,
+		Logger: logger,
 	}.Middleware)
 
 	latest := false
@@ -348,7 +342,7 @@ func RegisterStore[T any](r *message.Router, sub message.Subscriber, s Store[T],
 		h := &handler[T]{
 			name: c.Name, store: s, q: q, routes: byTopic[topic], counter: counter,
 			backoff: o.RetryInitialInterval, maxBackoff: o.RetryMaxInterval,
-			logger: o.Logger,
+			logger: logger,
 		}
 		wh := r.AddConsumerHandler(c.Name+"/"+topic, topic, sub, h.handle)
 		wh.AddMiddleware(mws...)

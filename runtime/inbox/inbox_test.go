@@ -79,8 +79,8 @@ func TestWatermillMiddlewareOrder(t *testing.T) {
 	}
 }
 
-func TestOptions(t *testing.T) {
-	var o Options
+func TestConfig(t *testing.T) {
+	var o Config
 	o.setDefaults("points")
 	if o.PoisonTopic != "points.poison" || o.InboxTable != DefaultInboxTable || o.MaxAttempts != DefaultMaxAttempts || o.MeterProvider == nil {
 		t.Errorf("defaults %+v", o)
@@ -95,11 +95,12 @@ func TestOptions(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Errorf("Validate() = %v", err)
 	}
-	for name, bad := range map[string]func(*Options){
-		"table":    func(o *Options) { o.InboxTable = "inbox; DROP TABLE x" },
-		"long":     func(o *Options) { o.InboxTable = strings.Repeat("i", 61) },
-		"attempts": func(o *Options) { o.MaxAttempts = -1 },
-		"backoff":  func(o *Options) { o.RetryMaxInterval = o.RetryInitialInterval - 1 },
+	for name, bad := range map[string]func(*Config){
+		"table":    func(o *Config) { o.InboxTable = "inbox; DROP TABLE x" },
+		"long":     func(o *Config) { o.InboxTable = strings.Repeat("i", 61) },
+		"attempts": func(o *Config) { o.MaxAttempts = -1 },
+		"backoff":  func(o *Config) { o.RetryMaxInterval = o.RetryInitialInterval - 1 },
+		"poison":   func(o *Config) { o.PoisonPublisher = gochannel.NewGoChannel(gochannel.Config{}, nil) },
 	} {
 		c := o
 		bad(&c)
@@ -176,22 +177,22 @@ func TestRegisterRejects(t *testing.T) {
 	}
 	route := On("X", "t", func([]byte, int) (int, error) { return 1, nil }, func(context.Context, struct{}, int, outbox.Meta) error { return nil })
 	s := fakeStore{}
-	opts := []Option{WithDialect(dialect.Postgres), WithoutPoisonQueue()}
+	cfg := Config{Dialect: dialect.Postgres, NoPoisonQueue: true}
 	for name, c := range map[string]Consumer[struct{}]{
 		"no name":   {Routes: []Route[struct{}]{route}},
 		"no routes": {Name: "c"},
 		"dup":       {Name: "c", Routes: []Route[struct{}]{route, route}},
 		"raw route": {Name: "c", Routes: []Route[struct{}]{{Type: "X", Topic: "t"}}},
 	} {
-		if err := RegisterStore(r, ps, s, c, opts...); err == nil {
+		if err := RegisterStore(r, ps, s, c, cfg); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
 	long := On(strings.Repeat("T", MaxTypeLen+1), "t", func([]byte, int) (int, error) { return 1, nil }, func(context.Context, struct{}, int, outbox.Meta) error { return nil })
-	if err := RegisterStore(r, ps, s, Consumer[struct{}]{Name: "c", Routes: []Route[struct{}]{long}}, opts...); err == nil || !strings.Contains(err.Error(), "biz_type holds 64") {
+	if err := RegisterStore(r, ps, s, Consumer[struct{}]{Name: "c", Routes: []Route[struct{}]{long}}, cfg); err == nil || !strings.Contains(err.Error(), "biz_type holds 64") {
 		t.Errorf("event type of %d characters: %v, want an error naming the column size", MaxTypeLen+1, err)
 	}
-	if err := RegisterStore(r, ps, s, Consumer[struct{}]{Name: "c", Routes: []Route[struct{}]{route}}, opts...); err != nil {
+	if err := RegisterStore(r, ps, s, Consumer[struct{}]{Name: "c", Routes: []Route[struct{}]{route}}, cfg); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := r.Handlers()["c/t"]; !ok {

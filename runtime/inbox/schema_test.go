@@ -35,19 +35,19 @@ func TestRegisterWithSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = Register(r, ps, db, consumer, WithSchema(pgOnly), WithoutPoisonQueue())
+	err = Register(r, ps, db, consumer, Config{Schema: pgOnly, NoPoisonQueue: true})
 	if err == nil || !strings.Contains(err.Error(), "sql.dialects in shipping.yaml is [postgres]") {
 		t.Fatalf("Register on SQLite with a PostgreSQL-only schema = %v", err)
 	}
-	if err := Register(r, ps, db, consumer, WithSchema(pgOnly), WithDialect(outbox.SQLite), WithoutPoisonQueue()); err == nil || !strings.Contains(err.Error(), "speaks sqlite") {
+	if err := Register(r, ps, db, consumer, Config{Schema: pgOnly, Dialect: outbox.SQLite, NoPoisonQueue: true}); err == nil || !strings.Contains(err.Error(), "speaks sqlite") {
 		t.Fatalf("Register naming an unlisted dialect = %v", err)
 	}
 	all := pgOnly
 	all.Dialects = []outbox.Dialect{outbox.Postgres, outbox.SQLite}
-	if err := Register(r, ps, db, consumer, WithSchema(all), WithInboxTable("outbox_inbox"), WithoutPoisonQueue()); err == nil || !strings.Contains(err.Error(), `sql.inbox_table in shipping.yaml is "ship_inbox"`) {
+	if err := Register(r, ps, db, consumer, Config{Schema: all, InboxTable: "outbox_inbox", NoPoisonQueue: true}); err == nil || !strings.Contains(err.Error(), `sql.inbox_table in shipping.yaml is "ship_inbox"`) {
 		t.Fatalf("Register with another inbox table = %v", err)
 	}
-	if err := Register(r, ps, db, consumer, WithSchema(all), WithoutPoisonQueue()); err != nil {
+	if err := Register(r, ps, db, consumer, Config{Schema: all, NoPoisonQueue: true}); err != nil {
 		t.Fatal(err)
 	}
 	err = r.Run(t.Context())

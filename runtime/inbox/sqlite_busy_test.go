@@ -73,13 +73,15 @@ func TestSQLiteBusyIsNotCountedTowardMaxAttempts(t *testing.T) {
 				return nil
 			}),
 	}}
-	if err := inbox.Register(r, ps, db, c,
-		inbox.WithDialect(dialect.SQLite),
-		inbox.WithPoisonQueue(ps, "poison"),
-		inbox.WithMaxAttempts(1),
-		inbox.WithRetryBackoff(time.Millisecond, 5*time.Millisecond),
-		inbox.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
-	); err != nil {
+	if err := inbox.Register(r, ps, db, c, inbox.Config{
+		Dialect:              dialect.SQLite,
+		PoisonPublisher:      ps,
+		PoisonTopic:          "poison",
+		MaxAttempts:          1,
+		RetryInitialInterval: time.Millisecond,
+		RetryMaxInterval:     5 * time.Millisecond,
+		MeterProvider:        sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+	}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})

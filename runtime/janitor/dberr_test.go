@@ -43,7 +43,7 @@ func (e pgError) SQLState() string { return e.code }
 // hundreds.
 func TestRunBacksOffOnDatabaseErrors(t *testing.T) {
 	f := &failingStore{err: errors.New("connection refused")}
-	j, err := janitor.New(f, janitor.Options{Logger: quiet, Interval: time.Millisecond})
+	j, err := janitor.New(f, janitor.Config{Logger: quiet, Interval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestRunBacksOffOnDatabaseErrors(t *testing.T) {
 // janitor needs.
 func TestRunPermissionDenied(t *testing.T) {
 	f := &failingStore{err: pgError{"42501", "permission denied for table outbox_event"}}
-	j, err := janitor.New(f, janitor.Options{Logger: quiet, Interval: time.Millisecond, ArchiveTable: "outbox_archive"})
+	j, err := janitor.New(f, janitor.Config{Logger: quiet, Interval: time.Millisecond, ArchiveTable: "outbox_archive"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func ExampleNew() {
 	payOrder(db, "o-1")
 	pub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	defer pub.Close()
-	r, err := relay.New(drv, relay.Options{Publisher: pub})
+	r, err := relay.New(drv, relay.Config{Publisher: pub})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func ExampleNew() {
 	}
 	payOrder(db, "o-2")
 
-	j, err := janitor.New(drv, janitor.Options{
+	j, err := janitor.New(drv, janitor.Config{
 		Retention: 10 * time.Millisecond, // default 7 days
 	})
 	if err != nil {

@@ -45,11 +45,11 @@ const (
 	Inbox Target = "inbox"
 )
 
-// Batch is one batch that removed rows, passed to Options.OnBatch.
+// Batch is one batch that removed rows, passed to Config.OnBatch.
 type Batch struct {
 	Target   Target
 	Rows     int64
-	Archived bool // the rows were moved into Options.ArchiveTable
+	Archived bool // the rows were moved into Config.ArchiveTable
 }
 
 // Result counts what one run removed.
@@ -70,14 +70,14 @@ type Result struct {
 // table is all a service needs.
 type Janitor struct {
 	store Store
-	opts  Options
+	opts  Config
 	log   *slog.Logger
 	need  dberr.Need // what the janitor needs, for error advice
 	runMu sync.Mutex
 }
 
 // New returns a janitor for store (a driver.Driver) with opts.
-func New(store Store, opts Options) (*Janitor, error) {
+func New(store Store, opts Config) (*Janitor, error) {
 	if store == nil {
 		return nil, errors.New("janitor: store is nil: pass the outbox's driver.Driver")
 	}
@@ -95,16 +95,16 @@ func New(store Store, opts Options) (*Janitor, error) {
 				src = "events.yaml"
 			}
 			if a == "" {
-				return nil, fmt.Errorf("janitor: Options.ArchiveTable is %q, but %s declares no sql.archive_table: declare it there (its DDL comes with the outbox's), regenerate, and pass the generated Schema.Tables.Archive", opts.ArchiveTable, src)
+				return nil, fmt.Errorf("janitor: Config.ArchiveTable is %q, but %s declares no sql.archive_table: declare it there (its DDL comes with the outbox's), regenerate, and pass the generated Schema.Tables.Archive", opts.ArchiveTable, src)
 			}
-			return nil, fmt.Errorf("janitor: Options.ArchiveTable is %q, but sql.archive_table in %s is %q: pass Schema.Tables.Archive", opts.ArchiveTable, src, a)
+			return nil, fmt.Errorf("janitor: Config.ArchiveTable is %q, but sql.archive_table in %s is %q: pass Schema.Tables.Archive", opts.ArchiveTable, src, a)
 		}
 	}
 	return &Janitor{store: store, opts: opts, log: opts.Logger.With(slog.String("component", "outboxgen.janitor")), need: need(store, opts)}, nil
 }
 
 // need says what the janitor needs from the database, for error advice.
-func need(store Store, opts Options) dberr.Need {
+func need(store Store, opts Config) dberr.Need {
 	outboxT, inboxT := "the outbox table", "the inbox table"
 	if t, ok := store.(interface{ Tables() driver.Tables }); ok {
 		outboxT, inboxT = t.Tables().Outbox, t.Tables().Inbox
@@ -124,8 +124,8 @@ func need(store Store, opts Options) dberr.Need {
 	return dberr.Need{Component: "janitor", Tables: tables, Privileges: privs}
 }
 
-// Options returns the options in effect (defaults applied).
-func (j *Janitor) Options() Options { return j.opts }
+// Config returns the options in effect (defaults applied).
+func (j *Janitor) Config() Config { return j.opts }
 
 // RunOnce removes sent outbox rows older than Retention, then inbox rows
 // older than InboxRetention, in batches, until a batch comes back short or

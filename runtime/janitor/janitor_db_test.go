@@ -87,7 +87,7 @@ func TestJanitorDeletesOnDatabases(t *testing.T) {
 	eachDatabase(t, func(t *testing.T, env dbEnv) {
 		_, keep := seedMixed(t, env, 2500)
 		var batches []janitor.Batch
-		j, err := janitor.New(env.store, janitor.Options{Logger: quiet, BatchSize: 1000, BatchPause: time.Millisecond,
+		j, err := janitor.New(env.store, janitor.Config{Logger: quiet, BatchSize: 1000, BatchPause: time.Millisecond,
 			OnBatch: func(b janitor.Batch) { batches = append(batches, b) }})
 		if err != nil {
 			t.Fatal(err)
@@ -124,7 +124,7 @@ func TestJanitorArchivesOnDatabases(t *testing.T) {
 		drivertest.CreateArchiveTable(t, env.db, env.d, testdb.Tables, archive)
 		old, keep := seedMixed(t, env, 25)
 		before := drivertest.OpsRows(t, env.db, testdb.Tables.Outbox, old)
-		j, err := janitor.New(env.store, janitor.Options{Logger: quiet, BatchSize: 10, BatchPause: -1, ArchiveTable: archive})
+		j, err := janitor.New(env.store, janitor.Config{Logger: quiet, BatchSize: 10, BatchPause: -1, ArchiveTable: archive})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func TestArchiveTableFromSchema(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := janitor.New(drv, janitor.Options{ArchiveTable: "old_rows"}); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := janitor.New(drv, janitor.Config{ArchiveTable: "old_rows"}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("archive %q: New = %v, want %q", c.archive, err, c.want)
 		}
 	}

@@ -65,25 +65,25 @@ func (f *fakeStore) DeleteInbox(_ context.Context, olderThan time.Duration, limi
 }
 
 func TestNewValidates(t *testing.T) {
-	if _, err := janitor.New(nil, janitor.Options{}); err == nil || !strings.Contains(err.Error(), "driver.Driver") {
+	if _, err := janitor.New(nil, janitor.Config{}); err == nil || !strings.Contains(err.Error(), "driver.Driver") {
 		t.Errorf("New(nil) error = %v", err)
 	}
-	for _, o := range []janitor.Options{
+	for _, o := range []janitor.Config{
 		{Interval: -1},
 		{Retention: -time.Hour},
 		{BatchSize: -1},
 		{BatchSize: janitor.MaxBatchSize + 1},
 		{ArchiveTable: "Bad Name"},
 	} {
-		if _, err := janitor.New(&fakeStore{}, o); err == nil || !strings.Contains(err.Error(), "janitor: Options.") {
-			t.Errorf("New(%+v) error = %v, want an Options error", o, err)
+		if _, err := janitor.New(&fakeStore{}, o); err == nil || !strings.Contains(err.Error(), "janitor: Config.") {
+			t.Errorf("New(%+v) error = %v, want an Config error", o, err)
 		}
 	}
-	j, err := janitor.New(&fakeStore{}, janitor.Options{})
+	j, err := janitor.New(&fakeStore{}, janitor.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := j.Options()
+	o := j.Config()
 	if o.Interval != time.Hour || o.Retention != 7*24*time.Hour || o.InboxRetention != 7*24*time.Hour ||
 		o.BatchSize != 1000 || o.BatchPause != 100*time.Millisecond || o.Logger == nil {
 		t.Errorf("defaults = %+v", o)
@@ -105,7 +105,7 @@ func TestBatches(t *testing.T) {
 	for _, c := range cases {
 		f := &fakeStore{sent: c.sent, inbox: c.inbox}
 		var batches []janitor.Batch
-		j, err := janitor.New(f, janitor.Options{Logger: quiet, BatchPause: -1, OnBatch: func(b janitor.Batch) { batches = append(batches, b) }})
+		j, err := janitor.New(f, janitor.Config{Logger: quiet, BatchPause: -1, OnBatch: func(b janitor.Batch) { batches = append(batches, b) }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +133,7 @@ func TestBatches(t *testing.T) {
 
 func TestArchiveAndInboxRetention(t *testing.T) {
 	f := &fakeStore{sent: 25, inbox: 5}
-	j, err := janitor.New(f, janitor.Options{Logger: quiet, BatchSize: 10, BatchPause: time.Microsecond, ArchiveTable: "outbox_archive",
+	j, err := janitor.New(f, janitor.Config{Logger: quiet, BatchSize: 10, BatchPause: time.Microsecond, ArchiveTable: "outbox_archive",
 		Retention: 48 * time.Hour, InboxRetention: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +155,7 @@ func TestArchiveAndInboxRetention(t *testing.T) {
 
 func TestErrorStopsRun(t *testing.T) {
 	f := &fakeStore{sent: 2500, inbox: 10, failAt: 2}
-	j, err := janitor.New(f, janitor.Options{Logger: quiet, BatchPause: -1})
+	j, err := janitor.New(f, janitor.Config{Logger: quiet, BatchPause: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestErrorStopsRun(t *testing.T) {
 func TestCancelDuringPause(t *testing.T) {
 	f := &fakeStore{sent: 5000}
 	ctx, cancel := context.WithCancel(context.Background())
-	j, err := janitor.New(f, janitor.Options{Logger: quiet, BatchPause: time.Hour, OnBatch: func(janitor.Batch) { cancel() }})
+	j, err := janitor.New(f, janitor.Config{Logger: quiet, BatchPause: time.Hour, OnBatch: func(janitor.Batch) { cancel() }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestCancelDuringPause(t *testing.T) {
 
 func TestRunCleansUntilCancelled(t *testing.T) {
 	f := &fakeStore{sent: 10, ran: make(chan struct{}, 1)}
-	j, err := janitor.New(f, janitor.Options{Logger: quiet, Interval: time.Millisecond})
+	j, err := janitor.New(f, janitor.Config{Logger: quiet, Interval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

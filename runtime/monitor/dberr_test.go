@@ -21,7 +21,7 @@ func (e pgError) SQLState() string { return e.code }
 // to be hundreds.
 func TestRunBacksOffOnDatabaseErrors(t *testing.T) {
 	src := &fakeSource{err: errors.New("connection refused")}
-	m, err := monitor.New(src, monitor.Options{Logger: quiet, Interval: time.Millisecond})
+	m, err := monitor.New(src, monitor.Config{Logger: quiet, Interval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestRunBacksOffOnDatabaseErrors(t *testing.T) {
 func TestRunMissingTable(t *testing.T) {
 	missing := pgError{"42P01", `relation "outbox_event" does not exist`}
 	src := &fakeSource{err: missing}
-	m, err := monitor.New(src, monitor.Options{Logger: quiet, Interval: time.Millisecond})
+	m, err := monitor.New(src, monitor.Config{Logger: quiet, Interval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

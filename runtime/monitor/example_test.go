@@ -31,7 +31,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	m, err := monitor.New(drv, monitor.Options{
+	m, err := monitor.New(drv, monitor.Config{
 		StaleAfter: 10 * time.Millisecond, // default 10 minutes
 	})
 	if err != nil {
@@ -53,7 +53,7 @@ func ExampleNew() {
 	// A relay publishes the row: the alerts clear.
 	pub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	defer pub.Close()
-	r, err := relay.New(drv, relay.Options{Publisher: pub})
+	r, err := relay.New(drv, relay.Config{Publisher: pub})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -7,8 +7,8 @@
 // oldest pending row, stale rows, FAILED rows, expired leases) in a single
 // cheap statement through the driver, measured by the database clock.
 //
-//   - Alerts: Options.OnAlert is called once when a threshold is crossed
-//     and Options.OnResolve once when it clears, not on every check.
+//   - Alerts: Config.OnAlert is called once when a threshold is crossed
+//     and Config.OnResolve once when it clears, not on every check.
 //     Besides the thresholds on the outbox (stale, oldest_pending_age,
 //     failed, expired_leases), Run raises check_failing (CheckFailing) when
 //     the monitor itself is blind: its checks have been failing and none
@@ -102,7 +102,7 @@ type Alert struct {
 // concurrent use.
 type Monitor struct {
 	src   Source
-	opts  Options
+	opts  Config
 	log   *slog.Logger
 	attrs metric.MeasurementOption
 	reg   metric.Registration
@@ -124,7 +124,7 @@ type Monitor struct {
 
 // New returns a monitor reading src (a driver.Driver) with opts. It
 // registers the metrics callback; Close unregisters it.
-func New(src Source, opts Options) (*Monitor, error) {
+func New(src Source, opts Config) (*Monitor, error) {
 	if src == nil {
 		return nil, errors.New("monitor: source is nil: pass the outbox's driver.Driver")
 	}
@@ -222,8 +222,8 @@ func (m *Monitor) Close() error {
 // failed check does not blank the dashboards.
 func (m *Monitor) staleLimit() time.Duration { return 2 * m.opts.Interval }
 
-// Options returns the options in effect (defaults applied).
-func (m *Monitor) Options() Options { return m.opts }
+// Config returns the options in effect (defaults applied).
+func (m *Monitor) Config() Config { return m.opts }
 
 // Snapshot returns the last snapshot read by Check or Run, when it was
 // taken (the local clock), and whether there is one.

@@ -64,7 +64,7 @@ func testMonitor(t *testing.T, db *sql.DB, d dialect.Dialect, drv statsSource) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { mp.Shutdown(context.Background()) })
 	rec := newRecorder()
-	m, err := monitor.New(drv, monitor.Options{Logger: quiet, Meter: mp.Meter("test"), OnAlert: rec.onAlert, OnResolve: rec.onResolve})
+	m, err := monitor.New(drv, monitor.Config{Logger: quiet, Meter: mp.Meter("test"), OnAlert: rec.onAlert, OnResolve: rec.onResolve})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,33 +81,33 @@ func (r *recorder) counts() (alerts, resolves map[monitor.Kind]int) {
 }
 
 func TestNewValidates(t *testing.T) {
-	if _, err := monitor.New(nil, monitor.Options{}); err == nil || !strings.Contains(err.Error(), "driver.Driver") {
+	if _, err := monitor.New(nil, monitor.Config{}); err == nil || !strings.Contains(err.Error(), "driver.Driver") {
 		t.Errorf("New(nil) error = %v, want one naming the driver", err)
 	}
-	for _, o := range []monitor.Options{
+	for _, o := range []monitor.Config{
 		{Interval: -time.Second},
 		{StaleAfter: -time.Minute},
 		{Attributes: []monitor.Attribute{{Key: "", Value: "x"}}},
 	} {
 		_, err := monitor.New(&fakeSource{}, o)
-		if err == nil || !strings.Contains(err.Error(), "monitor: Options.") {
-			t.Errorf("New(%+v) error = %v, want an Options error", o, err)
+		if err == nil || !strings.Contains(err.Error(), "monitor: Config.") {
+			t.Errorf("New(%+v) error = %v, want an Config error", o, err)
 		}
 	}
-	var o monitor.Options
+	var o monitor.Config
 	if err := o.Validate(); err == nil {
-		t.Error("zero Options validate before defaults, want errors naming Interval, StaleAfter, Meter, Logger")
+		t.Error("zero Config validate before defaults, want errors naming Interval, StaleAfter, Meter, Logger")
 	}
 }
 
 func TestDefaults(t *testing.T) {
 	src := &fakeSource{}
-	m, err := monitor.New(src, monitor.Options{Logger: quiet})
+	m, err := monitor.New(src, monitor.Config{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	o := m.Options()
+	o := m.Config()
 	if o.Interval != time.Minute || o.StaleAfter != 10*time.Minute || o.Thresholds.OldestPendingAge != 10*time.Minute || o.Meter == nil {
 		t.Errorf("defaults = %+v", o)
 	}
@@ -123,7 +123,7 @@ func TestAlertOnceAndResolve(t *testing.T) {
 	ctx := context.Background()
 	src := &fakeSource{}
 	rec := newRecorder()
-	m, err := monitor.New(src, monitor.Options{Logger: quiet, StaleAfter: time.Minute, OnAlert: rec.onAlert, OnResolve: rec.onResolve})
+	m, err := monitor.New(src, monitor.Config{Logger: quiet, StaleAfter: time.Minute, OnAlert: rec.onAlert, OnResolve: rec.onResolve})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestThresholds(t *testing.T) {
 		{monitor.Thresholds{Stale: monitor.Never, Failed: monitor.Never, ExpiredLeases: 1, OldestPendingAge: time.Hour}, []monitor.Kind{monitor.ExpiredLeases}},
 	}
 	for i, c := range cases {
-		m, err := monitor.New(&fakeSource{st: st}, monitor.Options{Logger: quiet, Thresholds: c.th})
+		m, err := monitor.New(&fakeSource{st: st}, monitor.Config{Logger: quiet, Thresholds: c.th})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +224,7 @@ func TestMetricsReportLastSnapshot(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(ctx)
 	src := &fakeSource{st: driver.Stats{Pending: 4, OldestPendingAge: 1500 * time.Millisecond, Stale: 1, Failed: 2, ExpiredLeases: 3}}
-	m, err := monitor.New(src, monitor.Options{Logger: quiet, Meter: mp.Meter("test"), Attributes: []monitor.Attribute{{Key: "service.name", Value: "orders"}}})
+	m, err := monitor.New(src, monitor.Config{Logger: quiet, Meter: mp.Meter("test"), Attributes: []monitor.Attribute{{Key: "service.name", Value: "orders"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func collectAttrs(t *testing.T, reader *sdkmetric.ManualReader, name string) str
 func TestRunAlertsAndStops(t *testing.T) {
 	src := &fakeSource{st: driver.Stats{Failed: 1}}
 	rec := newRecorder()
-	m, err := monitor.New(src, monitor.Options{Logger: quiet, Interval: time.Millisecond, OnAlert: rec.onAlert})
+	m, err := monitor.New(src, monitor.Config{Logger: quiet, Interval: time.Millisecond, OnAlert: rec.onAlert})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func TestMetricsGoSilentWhenChecksStopSucceeding(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(ctx)
 	src := &fakeSource{st: driver.Stats{Pending: 4, Stale: 1}}
-	m, err := monitor.New(src, monitor.Options{Logger: quiet, Interval: time.Minute, Meter: mp.Meter("test")})
+	m, err := monitor.New(src, monitor.Config{Logger: quiet, Interval: time.Minute, Meter: mp.Meter("test")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +438,7 @@ func TestCheckFailingAlert(t *testing.T) {
 	ctx := context.Background()
 	src := &fakeSource{st: driver.Stats{Failed: 1}}
 	rec := newRecorder()
-	m, err := monitor.New(src, monitor.Options{Logger: quiet, Interval: time.Minute, OnAlert: rec.onAlert, OnResolve: rec.onResolve})
+	m, err := monitor.New(src, monitor.Config{Logger: quiet, Interval: time.Minute, OnAlert: rec.onAlert, OnResolve: rec.onResolve})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,7 +503,7 @@ func TestCheckFailingFromStart(t *testing.T) {
 	ctx := context.Background()
 	src := &fakeSource{err: errors.New("connection refused")}
 	rec := newRecorder()
-	m, err := monitor.New(src, monitor.Options{Logger: quiet, Interval: time.Minute, OnAlert: rec.onAlert, OnResolve: rec.onResolve})
+	m, err := monitor.New(src, monitor.Config{Logger: quiet, Interval: time.Minute, OnAlert: rec.onAlert, OnResolve: rec.onResolve})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func DecodePayload(eventType string, payload []byte, version, current int, v any
 }
 
 // Stored payload encodings. The payload column holds JSON; a producer that
-// must carry arbitrary bytes (package txpublisher's WithBinaryPayloads)
+// must carry arbitrary bytes (package txpublisher's Config.BinaryPayloads)
 // stores them as a JSON string of base64 and says so in this header. The
 // relay decodes such payloads back to the exact bytes before publishing and
 // does not pass the header on.

@@ -13,7 +13,7 @@ import (
 // are released without charging an attempt (so an outage longer than the
 // backoff schedule does not turn the backlog FAILED) and the breaker
 // opens. While open, the relay claims nothing until the next probe is due
-// (Options.BreakerBackoff, growing per failed probe); a probe claims a
+// (Config.BreakerBackoff, growing per failed probe); a probe claims a
 // batch, publishes one row of a key picked at random and releases the
 // rest, also without charging. The first successful publish closes it.
 //

@@ -5,7 +5,7 @@
 //
 //	drv, err := sqldriver.New(db, events.Schema) // or pgxdriver.New(pool, events.Schema)
 //	...
-//	r, err := relay.New(drv, relay.Options{Publisher: pub})
+//	r, err := relay.New(drv, relay.Config{Publisher: pub})
 //	...
 //	go r.Run(ctx) // returns after in-flight results are recorded
 //

@@ -53,7 +53,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	r, err := relay.New(drv, relay.Options{Publisher: pub})
+	r, err := relay.New(drv, relay.Config{Publisher: pub})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func TestPermanentFailure(t *testing.T) {
 }
 
 // Rows the relay cannot turn into a message fail at once, without a
-// publish; a base64 payload (txpublisher.WithBinaryPayloads) is published as
+// publish; a base64 payload (txpublisher.Config.BinaryPayloads) is published as
 // the original bytes, without its encoding header.
 func TestStoredPayloadEncoding(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {

@@ -203,7 +203,7 @@ func (h *errLog) WithGroup(string) slog.Handler      { return h }
 
 // failOnPollErrors fails t at cleanup when the relay logged a failed poll
 // (a database error: deadlock, bad SQL, ...).
-func failOnPollErrors(t *testing.T, opts *Options) {
+func failOnPollErrors(t *testing.T, opts *Config) {
 	h := &errLog{}
 	opts.Logger = slog.New(h)
 	t.Cleanup(func() {
@@ -218,8 +218,8 @@ func failOnPollErrors(t *testing.T, opts *Options) {
 }
 
 // testOptions are fast settings for tests.
-func testOptions(pub message.Publisher, id string) Options {
-	return Options{
+func testOptions(pub message.Publisher, id string) Config {
+	return Config{
 		Publisher:       pub,
 		InstanceID:      id,
 		PollInterval:    10 * time.Millisecond,
@@ -232,7 +232,7 @@ func testOptions(pub message.Publisher, id string) Options {
 	}
 }
 
-func mustRelay(t *testing.T, drv driver.Driver, opts Options) *Relay {
+func mustRelay(t *testing.T, drv driver.Driver, opts Config) *Relay {
 	t.Helper()
 	r, err := New(drv, opts)
 	if err != nil {

@@ -60,7 +60,7 @@ func (e permanentError) Is(target error) bool { return target == ErrPermanent }
 
 // Relay publishes outbox rows. Create it with New and start it with Run.
 type Relay struct {
-	opts          Options
+	opts          Config
 	drv           driver.Driver
 	log           *slog.Logger
 	unordered     map[string]bool
@@ -82,7 +82,7 @@ var ErrRunning = errors.New("relay: already running: call Run or RunOnce once pe
 // stdlib, go-sql-driver/mysql, modernc.org/sqlite) or a pgxdriver (native
 // pgx pool). The driver owns the table names. opts is completed with
 // defaults and validated.
-func New(drv driver.Driver, opts Options) (*Relay, error) {
+func New(drv driver.Driver, opts Config) (*Relay, error) {
 	if drv == nil {
 		return nil, errors.New("relay: driver is nil: pass sqldriver.New(db, events.Schema) or pgxdriver.New(pool, events.Schema)")
 	}
@@ -325,7 +325,7 @@ const listenFloor = time.Second
 // returns how many rows it published. Rows that fail are recorded with
 // their backoff and are not retried by this call unless they come due
 // while it runs; when the circuit breaker opens (a broker outage, see
-// Options.BreakerBackoff) it returns at its next poll. It stops early,
+// Config.BreakerBackoff) it returns at its next poll. It stops early,
 // returning ctx's error, when ctx is done (the batch in hand is finished
 // and recorded as in Run); database errors are returned at once, those
 // that waiting cannot mend with advice (see Run). It first probes the
@@ -380,9 +380,9 @@ func (r *Relay) poll(ctx context.Context) (int, error) {
 var (
 	errLeaseDeadline  = errors.New("relay: batch stopped before its lease lapses (the lease could not be extended)")
 	errLeaseLost      = errors.New("relay: batch stopped: another instance took over part of its lease")
-	errPublishTimeout = errors.New("relay: batch stopped after Options.PublishTimeout")
-	errShutdown       = errors.New("relay: batch stopped at Options.ShutdownTimeout")
-	errAbandoned      = errors.New("relay: publish abandoned at Options.ShutdownTimeout")
+	errPublishTimeout = errors.New("relay: batch stopped after Config.PublishTimeout")
+	errShutdown       = errors.New("relay: batch stopped at Config.ShutdownTimeout")
+	errAbandoned      = errors.New("relay: publish abandoned at Config.ShutdownTimeout")
 )
 
 // cycle runs one claim-publish-record cycle and returns how many rows it

@@ -653,7 +653,7 @@ func TestShutdownRecordsInFlight(t *testing.T) {
 
 func TestOptionsValidate(t *testing.T) {
 	pub := &recPub{}
-	base := func() Options { o := Options{Publisher: pub}; o.setDefaults(); return o }
+	base := func() Config { o := Config{Publisher: pub}; o.setDefaults(); return o }
 	if err := base().Validate(); err != nil {
 		t.Fatalf("defaults invalid: %v", err)
 	}
@@ -666,28 +666,28 @@ func TestOptionsValidate(t *testing.T) {
 	if b1, b9 := o.BreakerBackoff(1), o.BreakerBackoff(9); b1 < 800*time.Millisecond || b1 > 1200*time.Millisecond || b9 < 48*time.Second || b9 > 72*time.Second {
 		t.Fatalf("default breaker pauses %s, %s: want 1s doubling to 1m", b1, b9)
 	}
-	for name, mod := range map[string]func(*Options){
-		"Publisher":          func(o *Options) { o.Publisher = nil },
-		"OverdueAfter":       func(o *Options) { o.OverdueAfter = -1 },
-		"BatchSize":          func(o *Options) { o.BatchSize = 5000 },
-		"PollInterval":       func(o *Options) { o.PollInterval = -1 },
-		"LeaseDuration":      func(o *Options) { o.LeaseDuration = -1 },
-		"ShutdownTimeout":    func(o *Options) { o.ShutdownTimeout = time.Minute },
-		"PublishTimeout":     func(o *Options) { o.PublishTimeout = -1 },
-		"BreakerBackoff":     func(o *Options) { o.BreakerBackoff = nil },
-		"Concurrency":        func(o *Options) { o.Concurrency = -2 },
-		"MaxAttempts":        func(o *Options) { o.MaxAttempts = -1 },
-		"DatabaseBackoffMax": func(o *Options) { o.DatabaseBackoffMax = -1 },
-		"InstanceID":         func(o *Options) { o.InstanceID = strings.Repeat("x", 65) },
+	for name, mod := range map[string]func(*Config){
+		"Publisher":          func(o *Config) { o.Publisher = nil },
+		"OverdueAfter":       func(o *Config) { o.OverdueAfter = -1 },
+		"BatchSize":          func(o *Config) { o.BatchSize = 5000 },
+		"PollInterval":       func(o *Config) { o.PollInterval = -1 },
+		"LeaseDuration":      func(o *Config) { o.LeaseDuration = -1 },
+		"ShutdownTimeout":    func(o *Config) { o.ShutdownTimeout = time.Minute },
+		"PublishTimeout":     func(o *Config) { o.PublishTimeout = -1 },
+		"BreakerBackoff":     func(o *Config) { o.BreakerBackoff = nil },
+		"Concurrency":        func(o *Config) { o.Concurrency = -2 },
+		"MaxAttempts":        func(o *Config) { o.MaxAttempts = -1 },
+		"DatabaseBackoffMax": func(o *Config) { o.DatabaseBackoffMax = -1 },
+		"InstanceID":         func(o *Config) { o.InstanceID = strings.Repeat("x", 65) },
 	} {
 		o := base()
 		mod(&o)
 		err := o.Validate()
-		if err == nil || !strings.Contains(err.Error(), "Options."+name) {
+		if err == nil || !strings.Contains(err.Error(), "Config."+name) {
 			t.Errorf("%s: Validate() = %v, want an error naming it", name, err)
 		}
 	}
-	if _, err := New(nil, Options{Publisher: pub}); err == nil {
+	if _, err := New(nil, Config{Publisher: pub}); err == nil {
 		t.Error("New(nil driver) succeeded")
 	}
 }

@@ -43,7 +43,7 @@ func TestRunBacksOffOnDatabaseErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	cd := &countingDriver{Driver: drv}
-	s, err := sweeper.New(cd, sweeper.Options{Publisher: &pub{attempts: map[string]int{}}, Interval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	s, err := sweeper.New(cd, sweeper.Config{Publisher: &pub{attempts: map[string]int{}}, Interval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestRunMissingTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sweeper.New(drv, sweeper.Options{Publisher: &pub{attempts: map[string]int{}}, Interval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	s, err := sweeper.New(drv, sweeper.Config{Publisher: &pub{attempts: map[string]int{}}, Interval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	s, err := sweeper.New(drv, sweeper.Options{
+	s, err := sweeper.New(drv, sweeper.Config{
 		Publisher:    pub,
 		OverdueAfter: 10 * time.Millisecond, // default 1 minute
 	})

@@ -14,7 +14,7 @@
 //
 // Run it in process on its own schedule:
 //
-//	s, err := sweeper.New(drv, sweeper.Options{Publisher: pub})
+//	s, err := sweeper.New(drv, sweeper.Config{Publisher: pub})
 //	go s.Run(ctx) // every Interval (fixed delay)
 //
 // or once per invocation, from a Kubernetes CronJob:
@@ -39,16 +39,16 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/relay"
 )
 
-// Defaults of Options.
+// Defaults of Config.
 const (
 	DefaultOverdueAfter = time.Minute
 	DefaultInterval     = time.Minute
 )
 
-// Options configures a Sweeper. The zero value of every field but
-// Publisher means "use the default"; fields shared with relay.Options
+// Config configures a Sweeper. The zero value of every field but
+// Publisher means "use the default"; fields shared with relay.Config
 // have the relay's defaults.
-type Options struct {
+type Config struct {
 	// Publisher receives every rescued event. Required.
 	Publisher message.Publisher
 
@@ -64,7 +64,7 @@ type Options struct {
 
 	// EventTypes, BatchSize, LeaseDuration, Concurrency, MaxAttempts,
 	// Backoff, ShutdownTimeout, PublishTimeout, BreakerBackoff and
-	// OnFailed work as in relay.Options.
+	// OnFailed work as in relay.Config.
 	EventTypes      []outbox.EventType
 	BatchSize       int
 	LeaseDuration   time.Duration
@@ -81,7 +81,7 @@ type Options struct {
 	InstanceID string
 
 	// DatabaseBackoffMax caps the pause of Run after consecutive failed
-	// sweeps (default 30s; see relay.Options.DatabaseBackoffMax). The
+	// sweeps (default 30s; see relay.Config.DatabaseBackoffMax). The
 	// pauses start at Interval (at least 100 ms) and double; with the
 	// default Interval of 1 minute, above the cap, a failed sweep is
 	// simply retried every Interval.
@@ -102,7 +102,7 @@ type Sweeper struct {
 
 // New returns a sweeper over the outbox table of drv. opts is completed
 // with defaults and validated.
-func New(drv driver.Driver, opts Options) (*Sweeper, error) {
+func New(drv driver.Driver, opts Config) (*Sweeper, error) {
 	if drv == nil {
 		return nil, errors.New("sweeper: driver is nil: pass sqldriver.New(db, events.Schema) or pgxdriver.New(pool, events.Schema)")
 	}
@@ -123,19 +123,19 @@ func New(drv driver.Driver, opts Options) (*Sweeper, error) {
 	}
 	var errs []error
 	if opts.OverdueAfter < 0 {
-		errs = append(errs, fmt.Errorf("sweeper: Options.OverdueAfter is %s: use a positive duration (or 0 for %s)", opts.OverdueAfter, DefaultOverdueAfter))
+		errs = append(errs, fmt.Errorf("sweeper: Config.OverdueAfter is %s: use a positive duration (or 0 for %s)", opts.OverdueAfter, DefaultOverdueAfter))
 	}
 	if opts.Interval < 0 {
-		errs = append(errs, fmt.Errorf("sweeper: Options.Interval is %s: use a positive duration (or 0 for %s)", opts.Interval, DefaultInterval))
+		errs = append(errs, fmt.Errorf("sweeper: Config.Interval is %s: use a positive duration (or 0 for %s)", opts.Interval, DefaultInterval))
 	}
 	if opts.DatabaseBackoffMax < 0 {
-		errs = append(errs, fmt.Errorf("sweeper: Options.DatabaseBackoffMax is %s: use a positive duration (or 0 for %s)", opts.DatabaseBackoffMax, relay.DefaultDatabaseBackoffMax))
+		errs = append(errs, fmt.Errorf("sweeper: Config.DatabaseBackoffMax is %s: use a positive duration (or 0 for %s)", opts.DatabaseBackoffMax, relay.DefaultDatabaseBackoffMax))
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	log := opts.Logger.With(slog.String("component", "sweeper"))
-	r, err := relay.New(drv, relay.Options{
+	r, err := relay.New(drv, relay.Config{
 		Publisher:          opts.Publisher,
 		EventTypes:         opts.EventTypes,
 		BatchSize:          opts.BatchSize,

@@ -143,7 +143,7 @@ func TestSweepRescuesStuckRows(t *testing.T) {
 		set(t, db, d, "lease_owner = 'relay-dead', lease_expires_at = "+drivertest.OpsAgo(d, time.Minute), expired...)
 
 		p := &pub{fail: map[string]bool{stuck[4]: true}, attempts: map[string]int{}}
-		s, err := sweeper.New(drv, sweeper.Options{
+		s, err := sweeper.New(drv, sweeper.Config{
 			Publisher: p, OverdueAfter: time.Minute, BatchSize: 2, // several batches in one sweep
 			Backoff: func(int) time.Duration { return time.Hour },
 			Logger:  slog.New(slog.DiscardHandler),
@@ -199,7 +199,7 @@ func TestSweepRescuesStuckRows(t *testing.T) {
 func TestRunSweepsOnSchedule(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
 		p := &pub{attempts: map[string]int{}}
-		s, err := sweeper.New(drv, sweeper.Options{Publisher: p, OverdueAfter: time.Minute, Interval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		s, err := sweeper.New(drv, sweeper.Config{Publisher: p, OverdueAfter: time.Minute, Interval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,16 +230,16 @@ func TestOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sweeper.New(nil, sweeper.Options{Publisher: &pub{}}); err == nil {
+	if _, err := sweeper.New(nil, sweeper.Config{Publisher: &pub{}}); err == nil {
 		t.Error("nil driver accepted")
 	}
-	if _, err := sweeper.New(drv, sweeper.Options{}); err == nil || !strings.Contains(err.Error(), "Publisher") {
+	if _, err := sweeper.New(drv, sweeper.Config{}); err == nil || !strings.Contains(err.Error(), "Publisher") {
 		t.Errorf("missing Publisher: %v", err)
 	}
-	if _, err := sweeper.New(drv, sweeper.Options{Publisher: &pub{}, OverdueAfter: -1}); err == nil || !strings.Contains(err.Error(), "OverdueAfter") {
+	if _, err := sweeper.New(drv, sweeper.Config{Publisher: &pub{}, OverdueAfter: -1}); err == nil || !strings.Contains(err.Error(), "OverdueAfter") {
 		t.Errorf("negative OverdueAfter: %v", err)
 	}
-	if _, err := sweeper.New(drv, sweeper.Options{Publisher: &pub{}}); err != nil {
+	if _, err := sweeper.New(drv, sweeper.Config{Publisher: &pub{}}); err != nil {
 		t.Errorf("defaults: %v", err)
 	}
 }

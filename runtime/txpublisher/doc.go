@@ -27,17 +27,17 @@
 //	w, _ := events.NewWriter(db) // once: the generated package's writer for db
 //
 //	tx, _ := db.BeginTx(ctx, nil)
-//	pub := txpublisher.New(tx, w.Outbox())
+//	pub := txpublisher.New(tx, w.Outbox(), txpublisher.Config{})
 //	// ... business writes on tx ...
 //	err = pub.Publish("orders", msg) // only INSERTs; never talks to the broker
 //	err = tx.Commit()
 //	// elsewhere: drv, _ := sqldriver.New(db, events.Schema)
-//	//           r, _ := relay.New(drv, relay.Options{Publisher: kafkaPublisher}); r.Run(ctx)
+//	//           r, _ := relay.New(drv, relay.Config{Publisher: kafkaPublisher}); r.Run(ctx)
 //
 // Do not keep forwarder.NewPublisher around the txpublisher: it would
 // envelope every message to the forwarder topic, and the relay would
 // publish envelopes. For a native pgx/v5 transaction use
-// pgxtxpublisher.New(tx, w.Outbox()) from the sub-package of that name.
+// pgxtxpublisher.New(tx, w.Outbox(), txpublisher.Config{}) from the sub-package of that name.
 //
 // # How a message becomes a row
 //
@@ -47,16 +47,16 @@
 //   - event_id: msg.UUID, which must be a UUID (watermill.NewUUID's are).
 //     The relay publishes the row with message UUID = event_id in canonical
 //     lower-case form. Other ids (watermill.NewULID, short UUIDs, "") are
-//     refused with ErrInvalidMessageID unless WithDerivedEventIDs is set.
-//   - biz_type: metadata "outbox_type" (WithTypeMetadata), else the topic;
+//     refused with ErrInvalidMessageID unless Config.DerivedEventIDs is set.
+//   - biz_type: metadata "outbox_type" (Config.TypeMetadata), else the topic;
 //     at most 64 characters. The relay reads per-type settings by it.
-//   - biz_id, the ordering key: metadata "partition_key" (WithKeyMetadata),
+//   - biz_id, the ordering key: metadata "partition_key" (Config.KeyMetadata),
 //     else the event id, so unkeyed messages carry no order constraint among
 //     themselves; at most 128 characters.
-//   - payload_version: metadata "outbox_version" (WithVersionMetadata), a
+//   - payload_version: metadata "outbox_version" (Config.VersionMetadata), a
 //     positive integer, else 1.
 //   - payload: msg.Payload, which must be JSON (the column is json); else
-//     ErrPayloadNotJSON, unless WithBinaryPayloads is set.
+//     ErrPayloadNotJSON, unless Config.BinaryPayloads is set.
 //   - headers: every other metadata entry. The entries the relay sets itself
 //     from the row's columns (outbox_type, outbox_key, outbox_version,
 //     outbox_created_at, outbox_event_id, outbox_seq, partition_key; see

@@ -39,7 +39,7 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer tx.Rollback()
-	pub := txpublisher.New(tx, w.Outbox())
+	pub := txpublisher.New(tx, w.Outbox(), txpublisher.Config{})
 	// ... business writes on tx ...
 	msg := message.NewMessage(watermill.NewUUID(), []byte(`{"order_id":"o-1","amount_cents":1299}`))
 	msg.Metadata.Set(outbox.MetadataType, "ORDER_SHIPPED") // the row's type and key (txpublisher.DefaultTypeMetadata, DefaultKeyMetadata)
@@ -63,7 +63,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	r, err := relay.New(drv, relay.Options{Publisher: broker})
+	r, err := relay.New(drv, relay.Config{Publisher: broker})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func TestThroughRelay(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, w *outbox.Writer) {
 		tx := begin(t, db)
 		in := msg(`{"order_id":"o-1"}`, "partition_key", "o-1", "outbox_type", "ORDER_PAID", "trace_id", "abc")
-		if err := txpublisher.New(tx, w).Publish("orders", in); err != nil {
+		if err := txpublisher.New(tx, w, txpublisher.Config{}).Publish("orders", in); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.Commit(); err != nil {
@@ -46,7 +46,7 @@ func TestThroughRelay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := relay.New(drv, relay.Options{
+		r, err := relay.New(drv, relay.Config{
 			Publisher:    broker,
 			PollInterval: 10 * time.Millisecond,
 			Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -106,7 +106,7 @@ func TestRelaySetKeys(t *testing.T) {
 	m := msg(`{}`, relay.MetadataKey, "x", relay.MetadataEventID, "y", relay.MetadataCreatedAt, "z", relay.MetadataSequence, "42")
 	forEachDialect(t, func(t *testing.T, db *sql.DB, w *outbox.Writer) {
 		tx := begin(t, db)
-		if err := txpublisher.New(tx, w).Publish("orders", m.Copy()); err != nil {
+		if err := txpublisher.New(tx, w, txpublisher.Config{}).Publish("orders", m.Copy()); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.Commit(); err != nil {

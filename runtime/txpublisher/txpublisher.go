@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -31,9 +33,9 @@ const (
 // Headers the publisher itself may add to a row.
 const (
 	// HeaderMessageUUID keeps the message's original UUID when
-	// WithDerivedEventIDs replaced it with a derived event id.
+	// Config.DerivedEventIDs replaced it with a derived event id.
 	HeaderMessageUUID = "outbox_message_uuid"
-	// HeaderPayloadEncoding marks a payload stored by WithBinaryPayloads:
+	// HeaderPayloadEncoding marks a payload stored with Config.BinaryPayloads:
 	// its value is PayloadEncodingBase64. See DecodePayload.
 	HeaderPayloadEncoding = outbox.HeaderPayloadEncoding
 	// PayloadEncodingBase64 means the payload column holds a JSON string of
@@ -59,10 +61,10 @@ var relaySet = map[string]bool{
 // three ran no SQL: the transaction is untouched.
 var (
 	// ErrInvalidMessageID: the message UUID is not a UUID (or is the nil
-	// UUID) and WithDerivedEventIDs is not set.
+	// UUID) and Config.DerivedEventIDs is not set.
 	ErrInvalidMessageID = errors.New("message UUID is not a UUID")
 	// ErrPayloadNotJSON: the payload is not valid UTF-8 JSON and
-	// WithBinaryPayloads is not set.
+	// Config.BinaryPayloads is not set.
 	ErrPayloadNotJSON = errors.New("message payload is not JSON")
 	// ErrInvalidMessage: another property of the message does not fit the
 	// outbox table or cannot be published (empty or too long topic, type or
@@ -78,50 +80,78 @@ var (
 	ErrTxDone = errors.New("transaction already committed or rolled back")
 )
 
-// Option configures a Publisher.
-type Option func(*config)
+// NoMetadata, as Config.TypeMetadata, KeyMetadata or VersionMetadata,
+// reads that column from no metadata key: the type is always the topic, the
+// key always the event id (unordered), the version always 1.
+const NoMetadata = "-"
 
-type config struct {
-	typeKey    string
-	keyKey     string
-	versionKey string
-	derive     bool
-	binary     bool
+// Config configures a Publisher. The zero Config is the default: type, key
+// and version from the relay's metadata keys, payloads must be JSON and
+// message UUIDs must be UUIDs.
+type Config struct {
+	// TypeMetadata is the metadata key biz_type (the event type) is read
+	// from. A message without it gets the topic as its type. Default
+	// DefaultTypeMetadata; NoMetadata always uses the topic.
+	TypeMetadata string
+	// KeyMetadata is the metadata key biz_id (the ordering key: messages
+	// with the same key are published in order) is read from. A message
+	// without it is keyed by its own event id, i.e. unordered. Default
+	// DefaultKeyMetadata; NoMetadata makes every message unordered.
+	KeyMetadata string
+	// VersionMetadata is the metadata key payload_version is read from; its
+	// value must be a positive decimal integer. A message without it gets
+	// version 1. Default DefaultVersionMetadata; NoMetadata always uses 1.
+	VersionMetadata string
+
+	// DerivedEventIDs accepts messages whose UUID is not a UUID (e.g. a
+	// watermill.NewULID or NewShortUUID): the event id becomes
+	// DerivedEventID(msg.UUID), deterministic so that publishing the same
+	// message again stays idempotent, and the original is kept in header
+	// HeaderMessageUUID (the relay publishes the row with UUID = event id).
+	// A message with an empty UUID gets a fresh UUIDv7, with no
+	// idempotency. Default false: such a message is refused with
+	// ErrInvalidMessageID.
+	DerivedEventIDs bool
+	// BinaryPayloads treats payloads as opaque bytes (protobuf, Avro,
+	// anything): every payload is stored as a JSON string of its base64
+	// encoding with header HeaderPayloadEncoding = PayloadEncodingBase64,
+	// and the relay decodes it back to the exact bytes (see DecodePayload).
+	// Default false: a payload must be JSON and is stored as is: byte for
+	// byte on PostgreSQL and SQLite, normalised by MySQL's JSON type (same
+	// value, maybe other spacing and key order). Base64 costs a third more
+	// space and hides the payload from SQL queries on the table.
+	BinaryPayloads bool
 }
 
-// WithTypeMetadata reads biz_type (the event type) from metadata key instead
-// of DefaultTypeMetadata. A message without it gets the topic as its type;
-// "" always uses the topic.
-func WithTypeMetadata(key string) Option { return func(c *config) { c.typeKey = key } }
+// setDefaults fills the zero fields of c.
+func (c *Config) setDefaults() {
+	if c.TypeMetadata == "" {
+		c.TypeMetadata = DefaultTypeMetadata
+	}
+	if c.KeyMetadata == "" {
+		c.KeyMetadata = DefaultKeyMetadata
+	}
+	if c.VersionMetadata == "" {
+		c.VersionMetadata = DefaultVersionMetadata
+	}
+}
 
-// WithKeyMetadata reads biz_id (the ordering key: messages with the same key
-// are published in order) from metadata key instead of DefaultKeyMetadata. A
-// message without it is keyed by its own event id, i.e. unordered; ""
-// makes every message unordered.
-func WithKeyMetadata(key string) Option { return func(c *config) { c.keyKey = key } }
-
-// WithVersionMetadata reads payload_version from metadata key instead of
-// DefaultVersionMetadata; its value must be a positive decimal integer. A
-// message without it gets version 1; "" always uses 1.
-func WithVersionMetadata(key string) Option { return func(c *config) { c.versionKey = key } }
-
-// WithDerivedEventIDs accepts messages whose UUID is not a UUID (e.g. a
-// watermill.NewULID or NewShortUUID): the event id becomes
-// DerivedEventID(msg.UUID), deterministic so that publishing the same
-// message again stays idempotent, and the original is kept in header
-// HeaderMessageUUID (the relay publishes the row with UUID = event id).
-// A message with an empty UUID gets a fresh UUIDv7, with no idempotency.
-func WithDerivedEventIDs() Option { return func(c *config) { c.derive = true } }
-
-// WithBinaryPayloads treats payloads as opaque bytes (protobuf, Avro,
-// anything): every payload is stored as a JSON string of its base64 encoding
-// with header HeaderPayloadEncoding = PayloadEncodingBase64, and the relay
-// decodes it back to the exact bytes (see DecodePayload). Without it a
-// payload must be JSON and is stored as is: byte for byte on PostgreSQL and
-// SQLite, normalised by MySQL's JSON type (same value, maybe other spacing
-// and key order). Base64 costs a third more space and hides the payload from
-// SQL queries on the table.
-func WithBinaryPayloads() Option { return func(c *config) { c.binary = true } }
+// Validate reports every setting that cannot work, each with how to fix it,
+// joined with errors.Join. New calls it after filling in the defaults;
+// call it at start-up to fail there rather than at the first New.
+func (c Config) Validate() error {
+	var errs []error
+	for _, f := range []struct{ name, key string }{
+		{"TypeMetadata", c.TypeMetadata},
+		{"KeyMetadata", c.KeyMetadata},
+		{"VersionMetadata", c.VersionMetadata},
+	} {
+		if !utf8.ValidString(f.key) || strings.ContainsFunc(f.key, unicode.IsControl) {
+			errs = append(errs, fmt.Errorf("txpublisher: Config.%s %q is not a metadata key (it must be UTF-8 text without control characters): set a metadata key, \"\" for the default, or txpublisher.NoMetadata to read none", f.name, f.key))
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // Tx is what a Publisher needs from a transaction. New and
 // pgxtxpublisher.New adapt *sql.Tx and pgx.Tx; implement it only to support
@@ -138,7 +168,7 @@ type Tx interface {
 type Publisher struct {
 	tx     Tx
 	w      *outbox.Writer
-	cfg    config
+	cfg    Config
 	insert string
 
 	mu sync.Mutex // a transaction runs one statement at a time
@@ -146,27 +176,30 @@ type Publisher struct {
 
 var _ message.Publisher = (*Publisher)(nil)
 
-// New returns a Publisher writing into w's outbox table inside tx. w's
-// dialect must be that of tx's database. It panics when tx or w is nil.
-func New(tx *sql.Tx, w *outbox.Writer, opts ...Option) *Publisher {
+// New returns a Publisher writing into w's outbox table inside tx, as cfg
+// says (the zero Config for the defaults). w's dialect must be that of tx's
+// database. It panics when tx or w is nil, or cfg is invalid (see
+// Config.Validate).
+func New(tx *sql.Tx, w *outbox.Writer, cfg Config) *Publisher {
 	if tx == nil {
 		panic("txpublisher: New: nil *sql.Tx")
 	}
-	return NewTx(sqlTx{outbox.StdTx(tx)}, w, opts...)
+	return NewTx(sqlTx{outbox.StdTx(tx)}, w, cfg)
 }
 
 // NewTx returns a Publisher writing into w's outbox table through tx, an
-// adapter of another driver's transaction. It panics when tx or w is nil.
-func NewTx(tx Tx, w *outbox.Writer, opts ...Option) *Publisher {
+// adapter of another driver's transaction. It panics when tx or w is nil,
+// or cfg is invalid (see Config.Validate).
+func NewTx(tx Tx, w *outbox.Writer, cfg Config) *Publisher {
 	if tx == nil {
 		panic("txpublisher: nil transaction")
 	}
 	if w == nil {
 		panic("txpublisher: nil *outbox.Writer")
 	}
-	cfg := config{typeKey: DefaultTypeMetadata, keyKey: DefaultKeyMetadata, versionKey: DefaultVersionMetadata}
-	for _, o := range opts {
-		o(&cfg)
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		panic(err)
 	}
 	d := w.Dialect()
 	return &Publisher{
@@ -266,30 +299,30 @@ func (p *Publisher) prepare(topic string, msg *message.Message) (row, error) {
 	}
 
 	typ := topic
-	if v := p.meta(msg, p.cfg.typeKey); v != "" {
+	if v := p.meta(msg, p.cfg.TypeMetadata); v != "" {
 		typ = v
 	}
-	if err := check("type (biz_type, metadata "+strconv.Quote(p.cfg.typeKey)+" or the topic)", typ, dialect.MaxTypeLen, false); err != nil {
+	if err := check("type (biz_type, metadata "+strconv.Quote(p.cfg.TypeMetadata)+" or the topic)", typ, dialect.MaxTypeLen, false); err != nil {
 		return row{}, err
 	}
 	key := id.String()
-	if v := p.meta(msg, p.cfg.keyKey); v != "" {
+	if v := p.meta(msg, p.cfg.KeyMetadata); v != "" {
 		key = v
 	}
-	if err := check("key (biz_id, metadata "+strconv.Quote(p.cfg.keyKey)+")", key, dialect.MaxKeyLen, false); err != nil {
+	if err := check("key (biz_id, metadata "+strconv.Quote(p.cfg.KeyMetadata)+")", key, dialect.MaxKeyLen, false); err != nil {
 		return row{}, err
 	}
 	version := 1
-	if v := p.meta(msg, p.cfg.versionKey); v != "" {
+	if v := p.meta(msg, p.cfg.VersionMetadata); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1<<31-1 {
-			return row{}, fmt.Errorf("%w: payload version (metadata %q) %q is not a positive integer", ErrInvalidMessage, p.cfg.versionKey, v)
+			return row{}, fmt.Errorf("%w: payload version (metadata %q) %q is not a positive integer", ErrInvalidMessage, p.cfg.VersionMetadata, v)
 		}
 		version = n
 	}
 
 	var payload string
-	if p.cfg.binary {
+	if p.cfg.BinaryPayloads {
 		payload = `"` + base64.StdEncoding.EncodeToString(msg.Payload) + `"`
 		headers[HeaderPayloadEncoding] = PayloadEncodingBase64
 	} else {
@@ -300,12 +333,12 @@ func (p *Publisher) prepare(topic string, msg *message.Message) (row, error) {
 			} else if json.Valid(msg.Payload) {
 				what = "it is not valid UTF-8"
 			}
-			return row{}, fmt.Errorf("%w: %s (the outbox payload column is JSON): publish JSON (e.g. {} for no data), or store opaque bytes with txpublisher.WithBinaryPayloads()", ErrPayloadNotJSON, what)
+			return row{}, fmt.Errorf("%w: %s (the outbox payload column is JSON): publish JSON (e.g. {} for no data), or store opaque bytes with txpublisher.Config{BinaryPayloads: true}", ErrPayloadNotJSON, what)
 		}
 		payload = string(msg.Payload)
 	}
-	if _, reserved := msg.Metadata[HeaderPayloadEncoding]; reserved && !p.cfg.binary {
-		return row{}, fmt.Errorf("%w: metadata %q is reserved for WithBinaryPayloads", ErrInvalidMessage, HeaderPayloadEncoding)
+	if _, reserved := msg.Metadata[HeaderPayloadEncoding]; reserved && !p.cfg.BinaryPayloads {
+		return row{}, fmt.Errorf("%w: metadata %q is reserved for Config.BinaryPayloads", ErrInvalidMessage, HeaderPayloadEncoding)
 	}
 
 	// What a broker cannot carry is refused here, not by the relay after
@@ -336,9 +369,9 @@ func (p *Publisher) prepare(topic string, msg *message.Message) (row, error) {
 	return row{id: id, args: args}, nil
 }
 
-// meta returns msg's metadata value for key, "" when key is "".
+// meta returns msg's metadata value for key, "" when key is NoMetadata.
 func (p *Publisher) meta(msg *message.Message, key string) string {
-	if key == "" {
+	if key == NoMetadata {
 		return ""
 	}
 	return msg.Metadata.Get(key)
@@ -351,7 +384,7 @@ func (p *Publisher) eventID(s string) (id outbox.EventID, derived bool, err erro
 	if err == nil && u != uuid.Nil {
 		return outbox.EventID(u), false, nil
 	}
-	if p.cfg.derive {
+	if p.cfg.DerivedEventIDs {
 		if s == "" {
 			return outbox.NewEventID(), true, nil
 		}
@@ -364,13 +397,13 @@ func (p *Publisher) eventID(s string) (id outbox.EventID, derived bool, err erro
 	case err == nil:
 		what = "is the nil UUID"
 	}
-	return outbox.EventID{}, false, fmt.Errorf("%w: message UUID %q %s; the outbox event id, which the relay publishes as the message UUID and consumers deduplicate by, must be a UUID: create messages with message.NewMessage(watermill.NewUUID(), payload), or accept other ids with txpublisher.WithDerivedEventIDs()", ErrInvalidMessageID, s, what)
+	return outbox.EventID{}, false, fmt.Errorf("%w: message UUID %q %s; the outbox event id, which the relay publishes as the message UUID and consumers deduplicate by, must be a UUID: create messages with message.NewMessage(watermill.NewUUID(), payload), or accept other ids with txpublisher.Config{DerivedEventIDs: true}", ErrInvalidMessageID, s, what)
 }
 
 // derivedNamespace is the UUIDv5 namespace of DerivedEventID.
 var derivedNamespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/outboxgen/outboxgen/runtime/txpublisher#message-uuid"))
 
-// DerivedEventID returns the event id WithDerivedEventIDs gives a message
+// DerivedEventID returns the event id Config.DerivedEventIDs gives a message
 // whose UUID is messageUUID and not a UUID: a name-based UUID (version 5)
 // of it, the same on every call and every machine.
 func DerivedEventID(messageUUID string) outbox.EventID {

@@ -123,7 +123,7 @@ func sameJSON(t *testing.T, got, want string) {
 func TestPublishCommitWritesRows(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, w *outbox.Writer) {
 		tx := begin(t, db)
-		pub := txpublisher.New(tx, w)
+		pub := txpublisher.New(tx, w, txpublisher.Config{})
 		msgs := []*message.Message{
 			msg(`{"n": 1}`, "partition_key", "order-1", "trace_id", "abc"),
 			msg(`{"n": 2}`, "partition_key", "order-1", "outbox_type", "ORDER_PAID", "outbox_version", "3"),
@@ -174,7 +174,7 @@ func TestPublishCommitWritesRows(t *testing.T) {
 func TestPublishRollbackWritesNothing(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, w *outbox.Writer) {
 		tx := begin(t, db)
-		pub := txpublisher.New(tx, w)
+		pub := txpublisher.New(tx, w, txpublisher.Config{})
 		for i := range 3 {
 			if err := pub.Publish("orders", msg(fmt.Sprintf(`{"i": %d}`, i))); err != nil {
 				t.Fatal(err)
@@ -200,11 +200,11 @@ func TestRefusedMessagesRunNoSQL(t *testing.T) {
 		want error
 		text string // in the error message
 	}{
-		{"ulid id", withID(watermill.NewULID(), `{}`), txpublisher.ErrInvalidMessageID, "WithDerivedEventIDs"},
+		{"ulid id", withID(watermill.NewULID(), `{}`), txpublisher.ErrInvalidMessageID, "DerivedEventIDs: true"},
 		{"short uuid", withID(watermill.NewShortUUID(), `{}`), txpublisher.ErrInvalidMessageID, "is not a UUID"},
 		{"empty id", withID("", `{}`), txpublisher.ErrInvalidMessageID, "is empty"},
 		{"nil uuid", withID("00000000-0000-0000-0000-000000000000", `{}`), txpublisher.ErrInvalidMessageID, "nil UUID"},
-		{"binary payload", msg("\x08\x96\x01"), txpublisher.ErrPayloadNotJSON, "WithBinaryPayloads"},
+		{"binary payload", msg("\x08\x96\x01"), txpublisher.ErrPayloadNotJSON, "BinaryPayloads: true"},
 		{"plain text payload", msg("hello"), txpublisher.ErrPayloadNotJSON, "not valid JSON"},
 		{"empty payload", msg(""), txpublisher.ErrPayloadNotJSON, "it is empty"},
 		{"invalid utf-8 in JSON", msg("\"\xff\""), txpublisher.ErrPayloadNotJSON, "UTF-8"},
@@ -229,7 +229,7 @@ func TestRefusedMessagesRunNoSQL(t *testing.T) {
 	}
 	forEachDialect(t, func(t *testing.T, db *sql.DB, w *outbox.Writer) {
 		tx := begin(t, db)
-		pub := txpublisher.New(tx, w)
+		pub := txpublisher.New(tx, w, txpublisher.Config{})
 		first := msg(`{"ok": 1}`)
 		if err := pub.Publish("orders", first); err != nil {
 			t.Fatal(err)
@@ -273,7 +273,7 @@ func TestSameMessageTwiceIsOneRow(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, w *outbox.Writer) {
 		m := msg(`{"v": 1}`, "partition_key", "k")
 		tx := begin(t, db)
-		pub := txpublisher.New(tx, w)
+		pub := txpublisher.New(tx, w, txpublisher.Config{})
 		if err := pub.Publish("orders", m, m); err != nil {
 			t.Fatal(err)
 		}
@@ -286,7 +286,7 @@ func TestSameMessageTwiceIsOneRow(t *testing.T) {
 		// A later transaction (a retried handler) re-publishes it, even
 		// with another payload: still one row, the first one.
 		tx = begin(t, db)
-		pub = txpublisher.New(tx, w)
+		pub = txpublisher.New(tx, w, txpublisher.Config{})
 		again := m.Copy()
 		again.Payload = []byte(`{"v": 2}`)
 		if err := pub.Publish("orders", again); err != nil {
@@ -319,7 +319,7 @@ func TestDerivedEventIDs(t *testing.T) {
 		uuidMsg := msg(`{}`)
 		empty := message.NewMessage("", []byte(`{}`))
 		tx := begin(t, db)
-		pub := txpublisher.New(tx, w, txpublisher.WithDerivedEventIDs())
+		pub := txpublisher.New(tx, w, txpublisher.Config{DerivedEventIDs: true})
 		if err := pub.Publish("orders", ulid, uuidMsg, empty); err != nil {
 			t.Fatal(err)
 		}
@@ -349,7 +349,7 @@ func TestBinaryPayloads(t *testing.T) {
 	payloads := [][]byte{[]byte("\x00\x08\x96\x01\xff"), []byte(`{"a": 1}`), nil}
 	forEachDialect(t, func(t *testing.T, db *sql.DB, w *outbox.Writer) {
 		tx := begin(t, db)
-		pub := txpublisher.New(tx, w, txpublisher.WithBinaryPayloads())
+		pub := txpublisher.New(tx, w, txpublisher.Config{BinaryPayloads: true})
 		for _, p := range payloads {
 			if err := pub.Publish("blobs", message.NewMessage(watermill.NewUUID(), p)); err != nil {
 				t.Fatal(err)
@@ -389,13 +389,14 @@ func TestDecodePayload(t *testing.T) {
 	}
 }
 
-func TestOptions(t *testing.T) {
+func TestConfig(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, w *outbox.Writer) {
 		tx := begin(t, db)
-		pub := txpublisher.New(tx, w,
-			txpublisher.WithTypeMetadata("name"),
-			txpublisher.WithKeyMetadata("order_id"),
-			txpublisher.WithVersionMetadata(""))
+		pub := txpublisher.New(tx, w, txpublisher.Config{
+			TypeMetadata:    "name",
+			KeyMetadata:     "order_id",
+			VersionMetadata: txpublisher.NoMetadata,
+		})
 		m := msg(`{}`, "name", "OrderPaid", "order_id", "o-7", "outbox_version", "9", "partition_key", "ignored")
 		if err := pub.Publish("orders", m); err != nil {
 			t.Fatal(err)
@@ -417,7 +418,7 @@ func TestOptions(t *testing.T) {
 func TestContextAndTxDone(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, w *outbox.Writer) {
 		tx := begin(t, db)
-		pub := txpublisher.New(tx, w)
+		pub := txpublisher.New(tx, w, txpublisher.Config{})
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		m := msg(`{}`)
@@ -451,7 +452,7 @@ func TestContextAndTxDone(t *testing.T) {
 func TestConcurrentPublish(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, w *outbox.Writer) {
 		tx := begin(t, db)
-		pub := txpublisher.New(tx, w)
+		pub := txpublisher.New(tx, w, txpublisher.Config{})
 		var wg sync.WaitGroup
 		errs := make(chan error, 8)
 		for g := range 8 {
@@ -496,7 +497,7 @@ func TestConcurrentPublish(t *testing.T) {
 func TestPublishRefusesTopicsTheWriterRefuses(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, w *outbox.Writer) {
 		tx := begin(t, db)
-		pub := txpublisher.New(tx, w)
+		pub := txpublisher.New(tx, w, txpublisher.Config{})
 		for _, topic := range []string{"orders paid", "a\tb", "x\u0085y", ""} {
 			if err := pub.Publish(topic, msg(`{}`)); !errors.Is(err, txpublisher.ErrInvalidMessage) {
 				t.Errorf("Publish(%q) = %v, want ErrInvalidMessage", topic, err)
@@ -509,4 +510,14 @@ func TestPublishRefusesTopicsTheWriterRefuses(t *testing.T) {
 			t.Fatalf("%d rows written, want 0", len(got))
 		}
 	})
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := (txpublisher.Config{}).Validate(); err != nil {
+		t.Errorf("zero Config: %v", err)
+	}
+	err := txpublisher.Config{TypeMetadata: "a\nb", KeyMetadata: "\xff"}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "Config.TypeMetadata") || !strings.Contains(err.Error(), "Config.KeyMetadata") || !strings.Contains(err.Error(), "NoMetadata") {
+		t.Errorf("Validate = %v, want both keys refused, with the fix", err)
+	}
 }

@@ -40,22 +40,21 @@ type PointsHandler interface {
 // and the SQL dialect db's driver's, which must be one of sql.dialects in
 // events.yaml: another is an error here, at start-up.
 //
-// Pass inbox.WithPoisonQueue(publisher, topic) (or inbox.WithoutPoisonQueue())
-// and any other inbox options. When r is already running, call r.RunHandlers
-// afterwards.
-func RegisterPoints(r *message.Router, sub message.Subscriber, db *sql.DB, h PointsHandler, opts ...inbox.Option) error {
+// cfg configures the consumer: set PoisonPublisher (or NoPoisonQueue) and any
+// other inbox.Config field; RegisterPoints sets cfg.Schema to Schema. When r
+// is already running, call r.RunHandlers afterwards.
+func RegisterPoints(r *message.Router, sub message.Subscriber, db *sql.DB, h PointsHandler, cfg inbox.Config) error {
 	if h == nil {
 		return fmt.Errorf("RegisterPoints: nil PointsHandler")
 	}
+	cfg.Schema = Schema
 	return inbox.Register(r, sub, db, inbox.Consumer[*sql.Tx]{
 		Name: "points",
 		Routes: []inbox.Route[*sql.Tx]{
 			inbox.On(OrderPaidType, OrderPaidTopic, DecodeOrderPaid, h.HandleOrderPaid),
 			inbox.On(OrderRefundedType, OrderRefundedTopic, DecodeOrderRefunded, h.HandleOrderRefunded),
 		},
-	}, append([]inbox.Option{
-		inbox.WithSchema(Schema),
-	}, opts...)...)
+	}, cfg)
 }
 
 // SmsHandler handles the events of consumer sms: Texts the customer a receipt,
@@ -84,20 +83,19 @@ type SmsHandler interface {
 // dialect db's driver's, which must be one of sql.dialects in events.yaml:
 // another is an error here, at start-up.
 //
-// Pass inbox.WithPoisonQueue(publisher, topic) (or inbox.WithoutPoisonQueue())
-// and any other inbox options. When r is already running, call r.RunHandlers
-// afterwards.
-func RegisterSms(r *message.Router, sub message.Subscriber, db *sql.DB, h SmsHandler, opts ...inbox.Option) error {
+// cfg configures the consumer: set PoisonPublisher (or NoPoisonQueue) and any
+// other inbox.Config field; RegisterSms sets cfg.Schema to Schema. When r is
+// already running, call r.RunHandlers afterwards.
+func RegisterSms(r *message.Router, sub message.Subscriber, db *sql.DB, h SmsHandler, cfg inbox.Config) error {
 	if h == nil {
 		return fmt.Errorf("RegisterSms: nil SmsHandler")
 	}
+	cfg.Schema = Schema
 	return inbox.Register(r, sub, db, inbox.Consumer[*sql.Tx]{
 		Name: "sms",
 		Routes: []inbox.Route[*sql.Tx]{
 			inbox.On(OrderPaidType, OrderPaidTopic, DecodeOrderPaid, h.HandleOrderPaid),
 			inbox.On(PointsCreditedType, PointsCreditedTopic, DecodePointsCredited, h.HandlePointsCredited),
 		},
-	}, append([]inbox.Option{
-		inbox.WithSchema(Schema),
-	}, opts...)...)
+	}, cfg)
 }

@@ -144,7 +144,7 @@ func ExampleRegisterPoints() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	err = events.RegisterPoints(router, broker, db, h, inbox.WithPoisonQueue(broker, ""))
+	err = events.RegisterPoints(router, broker, db, h, inbox.Config{PoisonPublisher: broker})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func ExampleRegisterPoints() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	r, err := relay.New(drv, relay.Options{Publisher: twice{broker}})
+	r, err := relay.New(drv, relay.Config{Publisher: twice{broker}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -47,20 +47,19 @@ type PointsHandler interface {
 // (orders.paid, orders.status), named "points/<topic>", reading from sub and
 // running each delivery in a transaction of pool. The inbox table is Schema's.
 //
-// Pass inbox.WithPoisonQueue(publisher, topic) (or inbox.WithoutPoisonQueue())
-// and any other inbox options. When r is already running, call r.RunHandlers
-// afterwards.
-func RegisterPoints(r *message.Router, sub message.Subscriber, pool *pgxpool.Pool, h PointsHandler, opts ...inbox.Option) error {
+// cfg configures the consumer: set PoisonPublisher (or NoPoisonQueue) and any
+// other inbox.Config field; RegisterPoints sets cfg.Schema to Schema. When r
+// is already running, call r.RunHandlers afterwards.
+func RegisterPoints(r *message.Router, sub message.Subscriber, pool *pgxpool.Pool, h PointsHandler, cfg inbox.Config) error {
 	if h == nil {
 		return fmt.Errorf("RegisterPoints: nil PointsHandler")
 	}
+	cfg.Schema = Schema
 	return pgxinbox.Register(r, sub, pool, inbox.Consumer[pgx.Tx]{
 		Name: "points",
 		Routes: []inbox.Route[pgx.Tx]{
 			inbox.On(OrderPaidType, OrderPaidTopic, DecodeOrderPaid, h.HandleOrderPaid),
 			inbox.OnLatest(OrderStatusChangedType, OrderStatusChangedTopic, DecodeOrderStatusChanged, h.HandleOrderStatusChanged),
 		},
-	}, append([]inbox.Option{
-		inbox.WithSchema(Schema),
-	}, opts...)...)
+	}, cfg)
 }

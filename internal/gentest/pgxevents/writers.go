@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
-	"github.com/outboxgen/outboxgen/runtime/pgxoutbox"
+	"github.com/outboxgen/outboxgen/runtime/outbox/pgxoutbox"
 )
 
 // Table names from pgxevents.yaml.

@@ -47,20 +47,19 @@ type PointsHandler interface {
 // and the SQL dialect db's driver's, which must be one of sql.dialects in
 // sqlevents.yaml: another is an error here, at start-up.
 //
-// Pass inbox.WithPoisonQueue(publisher, topic) (or inbox.WithoutPoisonQueue())
-// and any other inbox options. When r is already running, call r.RunHandlers
-// afterwards.
-func RegisterPoints(r *message.Router, sub message.Subscriber, db *sql.DB, h PointsHandler, opts ...inbox.Option) error {
+// cfg configures the consumer: set PoisonPublisher (or NoPoisonQueue) and any
+// other inbox.Config field; RegisterPoints sets cfg.Schema to Schema. When r
+// is already running, call r.RunHandlers afterwards.
+func RegisterPoints(r *message.Router, sub message.Subscriber, db *sql.DB, h PointsHandler, cfg inbox.Config) error {
 	if h == nil {
 		return fmt.Errorf("RegisterPoints: nil PointsHandler")
 	}
+	cfg.Schema = Schema
 	return inbox.Register(r, sub, db, inbox.Consumer[*sql.Tx]{
 		Name: "points",
 		Routes: []inbox.Route[*sql.Tx]{
 			inbox.On(OrderPaidType, OrderPaidTopic, DecodeOrderPaid, h.HandleOrderPaid),
 			inbox.OnLatest(OrderStatusChangedType, OrderStatusChangedTopic, DecodeOrderStatusChanged, h.HandleOrderStatusChanged),
 		},
-	}, append([]inbox.Option{
-		inbox.WithSchema(Schema),
-	}, opts...)...)
+	}, cfg)
 }

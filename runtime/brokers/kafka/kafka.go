@@ -5,7 +5,7 @@
 //	...
 //	drv, err := sqldriver.New(db, events.Schema)
 //	...
-//	r, err := relay.New(drv, relay.Options{Publisher: pub})
+//	r, err := relay.New(drv, relay.Config{Publisher: pub})
 //
 // # Per-key order
 //
@@ -40,14 +40,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/ThreeDotsLabs/watermill"
 	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/outboxgen/outboxgen/runtime/internal/wmlog"
 	"github.com/outboxgen/outboxgen/runtime/redact"
 	"github.com/outboxgen/outboxgen/runtime/relay"
 )
@@ -162,8 +163,8 @@ type PublisherConfig struct {
 	// PublishBudget).
 	Sarama *sarama.Config
 
-	// Logger receives watermill's logs (default watermill.NopLogger).
-	Logger watermill.LoggerAdapter
+	// Logger receives watermill's logs (default: none).
+	Logger *slog.Logger
 }
 
 func (c *PublisherConfig) setDefaults() {
@@ -181,9 +182,6 @@ func (c *PublisherConfig) setDefaults() {
 	}
 	if c.RetryBackoff == 0 {
 		c.RetryBackoff = DefaultRetryBackoff
-	}
-	if c.Logger == nil {
-		c.Logger = watermill.NopLogger{}
 	}
 }
 
@@ -204,8 +202,8 @@ func (c PublisherConfig) Validate() error {
 	if !c.DisableIdempotence && c.Version != (sarama.KafkaVersion{}) && !c.Version.IsAtLeast(sarama.V0_11_0_0) {
 		errs = append(errs, fmt.Errorf("kafka: PublisherConfig.Version %s is too old for the idempotent producer: use 0.11 or newer, or set DisableIdempotence", c.Version))
 	}
-	if c.PartitionKey == nil || c.Logger == nil {
-		errs = append(errs, errors.New("kafka: PublisherConfig.PartitionKey and Logger must be left nil before NewPublisher to get their defaults"))
+	if c.PartitionKey == nil {
+		errs = append(errs, errors.New("kafka: PublisherConfig.PartitionKey must be left nil before NewPublisher to get its default"))
 	}
 	return errors.Join(errs...)
 }
@@ -331,7 +329,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		Brokers:               cfg.Brokers,
 		Marshaler:             NewMarshaler(cfg.PartitionKey),
 		OverwriteSaramaConfig: sc,
-	}, cfg.Logger)
+	}, wmlog.Adapter(cfg.Logger))
 	if err != nil {
 		return nil, redact.ErrorWith(fmt.Errorf("kafka: %w", err), sec...)
 	}
@@ -368,8 +366,8 @@ type SubscriberConfig struct {
 	// Sarama, if set, is the base sarama configuration (TLS, SASL...).
 	Sarama *sarama.Config
 
-	// Logger receives watermill's logs (default watermill.NopLogger).
-	Logger watermill.LoggerAdapter
+	// Logger receives watermill's logs (default: none).
+	Logger *slog.Logger
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -378,9 +376,6 @@ func (c *SubscriberConfig) setDefaults() {
 	}
 	if c.Version == (sarama.KafkaVersion{}) {
 		c.Version = DefaultVersion
-	}
-	if c.Logger == nil {
-		c.Logger = watermill.NopLogger{}
 	}
 }
 
@@ -396,9 +391,6 @@ func (c SubscriberConfig) Validate() error {
 	}
 	if c.NackResendSleep < 0 && c.NackResendSleep != wmkafka.NoSleep {
 		errs = append(errs, fmt.Errorf("kafka: SubscriberConfig.NackResendSleep is %s: use a positive duration, 0 for 100ms or kafka.NoSleep", c.NackResendSleep))
-	}
-	if c.Logger == nil {
-		errs = append(errs, errors.New("kafka: SubscriberConfig.Logger must be left nil before NewSubscriber to get the default"))
 	}
 	return errors.Join(errs...)
 }
@@ -451,7 +443,7 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 		OverwriteSaramaConfig: sc,
 		ConsumerGroup:         cfg.ConsumerGroup,
 		NackResendSleep:       cfg.NackResendSleep,
-	}, cfg.Logger)
+	}, wmlog.Adapter(cfg.Logger))
 	if err != nil {
 		return nil, redact.ErrorWith(fmt.Errorf("kafka: %w", err), sec...)
 	}

@@ -83,7 +83,7 @@ func TestRelayToKafka(t *testing.T) {
 		t.Cleanup(func() { pub.Close() })
 		w := brokertest.NewWriter(db, d, topic, keys...)
 		w.Write(t, 4)
-		rs := brokertest.StartRelays(t, db, d, 2, pub, relay.Options{})
+		rs := brokertest.StartRelays(t, db, d, 2, pub, relay.Config{})
 		w.Write(t, 4)
 		rs.Notify()
 		all := w.All()

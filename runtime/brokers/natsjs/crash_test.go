@@ -59,7 +59,7 @@ func TestRelayChildProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub := newPublisher(t, os.Getenv(envChildNATS), 2*time.Second)
-	r, err := relay.New(drv, relay.Options{
+	r, err := relay.New(drv, relay.Config{
 		Publisher:       slowPublisher{Publisher: pub, delay: 20 * time.Millisecond},
 		InstanceID:      childOwner,
 		BatchSize:       25,
@@ -162,7 +162,7 @@ func TestRelayProcessKilled(t *testing.T) {
 			// Another instance takes over; the killed one's rows come back
 			// when its lease lapses.
 			pub := newPublisher(t, url, 2*time.Second)
-			rs := brokertest.StartRelays(t, db, d, 1, pub, relay.Options{})
+			rs := brokertest.StartRelays(t, db, d, 1, pub, relay.Config{})
 			defer rs.Stop()
 			brokertest.WaitSent(t, db, len(all), 30*time.Second)
 

@@ -71,7 +71,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	r, err := relay.New(drv, relay.Options{Publisher: pub})
+	r, err := relay.New(drv, relay.Config{Publisher: pub})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	h := &points{handled: make(chan string, 8)}
-	if err := events.RegisterPoints(router, sub, db, h, inbox.WithPoisonQueue(pub, "")); err != nil {
+	if err := events.RegisterPoints(router, sub, db, h, inbox.Config{PoisonPublisher: pub}); err != nil {
 		log.Fatal(err)
 	}
 	go router.Run(ctx)

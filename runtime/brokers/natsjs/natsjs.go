@@ -5,7 +5,7 @@
 //	...
 //	drv, err := sqldriver.New(db, events.Schema)
 //	...
-//	r, err := relay.New(drv, relay.Options{Publisher: pub})
+//	r, err := relay.New(drv, relay.Config{Publisher: pub})
 //
 // # Subjects
 //
@@ -31,7 +31,7 @@
 // relay retried with a long backoff) is stored again, so consumers must
 // still deduplicate by event id (package outbox's inbox) — the window only
 // makes duplicates rare. Choose a window longer than the relay's lease
-// (relay.Options.LeaseDuration) plus its first backoff steps when you want
+// (relay.Config.LeaseDuration) plus its first backoff steps when you want
 // relay re-sends absorbed by the stream.
 //
 // # Connection
@@ -48,16 +48,17 @@ package natsjs
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	neturl "net/url"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
+	"github.com/outboxgen/outboxgen/runtime/internal/wmlog"
 	"github.com/outboxgen/outboxgen/runtime/redact"
 	"github.com/outboxgen/outboxgen/runtime/relay"
 )
@@ -121,8 +122,8 @@ type Config struct {
 	// AutoProvision is about to create (replicas, retention, max age...).
 	ConfigureStream func(topic string, cfg *nats.StreamConfig)
 
-	// Logger receives watermill's logs (default watermill.NopLogger).
-	Logger watermill.LoggerAdapter
+	// Logger receives watermill's logs (default: none).
+	Logger *slog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -137,9 +138,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.StreamName == nil {
 		c.StreamName = DefaultStreamName
-	}
-	if c.Logger == nil {
-		c.Logger = watermill.NopLogger{}
 	}
 }
 
@@ -158,9 +156,6 @@ func (c Config) Validate() error {
 	}
 	if c.StreamName == nil {
 		errs = append(errs, errors.New("natsjs: Config.StreamName is nil: leave it nil before NewPublisher to use DefaultStreamName"))
-	}
-	if c.Logger == nil {
-		errs = append(errs, errors.New("natsjs: Config.Logger is nil: leave it nil before NewPublisher to use watermill.NopLogger"))
 	}
 	return errors.Join(errs...)
 }
@@ -209,7 +204,7 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 			TrackMsgId:     true,
 			PublishOptions: []nats.PubOpt{nats.AckWait(cfg.PublishTimeout)},
 		},
-	}, cfg.Logger)
+	}, wmlog.Adapter(cfg.Logger))
 	if err != nil {
 		closeIfOwned(conn, own)
 		return nil, redact.ErrorWith(fmt.Errorf("natsjs: %w", err), sec...)

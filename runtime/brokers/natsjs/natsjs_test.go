@@ -129,7 +129,7 @@ func TestRelayToJetStream(t *testing.T) {
 		pub := newPublisher(t, url, 2*time.Second)
 		w := brokertest.NewWriter(db, d, topic, keys...)
 		w.Write(t, 5) // a backlog before the relays start
-		rs := brokertest.StartRelays(t, db, d, 2, pub, relay.Options{})
+		rs := brokertest.StartRelays(t, db, d, 2, pub, relay.Config{})
 		w.Write(t, 5) // and events committed while they run
 		rs.Notify()
 
@@ -188,7 +188,7 @@ func TestBrokerOutage(t *testing.T) {
 		pub := newPublisher(t, url, 500*time.Millisecond)
 		counting := &countingPublisher{Publisher: pub}
 		w := brokertest.NewWriter(db, d, topic, keys...)
-		rs := brokertest.StartRelays(t, db, d, 2, counting, relay.Options{
+		rs := brokertest.StartRelays(t, db, d, 2, counting, relay.Config{
 			Backoff:        relay.ExponentialBackoff(50*time.Millisecond, 400*time.Millisecond, 0.2),
 			BreakerBackoff: relay.ExponentialBackoff(50*time.Millisecond, 400*time.Millisecond, 0.2),
 			MaxAttempts:    1000, // never FAILED during the outage

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
+	"github.com/outboxgen/outboxgen/runtime/internal/wmlog"
 	"github.com/outboxgen/outboxgen/runtime/redact"
 )
 
@@ -69,8 +70,8 @@ type SubscriberConfig struct {
 	// (default 30s).
 	CloseTimeout time.Duration
 
-	// Logger receives watermill's logs (default watermill.NopLogger).
-	Logger watermill.LoggerAdapter
+	// Logger receives watermill's logs (default: none).
+	Logger *slog.Logger
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -91,9 +92,6 @@ func (c *SubscriberConfig) setDefaults() {
 	}
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = 30 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = watermill.NopLogger{}
 	}
 }
 
@@ -118,8 +116,8 @@ func (c SubscriberConfig) Validate() error {
 	if c.CloseTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("natsjs: SubscriberConfig.CloseTimeout is %s: use a positive duration (or 0 for 30s)", c.CloseTimeout))
 	}
-	if c.StreamName == nil || c.Logger == nil {
-		errs = append(errs, errors.New("natsjs: SubscriberConfig.StreamName and Logger must be left nil before NewSubscriber to get their defaults"))
+	if c.StreamName == nil {
+		errs = append(errs, errors.New("natsjs: SubscriberConfig.StreamName must be left nil before NewSubscriber to get its default"))
 	}
 	for _, name := range []string{c.Durable, c.QueueGroup} {
 		if err := checkConsumerName(name); err != nil {
@@ -180,7 +178,7 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 				return DurableName(prefix, topic)
 			},
 		},
-	}, cfg.Logger)
+	}, wmlog.Adapter(cfg.Logger))
 	if err != nil {
 		closeIfOwned(conn, own)
 		return nil, redact.ErrorWith(fmt.Errorf("natsjs: %w", err), sec...)

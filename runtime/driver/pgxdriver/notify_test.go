@@ -122,7 +122,7 @@ func TestRelayWakesOnNotify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := relay.New(cd, relay.Options{
+	r, err := relay.New(cd, relay.Config{
 		Publisher: pub, PollInterval: time.Minute, InstanceID: "listener",
 		Logger: slog.New(slog.DiscardHandler),
 	})

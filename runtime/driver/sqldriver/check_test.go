@@ -61,7 +61,7 @@ func TestCheckDialectMismatch(t *testing.T) {
 			}
 			ps := gochannel.NewGoChannel(gochannel.Config{}, nil)
 			defer ps.Close()
-			r, err := relay.New(drv, relay.Options{Publisher: ps, Logger: slog.New(slog.DiscardHandler)})
+			r, err := relay.New(drv, relay.Config{Publisher: ps, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
 			}

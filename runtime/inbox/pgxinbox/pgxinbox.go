@@ -16,13 +16,14 @@ import (
 )
 
 // Register adds the consumer's handlers to r, reading from sub, running each
-// delivery in a transaction of pool. The dialect is always PostgreSQL.
-func Register(r *message.Router, sub message.Subscriber, pool *pgxpool.Pool, c inbox.Consumer[pgx.Tx], opts ...inbox.Option) error {
+// delivery in a transaction of pool. The dialect is always PostgreSQL
+// (cfg.Dialect is ignored); see inbox.Config for the rest of cfg.
+func Register(r *message.Router, sub message.Subscriber, pool *pgxpool.Pool, c inbox.Consumer[pgx.Tx], cfg inbox.Config) error {
 	if pool == nil {
 		return errors.New("pgxinbox: nil pool")
 	}
-	opts = append(opts[:len(opts):len(opts)], inbox.WithDialect(dialect.Postgres))
-	return inbox.RegisterStore(r, sub, Store{Pool: pool}, c, opts...)
+	cfg.Dialect = dialect.Postgres
+	return inbox.RegisterStore(r, sub, Store{Pool: pool}, c, cfg)
 }
 
 // Store runs a consumer on a pgx pool.

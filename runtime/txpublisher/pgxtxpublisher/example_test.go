@@ -12,6 +12,7 @@ import (
 
 	events "github.com/outboxgen/outboxgen/internal/gentest/pgxevents" // a package generated with go.driver: pgx/v5
 	"github.com/outboxgen/outboxgen/runtime/outbox"
+	"github.com/outboxgen/outboxgen/runtime/txpublisher"
 	"github.com/outboxgen/outboxgen/runtime/txpublisher/pgxtxpublisher"
 )
 
@@ -32,7 +33,7 @@ func ExampleNew() {
 	}
 
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		pub := pgxtxpublisher.New(tx, w.Outbox())
+		pub := pgxtxpublisher.New(tx, w.Outbox(), txpublisher.Config{})
 		// ... business writes on tx ...
 		msg := message.NewMessage(watermill.NewUUID(), []byte(`{"order_id":"o-1"}`))
 		msg.Metadata.Set(outbox.MetadataType, "ORDER_SHIPPED")

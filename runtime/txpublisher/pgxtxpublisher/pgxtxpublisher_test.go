@@ -94,7 +94,7 @@ func TestCommitRollbackAndTxDone(t *testing.T) {
 
 	// Rolled back: nothing.
 	tx := begin(t, pool)
-	if err := pgxtxpublisher.New(tx, w).Publish("orders", msg(`{}`), msg(`{}`)); err != nil {
+	if err := pgxtxpublisher.New(tx, w, txpublisher.Config{}).Publish("orders", msg(`{}`), msg(`{}`)); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
@@ -107,7 +107,7 @@ func TestCommitRollbackAndTxDone(t *testing.T) {
 	// Committed: one row per message, a refused message in between
 	// leaving the transaction usable, the same message twice once.
 	tx = begin(t, pool)
-	var pub message.Publisher = pgxtxpublisher.New(tx, w)
+	var pub message.Publisher = pgxtxpublisher.New(tx, w, txpublisher.Config{})
 	a := msg(`{"a": 1}`, "partition_key", "order-1", "trace_id", "t1")
 	b := msg(`{"b": 2}`, "outbox_type", "ORDER_PAID", "outbox_version", "2")
 	if err := pub.Publish("orders", a, b); err != nil {

@@ -140,7 +140,7 @@ type Relays struct {
 }
 
 // StartRelays starts n relays.
-func StartRelays(t testing.TB, db *sql.DB, d dialect.Dialect, n int, pub message.Publisher, opts relay.Options) *Relays {
+func StartRelays(t testing.TB, db *sql.DB, d dialect.Dialect, n int, pub message.Publisher, opts relay.Config) *Relays {
 	t.Helper()
 	if opts.PollInterval == 0 {
 		opts.PollInterval = 25 * time.Millisecond

@@ -15,7 +15,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
-// Defaults of Options.
+// Defaults of Config.
 const (
 	DefaultBatchSize       = 100
 	DefaultPollInterval    = 2 * time.Second
@@ -31,7 +31,7 @@ const (
 	DefaultBreakerMax     = time.Minute
 
 	// DefaultDatabaseBackoffMax caps the pause after consecutive
-	// database errors (see Options.DatabaseBackoffMax).
+	// database errors (see Config.DatabaseBackoffMax).
 	DefaultDatabaseBackoffMax = backoff.DefaultMax
 
 	// DefaultBackoffInitial, DefaultBackoffMax and DefaultBackoffJitter
@@ -47,9 +47,9 @@ const (
 	MaxInstanceID = instanceid.Max
 )
 
-// Options configures a Relay. The zero value of every field but Publisher
+// Config configures a Relay. The zero value of every field but Publisher
 // means "use the default".
-type Options struct {
+type Config struct {
 	// Publisher receives every event. Required. Any watermill publisher
 	// works (Kafka, NATS JetStream, AMQP, Redis Streams, GoChannel, ...).
 	Publisher message.Publisher
@@ -154,7 +154,7 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-func (o *Options) setDefaults() {
+func (o *Config) setDefaults() {
 	if o.BatchSize == 0 {
 		o.BatchSize = DefaultBatchSize
 	}
@@ -196,57 +196,57 @@ func (o *Options) setDefaults() {
 // Validate reports every invalid setting (joined with errors.Join), each
 // saying how to fix it. It checks the options as given; New applies the
 // defaults first.
-func (o Options) Validate() error {
+func (o Config) Validate() error {
 	var errs []error
 	if o.Publisher == nil {
-		errs = append(errs, errors.New("relay: Options.Publisher is nil: set it to a watermill message.Publisher"))
+		errs = append(errs, errors.New("relay: Config.Publisher is nil: set it to a watermill message.Publisher"))
 	}
 	if o.BatchSize < 1 || o.BatchSize > MaxBatchSize {
-		errs = append(errs, fmt.Errorf("relay: Options.BatchSize is %d: use 1 to %d (or 0 for %d)", o.BatchSize, MaxBatchSize, DefaultBatchSize))
+		errs = append(errs, fmt.Errorf("relay: Config.BatchSize is %d: use 1 to %d (or 0 for %d)", o.BatchSize, MaxBatchSize, DefaultBatchSize))
 	}
 	if o.PollInterval <= 0 {
-		errs = append(errs, fmt.Errorf("relay: Options.PollInterval is %s: use a positive duration (or 0 for %s)", o.PollInterval, DefaultPollInterval))
+		errs = append(errs, fmt.Errorf("relay: Config.PollInterval is %s: use a positive duration (or 0 for %s)", o.PollInterval, DefaultPollInterval))
 	}
 	if o.LeaseDuration <= 0 {
-		errs = append(errs, fmt.Errorf("relay: Options.LeaseDuration is %s: use a positive duration longer than a batch takes to publish (or 0 for %s)", o.LeaseDuration, DefaultLeaseDuration))
+		errs = append(errs, fmt.Errorf("relay: Config.LeaseDuration is %s: use a positive duration longer than a batch takes to publish (or 0 for %s)", o.LeaseDuration, DefaultLeaseDuration))
 	}
 	if o.Concurrency < 1 {
-		errs = append(errs, fmt.Errorf("relay: Options.Concurrency is %d: use at least 1 (or 0 for %d)", o.Concurrency, DefaultConcurrency))
+		errs = append(errs, fmt.Errorf("relay: Config.Concurrency is %d: use at least 1 (or 0 for %d)", o.Concurrency, DefaultConcurrency))
 	}
 	if o.MaxAttempts < 1 {
-		errs = append(errs, fmt.Errorf("relay: Options.MaxAttempts is %d: use at least 1 (or 0 for %d)", o.MaxAttempts, DefaultMaxAttempts))
+		errs = append(errs, fmt.Errorf("relay: Config.MaxAttempts is %d: use at least 1 (or 0 for %d)", o.MaxAttempts, DefaultMaxAttempts))
 	}
 	if o.Backoff == nil {
-		errs = append(errs, errors.New("relay: Options.Backoff is nil: set it, or leave it nil before New to use DefaultBackoff"))
+		errs = append(errs, errors.New("relay: Config.Backoff is nil: set it, or leave it nil before New to use DefaultBackoff"))
 	}
 	if o.ShutdownTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("relay: Options.ShutdownTimeout is %s: use a positive duration (or 0 for %s)", o.ShutdownTimeout, DefaultShutdownTimeout))
+		errs = append(errs, fmt.Errorf("relay: Config.ShutdownTimeout is %s: use a positive duration (or 0 for %s)", o.ShutdownTimeout, DefaultShutdownTimeout))
 	} else if o.LeaseDuration > 0 && o.ShutdownTimeout >= o.LeaseDuration {
-		errs = append(errs, fmt.Errorf("relay: Options.ShutdownTimeout (%s) must be shorter than Options.LeaseDuration (%s): publishing past the lease lets another instance publish the same rows", o.ShutdownTimeout, o.LeaseDuration))
+		errs = append(errs, fmt.Errorf("relay: Config.ShutdownTimeout (%s) must be shorter than Config.LeaseDuration (%s): publishing past the lease lets another instance publish the same rows", o.ShutdownTimeout, o.LeaseDuration))
 	}
 	if o.PublishTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("relay: Options.PublishTimeout is %s: use a positive duration (or 0 for %s)", o.PublishTimeout, DefaultPublishTimeout))
+		errs = append(errs, fmt.Errorf("relay: Config.PublishTimeout is %s: use a positive duration (or 0 for %s)", o.PublishTimeout, DefaultPublishTimeout))
 	}
 	if o.BreakerBackoff == nil {
-		errs = append(errs, errors.New("relay: Options.BreakerBackoff is nil: set it, or leave it nil before New to use the default (1s doubling to 1m)"))
+		errs = append(errs, errors.New("relay: Config.BreakerBackoff is nil: set it, or leave it nil before New to use the default (1s doubling to 1m)"))
 	}
 	if o.DatabaseBackoffMax <= 0 {
-		errs = append(errs, fmt.Errorf("relay: Options.DatabaseBackoffMax is %s: use a positive duration (or 0 for %s)", o.DatabaseBackoffMax, DefaultDatabaseBackoffMax))
+		errs = append(errs, fmt.Errorf("relay: Config.DatabaseBackoffMax is %s: use a positive duration (or 0 for %s)", o.DatabaseBackoffMax, DefaultDatabaseBackoffMax))
 	}
 	if o.OverdueAfter < 0 {
-		errs = append(errs, fmt.Errorf("relay: Options.OverdueAfter is %s: use 0 (claim every row) or a positive duration", o.OverdueAfter))
+		errs = append(errs, fmt.Errorf("relay: Config.OverdueAfter is %s: use 0 (claim every row) or a positive duration", o.OverdueAfter))
 	}
 	if o.InstanceID == "" || len(o.InstanceID) > MaxInstanceID {
-		errs = append(errs, fmt.Errorf("relay: Options.InstanceID %q must be 1 to %d bytes (leave it empty for hostname-pid-random)", o.InstanceID, MaxInstanceID))
+		errs = append(errs, fmt.Errorf("relay: Config.InstanceID %q must be 1 to %d bytes (leave it empty for hostname-pid-random)", o.InstanceID, MaxInstanceID))
 	}
 	if o.Logger == nil {
-		errs = append(errs, errors.New("relay: Options.Logger is nil: set it, or leave it nil before New to use slog.Default()"))
+		errs = append(errs, errors.New("relay: Config.Logger is nil: set it, or leave it nil before New to use slog.Default()"))
 	}
 	return errors.Join(errs...)
 }
 
 // unorderedTypes returns the names of the event types listed unordered.
-func (o *Options) unorderedTypes() []string {
+func (o *Config) unorderedTypes() []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, et := range o.EventTypes {

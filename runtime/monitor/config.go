@@ -12,7 +12,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
 )
 
-// Defaults of Options.
+// Defaults of Config.
 const (
 	// DefaultInterval is the delay between the end of one check and the
 	// start of the next.
@@ -21,7 +21,7 @@ const (
 	// sent after 10 minutes means the relay is not doing its job.
 	DefaultStaleAfter = 10 * time.Minute
 	// DefaultDatabaseBackoffMax caps the pause of Run after consecutive
-	// failed checks (see Options.DatabaseBackoffMax).
+	// failed checks (see Config.DatabaseBackoffMax).
 	DefaultDatabaseBackoffMax = backoff.DefaultMax
 	// MeterName is the instrumentation scope of the default meter.
 	MeterName = "github.com/outboxgen/outboxgen/runtime/monitor"
@@ -49,9 +49,9 @@ type Thresholds struct {
 	OldestPendingAge time.Duration
 }
 
-// Options configure a Monitor. The zero value of every field means "use
+// Config configure a Monitor. The zero value of every field means "use
 // the default".
-type Options struct {
+type Config struct {
 	// Interval is the delay between the end of one check and the start of
 	// the next (fixed delay; default 1 minute). Run checks once at start.
 	// It also sets the staleness limit: once the last successful check is
@@ -94,7 +94,7 @@ type Options struct {
 // Attribute is a string attribute for the monitor's measurements.
 type Attribute struct{ Key, Value string }
 
-func (o *Options) setDefaults() {
+func (o *Config) setDefaults() {
 	if o.Interval == 0 {
 		o.Interval = DefaultInterval
 	}
@@ -117,26 +117,26 @@ func (o *Options) setDefaults() {
 
 // Validate reports every invalid setting, saying how to fix it. It checks
 // the options as given; New applies the defaults first.
-func (o Options) Validate() error {
+func (o Config) Validate() error {
 	var errs []error
 	if o.Interval <= 0 {
-		errs = append(errs, fmt.Errorf("monitor: Options.Interval is %s: use a positive duration (or 0 for %s)", o.Interval, DefaultInterval))
+		errs = append(errs, fmt.Errorf("monitor: Config.Interval is %s: use a positive duration (or 0 for %s)", o.Interval, DefaultInterval))
 	}
 	if o.StaleAfter <= 0 {
-		errs = append(errs, fmt.Errorf("monitor: Options.StaleAfter is %s: use a positive duration (or 0 for %s)", o.StaleAfter, DefaultStaleAfter))
+		errs = append(errs, fmt.Errorf("monitor: Config.StaleAfter is %s: use a positive duration (or 0 for %s)", o.StaleAfter, DefaultStaleAfter))
 	}
 	if o.DatabaseBackoffMax <= 0 {
-		errs = append(errs, fmt.Errorf("monitor: Options.DatabaseBackoffMax is %s: use a positive duration (or 0 for %s)", o.DatabaseBackoffMax, DefaultDatabaseBackoffMax))
+		errs = append(errs, fmt.Errorf("monitor: Config.DatabaseBackoffMax is %s: use a positive duration (or 0 for %s)", o.DatabaseBackoffMax, DefaultDatabaseBackoffMax))
 	}
 	if o.Meter == nil {
-		errs = append(errs, errors.New("monitor: Options.Meter is nil: set it, or leave it nil before New to use the global meter provider"))
+		errs = append(errs, errors.New("monitor: Config.Meter is nil: set it, or leave it nil before New to use the global meter provider"))
 	}
 	if o.Logger == nil {
-		errs = append(errs, errors.New("monitor: Options.Logger is nil: set it, or leave it nil before New to use slog.Default()"))
+		errs = append(errs, errors.New("monitor: Config.Logger is nil: set it, or leave it nil before New to use slog.Default()"))
 	}
 	for _, a := range o.Attributes {
 		if a.Key == "" {
-			errs = append(errs, errors.New("monitor: Options.Attributes has an empty key: name every attribute"))
+			errs = append(errs, errors.New("monitor: Config.Attributes has an empty key: name every attribute"))
 			break
 		}
 	}

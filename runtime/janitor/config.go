@@ -10,7 +10,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
 )
 
-// Defaults of Options.
+// Defaults of Config.
 const (
 	DefaultInterval       = time.Hour
 	DefaultRetention      = 7 * 24 * time.Hour
@@ -18,16 +18,16 @@ const (
 	DefaultBatchSize      = 1000
 	DefaultBatchPause     = 100 * time.Millisecond
 	// DefaultDatabaseBackoffMax caps the pause of Run after consecutive
-	// failed runs (see Options.DatabaseBackoffMax).
+	// failed runs (see Config.DatabaseBackoffMax).
 	DefaultDatabaseBackoffMax = backoff.DefaultMax
 	// MaxBatchSize bounds BatchSize, so that one statement never holds
 	// many row locks for long.
 	MaxBatchSize = 10000
 )
 
-// Options configure a Janitor. The zero value of every field means "use
+// Config configure a Janitor. The zero value of every field means "use
 // the default".
-type Options struct {
+type Config struct {
 	// Interval is the delay between the end of one run and the start of
 	// the next (fixed delay; default 1 hour). Run cleans once at start.
 	Interval time.Duration
@@ -70,7 +70,7 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-func (o *Options) setDefaults() {
+func (o *Config) setDefaults() {
 	if o.Interval == 0 {
 		o.Interval = DefaultInterval
 	}
@@ -96,33 +96,33 @@ func (o *Options) setDefaults() {
 
 // Validate reports every invalid setting, saying how to fix it. It checks
 // the options as given; New applies the defaults first.
-func (o Options) Validate() error {
+func (o Config) Validate() error {
 	var errs []error
 	if o.Interval <= 0 {
-		errs = append(errs, fmt.Errorf("janitor: Options.Interval is %s: use a positive duration (or 0 for %s)", o.Interval, DefaultInterval))
+		errs = append(errs, fmt.Errorf("janitor: Config.Interval is %s: use a positive duration (or 0 for %s)", o.Interval, DefaultInterval))
 	}
 	if o.DatabaseBackoffMax <= 0 {
-		errs = append(errs, fmt.Errorf("janitor: Options.DatabaseBackoffMax is %s: use a positive duration (or 0 for %s)", o.DatabaseBackoffMax, DefaultDatabaseBackoffMax))
+		errs = append(errs, fmt.Errorf("janitor: Config.DatabaseBackoffMax is %s: use a positive duration (or 0 for %s)", o.DatabaseBackoffMax, DefaultDatabaseBackoffMax))
 	}
 	if o.Retention <= 0 {
-		errs = append(errs, fmt.Errorf("janitor: Options.Retention is %s: use a positive duration (or 0 for %s); to keep sent rows forever, do not run the janitor", o.Retention, DefaultRetention))
+		errs = append(errs, fmt.Errorf("janitor: Config.Retention is %s: use a positive duration (or 0 for %s); to keep sent rows forever, do not run the janitor", o.Retention, DefaultRetention))
 	}
 	if o.InboxRetention == 0 {
-		errs = append(errs, fmt.Errorf("janitor: Options.InboxRetention is 0: use a positive duration, a negative one to keep inbox rows, or leave it 0 before New for %s", DefaultInboxRetention))
+		errs = append(errs, fmt.Errorf("janitor: Config.InboxRetention is 0: use a positive duration, a negative one to keep inbox rows, or leave it 0 before New for %s", DefaultInboxRetention))
 	}
 	if o.ArchiveTable != "" {
-		if err := dialect.CheckIdentifier("janitor: Options.ArchiveTable", o.ArchiveTable); err != nil {
+		if err := dialect.CheckIdentifier("janitor: Config.ArchiveTable", o.ArchiveTable); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if o.BatchSize < 1 || o.BatchSize > MaxBatchSize {
-		errs = append(errs, fmt.Errorf("janitor: Options.BatchSize is %d: use 1 to %d (or 0 for %d)", o.BatchSize, MaxBatchSize, DefaultBatchSize))
+		errs = append(errs, fmt.Errorf("janitor: Config.BatchSize is %d: use 1 to %d (or 0 for %d)", o.BatchSize, MaxBatchSize, DefaultBatchSize))
 	}
 	if o.BatchPause == 0 {
-		errs = append(errs, fmt.Errorf("janitor: Options.BatchPause is 0: use a positive duration, a negative one for no pause, or leave it 0 before New for %s", DefaultBatchPause))
+		errs = append(errs, fmt.Errorf("janitor: Config.BatchPause is 0: use a positive duration, a negative one for no pause, or leave it 0 before New for %s", DefaultBatchPause))
 	}
 	if o.Logger == nil {
-		errs = append(errs, errors.New("janitor: Options.Logger is nil: set it, or leave it nil before New to use slog.Default()"))
+		errs = append(errs, errors.New("janitor: Config.Logger is nil: set it, or leave it nil before New to use slog.Default()"))
 	}
 	return errors.Join(errs...)
 }
