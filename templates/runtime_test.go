@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
-	"github.com/outboxgen/outboxgen/runtime/inbox"
 	"github.com/outboxgen/outboxgen/templates"
 )
 
@@ -18,9 +17,6 @@ import (
 
 // The default inbox table of the runtime is events.yaml's default.
 func TestRuntimeDefaultTables(t *testing.T) {
-	if templates.DefaultTables.Inbox != inbox.DefaultInboxTable {
-		t.Errorf("templates.DefaultTables.Inbox = %q, inbox.DefaultInboxTable = %q", templates.DefaultTables.Inbox, inbox.DefaultInboxTable)
-	}
 	for _, name := range []string{templates.DefaultTables.Outbox, templates.DefaultTables.Inbox} {
 		if !dialect.ValidIdentifier(name) {
 			t.Errorf("default table %q is not a dialect.ValidIdentifier", name)

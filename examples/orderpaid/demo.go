@@ -206,7 +206,7 @@ func (a *app) run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if err := events.RegisterSms(router, smsSub, a.store.db, smsConsumer{a}, inboxCfg); err != nil {
+	if err := events.RegisterSMS(router, smsSub, a.store.db, smsConsumer{a}, inboxCfg); err != nil {
 		return Result{}, err
 	}
 	routerCtx, stopRouter := context.WithCancel(context.WithoutCancel(ctx))

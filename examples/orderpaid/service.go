@@ -148,7 +148,7 @@ func addPoints(ctx context.Context, q Queries, customerID string, delta int64) e
 	return nil
 }
 
-// smsConsumer implements events.SmsHandler: it records the text it would
+// smsConsumer implements events.SMSHandler: it records the text it would
 // send (a real service would call its SMS gateway with the event id as the
 // idempotency key, or write a row that a sender process picks up).
 type smsConsumer struct{ a *app }

@@ -4,7 +4,10 @@ package dialect
 // Check): which database the server is, and whether a table has the
 // columns the runtime uses. They change nothing and need only SELECT.
 
-import "strings"
+import (
+	"context"
+	"strings"
+)
 
 // InboxColumns are the columns of the inbox table the consumers and the
 // janitor use.
@@ -19,12 +22,43 @@ const SQLiteVersion = "SELECT sqlite_version()"
 
 // VersionDialect tells the dialect from the text ServerVersion returned:
 // PostgreSQL's starts with "PostgreSQL", MySQL's and MariaDB's with a
-// version number.
+// version number. It returns "" for any other server (CockroachDB, say),
+// which outboxgen does not know.
 func VersionDialect(version string) Dialect {
-	if strings.Contains(version, "PostgreSQL") {
+	switch {
+	case strings.Contains(version, "PostgreSQL"):
 		return Postgres
+	case strings.Contains(version, "MariaDB"), strings.Contains(version, "MySQL"),
+		version != "" && version[0] >= '0' && version[0] <= '9':
+		return MySQL
 	}
-	return MySQL
+	return ""
+}
+
+// ServerDialect asks the server which dialect it speaks, trying the
+// question of guess first (SQLite does not know version()); text runs a
+// query returning one text value. It returns "" for a server it does not
+// know, and the error of the first question when neither can be asked
+// (the database is down, say).
+func ServerDialect(ctx context.Context, guess Dialect, text func(context.Context, string) (string, error)) (Dialect, error) {
+	first, second := ServerVersion, SQLiteVersion
+	if guess == SQLite {
+		first, second = SQLiteVersion, ServerVersion
+	}
+	answer := func(q, v string) Dialect {
+		if q == SQLiteVersion {
+			return SQLite
+		}
+		return VersionDialect(v)
+	}
+	v, err := text(ctx, first)
+	if err == nil {
+		return answer(first, v), nil
+	}
+	if v2, err2 := text(ctx, second); err2 == nil {
+		return answer(second, v2), nil
+	}
+	return "", err
 }
 
 // SelectColumns returns a statement that reads columns of table and

@@ -14,9 +14,6 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
-// DefaultInboxTable is the inbox table name events.yaml uses by default.
-const DefaultInboxTable = "outbox_inbox"
-
 // Defaults of Config.
 const (
 	DefaultMaxAttempts          = 4
@@ -100,9 +97,6 @@ func (c *Config) setDefaults(consumer string) {
 	if c.InboxTable == "" {
 		c.InboxTable = c.Schema.Tables.Inbox
 	}
-	if c.InboxTable == "" {
-		c.InboxTable = DefaultInboxTable
-	}
 	if c.PoisonTopic == "" {
 		c.PoisonTopic = consumer + DefaultPoisonTopicSuffix
 	}
@@ -125,6 +119,11 @@ func (c *Config) setDefaults(consumer string) {
 // filling in the defaults.
 func (c Config) Validate() error {
 	var errs []error
+	if c.InboxTable == "" {
+		// No default name: a consumer must never use a table events.yaml
+		// did not name.
+		errs = append(errs, errors.New("inbox: no inbox table: set Config.Schema to the generated package's Schema (the generated RegisterX do), or Config.InboxTable"))
+	}
 	if c.Schema.Tables.Inbox != "" && c.InboxTable != c.Schema.Tables.Inbox {
 		errs = append(errs, fmt.Errorf("inbox: the inbox table is %q, but sql.inbox_table in %s is %q: leave Config.InboxTable empty to use the schema's", c.InboxTable, c.Schema.Source, c.Schema.Tables.Inbox))
 	}
@@ -136,11 +135,14 @@ func (c Config) Validate() error {
 	if !c.Dialect.Valid() {
 		errs = append(errs, fmt.Errorf("inbox: unknown or missing dialect %q: set Config.Dialect to outbox.Postgres, MySQL or SQLite", c.Dialect))
 	}
-	if err := dialect.CheckIdentifier("inbox: table name", c.InboxTable); err != nil {
-		errs = append(errs, err)
-	} else if err := dialect.CheckIdentifier("inbox: stale-guard table name", dialect.InboxKeyTable(c.InboxTable)); err != nil {
-		errs = append(errs, err)
+	if c.InboxTable != "" { // an empty one is reported above
+		if err := dialect.CheckIdentifier("inbox: table name", c.InboxTable); err != nil {
+			errs = append(errs, err)
+		} else if err := dialect.CheckIdentifier("inbox: stale-guard table name", dialect.InboxKeyTable(c.InboxTable)); err != nil {
+			errs = append(errs, err)
+		}
 	}
+
 	switch {
 	case c.PoisonPublisher == nil && !c.NoPoisonQueue:
 		errs = append(errs, errors.New("inbox: no poison queue: set Config.PoisonPublisher (and PoisonTopic, default \"<consumer>.poison\"), or Config.NoPoisonQueue to have failing messages redelivered forever"))

@@ -367,6 +367,33 @@ func checkTables[T any](ctx context.Context, s Store[T], q *dialect.InboxQueries
 		table string
 		cols  []string
 	}
+	// The server must speak the dialect the consumer's SQL is written in:
+	// else every delivery would fail, and be poisoned, on a syntax error.
+	text := func(ctx context.Context, query string) (string, error) {
+		tx, err := s.Begin(ctx)
+		if err != nil {
+			return "", err
+		}
+		defer s.Rollback(context.WithoutCancel(ctx), tx) //nolint:errcheck // read-only
+		var v string
+		found, err := s.QueryRow(ctx, tx, query, nil, &v)
+		if err == nil && !found {
+			err = errors.New("no row")
+		}
+		return v, err
+	}
+	got, err := dialect.ServerDialect(ctx, q.Dialect(), text)
+	if err != nil {
+		return fatalOnly(err, consumer, q.Table())
+	}
+	if got != q.Dialect() {
+		server := string(got)
+		if server == "" {
+			server = "none outboxgen knows"
+		}
+		return &dberr.Error{Class: dberr.Mismatch, Err: fmt.Errorf("inbox: consumer %s: its SQL is %s, but the database is %s", consumer, q.Dialect(), server),
+			Advice: "set Config.Dialect to the database's dialect (or leave it empty to take it from the *sql.DB's driver), or connect to the database you meant"}
+	}
 	checks := []check{{q.Table(), dialect.InboxColumns}}
 	if latest {
 		checks = append(checks, check{q.KeyTable(), []string{"consumer", "biz_type", "biz_id", "last_seq"}})

@@ -82,16 +82,16 @@ func TestWatermillMiddlewareOrder(t *testing.T) {
 func TestConfig(t *testing.T) {
 	var o Config
 	o.setDefaults("points")
-	if o.PoisonTopic != "points.poison" || o.InboxTable != DefaultInboxTable || o.MaxAttempts != DefaultMaxAttempts || o.MeterProvider == nil {
+	if o.PoisonTopic != "points.poison" || o.InboxTable != "" || o.MaxAttempts != DefaultMaxAttempts || o.MeterProvider == nil {
 		t.Errorf("defaults %+v", o)
 	}
 	err := o.Validate()
-	for _, want := range []string{"dialect", "poison queue"} {
+	for _, want := range []string{"dialect", "poison queue", "no inbox table"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to mention %q", err, want)
 		}
 	}
-	o.Dialect, o.NoPoisonQueue = dialect.Postgres, true
+	o.Dialect, o.NoPoisonQueue, o.InboxTable = dialect.Postgres, true, "outbox_inbox"
 	if err := o.Validate(); err != nil {
 		t.Errorf("Validate() = %v", err)
 	}
@@ -177,7 +177,7 @@ func TestRegisterRejects(t *testing.T) {
 	}
 	route := On("X", "t", func([]byte, int) (int, error) { return 1, nil }, func(context.Context, struct{}, int, outbox.Meta) error { return nil })
 	s := fakeStore{}
-	cfg := Config{Dialect: dialect.Postgres, NoPoisonQueue: true}
+	cfg := Config{Dialect: dialect.Postgres, NoPoisonQueue: true, InboxTable: "outbox_inbox"}
 	for name, c := range map[string]Consumer[struct{}]{
 		"no name":   {Routes: []Route[struct{}]{route}},
 		"no routes": {Name: "c"},

@@ -57,3 +57,32 @@ func TestRegisterWithSchema(t *testing.T) {
 		}
 	}
 }
+
+// A consumer whose SQL is written for another dialect than the database's
+// (Config.Dialect set wrong, or a wrapping driver) fails at router start
+// instead of poisoning every message on a syntax error.
+func TestRegisterWrongDialectFailsAtStart(t *testing.T) {
+	db, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ps := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	defer ps.Close()
+	consumer := Consumer[*sql.Tx]{Name: "points", Routes: []Route[*sql.Tx]{
+		On("ORDER_PAID", "orders.paid", func([]byte, int) (int, error) { return 0, nil },
+			func(context.Context, *sql.Tx, int, outbox.Meta) error { return nil }),
+	}}
+	both := outbox.Schema{Source: "shipping.yaml", Tables: outbox.Tables{Outbox: "ship_outbox", Inbox: "ship_inbox"}, Dialects: []outbox.Dialect{outbox.MySQL, outbox.SQLite}}
+	r, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Register(r, ps, db, consumer, Config{Schema: both, Dialect: outbox.MySQL, NoPoisonQueue: true}); err != nil {
+		t.Fatal(err)
+	}
+	err = r.Run(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "its SQL is mysql, but the database is sqlite") {
+		t.Fatalf("Run = %v, want the dialect mismatch at start", err)
+	}
+}

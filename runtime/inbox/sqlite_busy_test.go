@@ -73,7 +73,7 @@ func TestSQLiteBusyIsNotCountedTowardMaxAttempts(t *testing.T) {
 				return nil
 			}),
 	}}
-	if err := inbox.Register(r, ps, db, c, inbox.Config{
+	if err := inbox.Register(r, ps, db, c, inbox.Config{InboxTable: "outbox_inbox",
 		Dialect:              dialect.SQLite,
 		PoisonPublisher:      ps,
 		PoisonTopic:          "poison",

@@ -91,6 +91,43 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// setDefaults fills the zero fields the sweeper itself uses; relay.New
+// fills the shared ones.
+func (o *Config) setDefaults() {
+	if o.OverdueAfter == 0 {
+		o.OverdueAfter = DefaultOverdueAfter
+	}
+	if o.Interval == 0 {
+		o.Interval = DefaultInterval
+	}
+	if o.DatabaseBackoffMax == 0 {
+		o.DatabaseBackoffMax = relay.DefaultDatabaseBackoffMax
+	}
+	if o.InstanceID == "" {
+		o.InstanceID = instanceid.New("sweeper-", "host")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate reports every invalid setting of the sweeper's own fields,
+// joined, each saying how to fix it (New also has relay.New check the
+// shared ones). Zero values are valid: New fills in the defaults.
+func (o Config) Validate() error {
+	var errs []error
+	if o.OverdueAfter < 0 {
+		errs = append(errs, fmt.Errorf("sweeper: Config.OverdueAfter is %s: use a positive duration (or 0 for %s)", o.OverdueAfter, DefaultOverdueAfter))
+	}
+	if o.Interval < 0 {
+		errs = append(errs, fmt.Errorf("sweeper: Config.Interval is %s: use a positive duration (or 0 for %s)", o.Interval, DefaultInterval))
+	}
+	if o.DatabaseBackoffMax < 0 {
+		errs = append(errs, fmt.Errorf("sweeper: Config.DatabaseBackoffMax is %s: use a positive duration (or 0 for %s)", o.DatabaseBackoffMax, relay.DefaultDatabaseBackoffMax))
+	}
+	return errors.Join(errs...)
+}
+
 // Sweeper rescues overdue outbox rows. Create it with New.
 type Sweeper struct {
 	relay      *relay.Relay
@@ -106,33 +143,9 @@ func New(drv driver.Driver, opts Config) (*Sweeper, error) {
 	if drv == nil {
 		return nil, errors.New("sweeper: driver is nil: pass sqldriver.New(db, events.Schema) or pgxdriver.New(pool, events.Schema)")
 	}
-	if opts.OverdueAfter == 0 {
-		opts.OverdueAfter = DefaultOverdueAfter
-	}
-	if opts.Interval == 0 {
-		opts.Interval = DefaultInterval
-	}
-	if opts.DatabaseBackoffMax == 0 {
-		opts.DatabaseBackoffMax = relay.DefaultDatabaseBackoffMax
-	}
-	if opts.InstanceID == "" {
-		opts.InstanceID = instanceid.New("sweeper-", "host")
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	var errs []error
-	if opts.OverdueAfter < 0 {
-		errs = append(errs, fmt.Errorf("sweeper: Config.OverdueAfter is %s: use a positive duration (or 0 for %s)", opts.OverdueAfter, DefaultOverdueAfter))
-	}
-	if opts.Interval < 0 {
-		errs = append(errs, fmt.Errorf("sweeper: Config.Interval is %s: use a positive duration (or 0 for %s)", opts.Interval, DefaultInterval))
-	}
-	if opts.DatabaseBackoffMax < 0 {
-		errs = append(errs, fmt.Errorf("sweeper: Config.DatabaseBackoffMax is %s: use a positive duration (or 0 for %s)", opts.DatabaseBackoffMax, relay.DefaultDatabaseBackoffMax))
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	opts.setDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	log := opts.Logger.With(slog.String("component", "sweeper"))
 	r, err := relay.New(drv, relay.Config{

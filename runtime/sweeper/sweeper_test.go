@@ -243,3 +243,17 @@ func TestOptions(t *testing.T) {
 		t.Errorf("defaults: %v", err)
 	}
 }
+
+// Config.Validate reports every invalid setting at once; zero values are
+// valid (New fills the defaults).
+func TestConfigValidate(t *testing.T) {
+	if err := (sweeper.Config{}).Validate(); err != nil {
+		t.Errorf("zero Config: %v", err)
+	}
+	err := sweeper.Config{OverdueAfter: -1, Interval: -1, DatabaseBackoffMax: -1}.Validate()
+	for _, want := range []string{"Config.OverdueAfter", "Config.Interval", "Config.DatabaseBackoffMax"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to name %s", err, want)
+		}
+	}
+}

@@ -57,17 +57,17 @@ func RegisterPoints(r *message.Router, sub message.Subscriber, db *sql.DB, h Poi
 	}, cfg)
 }
 
-// SmsHandler handles the events of consumer sms: Texts the customer a receipt,
+// SMSHandler handles the events of consumer sms: Texts the customer a receipt,
 // and the points a payment earned.
 //
-// RegisterSms calls one method per delivered event, inside tx: the transaction
+// RegisterSMS calls one method per delivered event, inside tx: the transaction
 // that also records the event id in the inbox table (consumer "sms"). Make the
 // business change through tx, and emit follow-up events with the InsertX
 // writers on the same tx: they commit together, exactly once in effect. Return
 // an error to roll all of it back; the event is then retried and, when it
 // keeps failing, sent to the poison topic. Redeliveries of a handled event are
 // skipped without calling the handler.
-type SmsHandler interface {
+type SMSHandler interface {
 	// HandleOrderPaid handles an ORDER_PAID event (topic orders.paid); m holds its
 	// event id, key, outbox sequence and headers.
 	HandleOrderPaid(ctx context.Context, tx *sql.Tx, e OrderPaid, m outbox.Meta) error
@@ -77,18 +77,18 @@ type SmsHandler interface {
 	HandlePointsCredited(ctx context.Context, tx *sql.Tx, e PointsCredited, m outbox.Meta) error
 }
 
-// RegisterSms adds consumer sms to r: one handler per topic (orders.paid,
+// RegisterSMS adds consumer sms to r: one handler per topic (orders.paid,
 // points.credited), named "sms/<topic>", reading from sub and running each
 // delivery in a transaction of db. The inbox table is Schema's, and the SQL
 // dialect db's driver's, which must be one of sql.dialects in events.yaml:
 // another is an error here, at start-up.
 //
 // cfg configures the consumer: set PoisonPublisher (or NoPoisonQueue) and any
-// other inbox.Config field; RegisterSms sets cfg.Schema to Schema. When r is
+// other inbox.Config field; RegisterSMS sets cfg.Schema to Schema. When r is
 // already running, call r.RunHandlers afterwards.
-func RegisterSms(r *message.Router, sub message.Subscriber, db *sql.DB, h SmsHandler, cfg inbox.Config) error {
+func RegisterSMS(r *message.Router, sub message.Subscriber, db *sql.DB, h SMSHandler, cfg inbox.Config) error {
 	if h == nil {
-		return fmt.Errorf("RegisterSms: nil SmsHandler")
+		return fmt.Errorf("RegisterSMS: nil SMSHandler")
 	}
 	cfg.Schema = Schema
 	return inbox.Register(r, sub, db, inbox.Consumer[*sql.Tx]{

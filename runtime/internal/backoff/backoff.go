@@ -15,7 +15,7 @@ const (
 	// a relay polling every 10 ms retries a failing database 10 times a
 	// second at most, then less and less.
 	Floor = 100 * time.Millisecond
-	// DefaultMax is the default cap of the pause (the Options fields
+	// DefaultMax is the default cap of the pause (the Config fields
 	// DatabaseBackoffMax of the relay, sweeper, monitor and janitor).
 	DefaultMax = 30 * time.Second
 )

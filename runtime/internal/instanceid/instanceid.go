@@ -1,5 +1,5 @@
 // Package instanceid is the default name a relay or a sweeper gives itself
-// in lease_owner and in logs when Options.InstanceID is empty. One rule for
+// in lease_owner and in logs when Config.InstanceID is empty. One rule for
 // both, so that their names have the same shape and fit the same column.
 package instanceid
 

@@ -268,27 +268,13 @@ func (c *Checker) source() string {
 
 // checkDialect asks the server which dialect it is.
 func (c *Checker) checkDialect(ctx context.Context) error {
-	var got dialect.Dialect
-	if c.Dialect == dialect.SQLite {
-		_, err := c.Text(ctx, dialect.SQLiteVersion)
-		if err == nil {
-			return nil
-		}
-		v, verr := c.Text(ctx, dialect.ServerVersion)
-		if verr != nil {
-			return fmt.Errorf("%s: check the database: %w", c.What, err) // down, say
-		}
-		got = dialect.VersionDialect(v)
-	} else {
-		v, err := c.Text(ctx, dialect.ServerVersion)
-		if err != nil {
-			if _, serr := c.Text(ctx, dialect.SQLiteVersion); serr != nil {
-				return fmt.Errorf("%s: check the database: %w", c.What, err)
-			}
-			got = dialect.SQLite
-		} else {
-			got = dialect.VersionDialect(v)
-		}
+	got, err := dialect.ServerDialect(ctx, c.Dialect, c.Text)
+	if err != nil {
+		return fmt.Errorf("%s: check the database: %w", c.What, err) // down, say
+	}
+	if got == "" {
+		return &dberr.Error{Class: dberr.Mismatch, Err: fmt.Errorf("%s: the database server is none outboxgen knows", c.What),
+			Advice: "outboxgen supports PostgreSQL, MySQL/MariaDB and SQLite; connect to one of them"}
 	}
 	if got == c.Dialect {
 		return nil
