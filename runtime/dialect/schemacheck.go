@@ -13,6 +13,10 @@ import (
 // janitor use.
 var InboxColumns = []string{"consumer", "event_id", "biz_type", "biz_id", "processed_at"}
 
+// InboxKeyColumns are the columns of the stale-guard table (<inbox>_key)
+// the consumers of latest_only events use.
+var InboxKeyColumns = []string{"consumer", "biz_type", "biz_id", "last_seq"}
+
 // ServerVersion asks the server which dialect it is. PostgreSQL and
 // MySQL/MariaDB answer it; SQLite does not know version() and fails.
 const ServerVersion = "SELECT version()"

@@ -396,7 +396,7 @@ func checkTables[T any](ctx context.Context, s Store[T], q *dialect.InboxQueries
 	}
 	checks := []check{{q.Table(), dialect.InboxColumns}}
 	if latest {
-		checks = append(checks, check{q.KeyTable(), []string{"consumer", "biz_type", "biz_id", "last_seq"}})
+		checks = append(checks, check{q.KeyTable(), dialect.InboxKeyColumns})
 	}
 	tx, err := s.Begin(ctx)
 	if err != nil {
