@@ -393,35 +393,34 @@ wants() {
 	return 1
 }
 
+# start_one NAME VAR DEFAULT_DSN EXTERNAL_OK START: use the server at $VAR
+# when it answers, else start the local one; record and print its DSN. It
+# runs in a command substitution: only the export line reaches stdout.
+start_one() {
+	local name=$1 var=$2 default=$3 external_ok=$4 start=$5 dsn=$3
+	if "$external_ok"; then
+		dsn=${!var}
+		log "$name: using the reachable $var"
+	else
+		[ -z "${!var:-}" ] || [ "${!var}" = "$default" ] ||
+			log "$name: $var is not reachable; starting a local server instead"
+		"$start"
+	fi
+	update_env "$var" "$dsn"
+	export_line "$var" "$dsn"
+}
+
 cmd_start() {
-	local t0 pg_dsn=$DEFAULT_PG_DSN my_dsn=$DEFAULT_MY_DSN out=""
+	local t0 out=""
 	t0=$(now_ms)
 	need_root
 	secure_dir
 	lock
 	if wants postgres; then
-		if pg_external_ok; then
-			pg_dsn=$OUTBOXGEN_TEST_POSTGRES_DSN
-			log "postgres: using the reachable OUTBOXGEN_TEST_POSTGRES_DSN"
-		else
-			[ -z "${OUTBOXGEN_TEST_POSTGRES_DSN:-}" ] || [ "$OUTBOXGEN_TEST_POSTGRES_DSN" = "$DEFAULT_PG_DSN" ] ||
-				log "postgres: OUTBOXGEN_TEST_POSTGRES_DSN is not reachable; starting a local server instead"
-			pg_start
-		fi
-		update_env OUTBOXGEN_TEST_POSTGRES_DSN "$pg_dsn"
-		out+=$(export_line OUTBOXGEN_TEST_POSTGRES_DSN "$pg_dsn")$'\n'
+		out+=$(start_one postgres OUTBOXGEN_TEST_POSTGRES_DSN "$DEFAULT_PG_DSN" pg_external_ok pg_start)$'\n'
 	fi
 	if wants mariadb; then
-		if my_external_ok; then
-			my_dsn=$OUTBOXGEN_TEST_MYSQL_DSN
-			log "mariadb: using the reachable OUTBOXGEN_TEST_MYSQL_DSN"
-		else
-			[ -z "${OUTBOXGEN_TEST_MYSQL_DSN:-}" ] || [ "$OUTBOXGEN_TEST_MYSQL_DSN" = "$DEFAULT_MY_DSN" ] ||
-				log "mariadb: OUTBOXGEN_TEST_MYSQL_DSN is not reachable; starting a local server instead"
-			my_start
-		fi
-		update_env OUTBOXGEN_TEST_MYSQL_DSN "$my_dsn"
-		out+=$(export_line OUTBOXGEN_TEST_MYSQL_DSN "$my_dsn")$'\n'
+		out+=$(start_one mariadb OUTBOXGEN_TEST_MYSQL_DSN "$DEFAULT_MY_DSN" my_external_ok my_start)$'\n'
 	fi
 	log "ready in $(( $(now_ms) - t0 )) ms; env file: $ENV_FILE"
 	printf '%s' "$out"
