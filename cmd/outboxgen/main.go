@@ -67,6 +67,16 @@ Commands:
   grants     print the GRANT script giving each component's role exactly what it needs
   version    print the version
 
+Operations (database by -db DSN or $OUTBOXGEN_DB):
+  status          counts, ages, stale and FAILED rows, held-back keys, sent per minute
+  failed list     list FAILED events (filters, paging); failed show ID|EVENT_ID: one event in full
+  requeue         make FAILED events pending again (by id, event id or filter)
+  replay          publish SENT events again (by id, key, type, time range)
+  inbox forget    delete a consumer's inbox rows so replayed events are handled again
+  relay           run the relay (with sweeper, monitor and janitor) as a process
+  sweep -once     one sweeper pass (for a CronJob)
+  janitor -once   one janitor pass (for a CronJob)
+
 Run "outboxgen <command> -h" for a command's flags.
 Exit codes: 0 success, 1 failure, 2 bad command line.
 `
@@ -89,6 +99,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdSchema(args, stdout, stderr)
 	case "grants":
 		err = cmdGrants(args, stdout, stderr)
+	case "status":
+		err = cmdStatus(args, stdout, stderr)
+	case "failed":
+		err = cmdFailed(args, stdout, stderr)
+	case "requeue":
+		err = cmdRequeue(args, stdout, stderr)
+	case "replay":
+		err = cmdReplay(args, stdout, stderr)
+	case "inbox":
+		err = cmdInbox(args, stdout, stderr)
+	case "relay":
+		err = cmdRelay(args, stdout, stderr)
+	case "sweep":
+		err = cmdSweep(args, stdout, stderr)
+	case "janitor":
+		err = cmdJanitor(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "outboxgen", version())
 	case "-h", "-help", "--help", "help":

@@ -20,6 +20,7 @@ import (
 	"github.com/outboxgen/outboxgen/examples/orderpaid/db/pgdb"
 	"github.com/outboxgen/outboxgen/examples/orderpaid/db/sqlitedb"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/dsn"
 	"github.com/outboxgen/outboxgen/runtime/redact"
 	"github.com/outboxgen/outboxgen/templates"
 )
@@ -92,77 +93,33 @@ func openStore(ctx context.Context, dsn, driverName string) (*store, error) {
 	return s, nil
 }
 
-// resolveDSN works out the dialect and the database/sql DSN. Accepted:
-// "" (SQLite file in the temp dir), a SQLite path or sqlite:/file: URL,
-// postgres:// or postgresql:// URLs, mysql://<go-sql-driver DSN> or a bare
-// go-sql-driver DSN with driverName "mysql".
-func resolveDSN(dsn, driverName string) (dialect.Dialect, string, string, error) {
-	var d dialect.Dialect
-	if driverName != "" {
-		p, err := dialect.Parse(driverName)
-		if err != nil {
-			return "", "", "", fmt.Errorf("-driver %q: use sqlite, postgres or mysql (mariadb)", driverName)
-		}
-		d = p
-	}
-	switch {
-	case dsn == "":
-		if d != "" && d != dialect.SQLite {
-			return "", "", "", fmt.Errorf("-driver %s needs a DSN in -db", d)
+// resolveDSN works out the dialect and the database/sql DSN (see package
+// runtime/dsn for the forms accepted). An empty dsn is a SQLite file in
+// the temp dir, recreated on each run.
+func resolveDSN(s, driverName string) (dialect.Dialect, string, string, error) {
+	if s == "" {
+		if driverName != "" {
+			if d, err := dialect.Parse(driverName); err == nil && d != dialect.SQLite {
+				return "", "", "", fmt.Errorf("-driver %s needs a DSN in -db", d)
+			}
 		}
 		path := filepath.Join(os.TempDir(), "orderpaid-demo.db")
 		for _, suffix := range []string{"", "-wal", "-shm"} {
 			os.Remove(path + suffix)
 		}
-		return dialect.SQLite, sqliteDSN(path), path + " (SQLite, recreated on each run)", nil
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		d = pick(d, dialect.Postgres)
-	case strings.HasPrefix(dsn, "mysql://"), strings.HasPrefix(dsn, "mariadb://"):
-		d = pick(d, dialect.MySQL)
-		dsn = dsn[strings.Index(dsn, "://")+3:]
-	case strings.HasPrefix(dsn, "sqlite:"), strings.HasPrefix(dsn, "file:"):
-		d = pick(d, dialect.SQLite)
-	case d == "" && (strings.HasSuffix(dsn, ".db") || strings.HasSuffix(dsn, ".sqlite")):
-		d = dialect.SQLite
+		s = "sqlite:" + path
+		driverName = ""
+		src, err := dsn.Parse(s, "")
+		return src.Dialect, src.DSN, path + " (SQLite, recreated on each run)", err
 	}
-	switch d {
-	case dialect.Postgres:
-		// Never the DSN itself: it may hold a password (also one that
-		// net/url cannot parse, or a password=... keyword).
-		return d, dsn, redact.URL(dsn) + " (PostgreSQL)", nil
-	case dialect.MySQL:
-		cfg, err := mysql.ParseDSN(dsn)
-		if err != nil {
-			return "", "", "", redact.Error(fmt.Errorf("-db: not a MySQL DSN (user:pass@tcp(host:3306)/dbname): %w", err))
+	src, err := dsn.Parse(s, driverName)
+	if err != nil {
+		if driverName != "" && strings.HasPrefix(err.Error(), "driver ") {
+			return "", "", "", fmt.Errorf("-%w", err)
 		}
-		cfg.ParseTime = true // scan DATETIME into time.Time
-		where := fmt.Sprintf("%s@%s(%s)/%s (MySQL/MariaDB)", cfg.User, cfg.Net, cfg.Addr, cfg.DBName)
-		return d, cfg.FormatDSN(), where, nil
-	case dialect.SQLite:
-		path := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite:"), "file:")
-		if i := strings.IndexByte(path, '?'); i >= 0 {
-			path = path[:i]
-		}
-		return d, sqliteDSN(path), path + " (SQLite)", nil
+		return "", "", "", fmt.Errorf("-db: %w", err)
 	}
-	// The value is not repeated: a DSN that is not recognised is also one
-	// whose password redaction might miss.
-	return "", "", "", errors.New("-db: cannot tell the database from the value given (not shown: it may hold a password); use a postgres:// or mysql:// URL, a SQLite file (*.db), or set -driver")
-}
-
-func pick(explicit, fromDSN dialect.Dialect) dialect.Dialect {
-	if explicit != "" {
-		return explicit
-	}
-	return fromDSN
-}
-
-// sqliteDSN is modernc.org/sqlite's DSN for path: WAL (readers never wait
-// for the writer), a 10 s busy timeout, foreign keys on, and BEGIN
-// IMMEDIATE, so a transaction takes the write lock when it starts and never
-// fails later trying to upgrade a read lock.
-func sqliteDSN(path string) string {
-	return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate"
+	return src.Dialect, src.DSN, src.Where, nil
 }
 
 // applySchema creates the demo's tables. When any of them exists already it
