@@ -163,6 +163,44 @@ func catalog(t *testing.T, d Dialect) []rendered {
 		s, a = oq.ArchiveDelete(catalogIDs)
 		add("OpsArchiveDelete", "", s, a)
 	}
+
+	aq, err := NewAdminQueries(d, tb.Outbox, tb.Inbox)
+	must(err)
+	s, a = aq.PendingStates()
+	add("AdminPendingStates", "", s, a)
+	s, a = aq.FailedGroups(100)
+	add("AdminFailedGroups", "", s, a)
+	s, a = aq.HeldBack(nil)
+	add("AdminHeldBack", "", s, a)
+	s, a = aq.HeldBack(catalogUnordered)
+	add("AdminHeldBack", "unordered", s, a)
+	s, a = aq.SentPerMinute(100000, time.Hour)
+	add("AdminSentPerMinute", "", s, a)
+	s, a, err = aq.FindEvents(EventFilter{Status: -1, Limit: 100})
+	must(err)
+	add("AdminFindEvents", "", s, a)
+	for _, st := range []int{StatusPending, StatusSent, StatusFailed} {
+		s, a, err = aq.FindEvents(EventFilter{Status: st, AfterID: 1, ToID: 1000, IDs: catalogIDs,
+			EventIDs: []string{"0190c7a4-0000-7000-8000-000000000001"}, Types: []string{"ORDER_PAID"}, Keys: []string{"order-1"},
+			Topics: []string{"orders"}, MaxAge: time.Hour, MinAge: time.Minute, ErrorContains: "50%_off!", Limit: 100})
+		must(err)
+		add("AdminFindEvents", "all filters, status "+strconv.Itoa(st), s, a)
+	}
+	s, a = aq.GetEvent(101)
+	add("AdminGetEvent", "", s, a)
+	s, a = aq.GetEventByEventID("0190c7a4-0000-7000-8000-000000000001")
+	add("AdminGetEventByEventID", "", s, a)
+	s, a = aq.Replay(catalogIDs)
+	add("AdminReplay", "", s, a)
+	s, a, err = aq.FindInbox(InboxFilter{Consumer: "billing", Limit: 100})
+	must(err)
+	add("AdminFindInbox", "", s, a)
+	s, a, err = aq.FindInbox(InboxFilter{Consumer: "billing", AfterEventID: "a", EventIDs: []string{"e1"}, Types: []string{"ORDER_PAID"},
+		Keys: []string{"order-1"}, MaxAge: time.Hour, MinAge: time.Minute, Limit: 100})
+	must(err)
+	add("AdminFindInbox", "all filters", s, a)
+	s, a = aq.ForgetInbox("billing", []string{"e1", "e2"})
+	add("AdminForgetInbox", "", s, a)
 	return es
 }
 

@@ -11,6 +11,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
@@ -121,6 +122,128 @@ type Stats struct {
 	ExpiredLeases int64
 }
 
+// RowStatus is the status column of an outbox row.
+type RowStatus int
+
+// The row statuses.
+const (
+	// Pending rows wait to be published (or are being published).
+	Pending RowStatus = dialect.StatusPending
+	// Sent rows were published; the janitor deletes them after retention.
+	Sent RowStatus = dialect.StatusSent
+	// Failed rows exhausted their attempts and wait for an operator.
+	Failed RowStatus = dialect.StatusFailed
+)
+
+// String returns "pending", "sent" or "failed".
+func (s RowStatus) String() string {
+	switch s {
+	case Pending:
+		return "pending"
+	case Sent:
+		return "sent"
+	case Failed:
+		return "failed"
+	}
+	return "unknown"
+}
+
+// ErrNotFound is returned by GetEvent and GetEventByEventID when no row
+// has the id.
+var ErrNotFound = errors.New("no such event in the outbox table")
+
+// Event is one outbox row as an operator sees it. FindEvents leaves
+// Payload and Headers nil (lists stay small); GetEvent fills them.
+type Event struct {
+	ID             int64     `json:"id"`
+	EventID        string    `json:"event_id"`
+	Type           string    `json:"type"`
+	Key            string    `json:"key"`
+	Topic          string    `json:"topic"`
+	Version        int       `json:"version"`
+	Status         RowStatus `json:"-"`
+	RetryCount     int       `json:"attempts"`
+	NextRetryAt    time.Time `json:"next_attempt_at"`
+	LeaseOwner     string    `json:"lease_owner,omitempty"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at,omitzero"`
+	LastError      string    `json:"last_error,omitempty"`
+	CreatedAt      time.Time `json:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at"`
+	SentAt         time.Time `json:"sent_at,omitzero"`
+	Payload        []byte    `json:"-"`
+	Headers        []byte    `json:"-"`
+}
+
+// EventFilter selects outbox rows for FindEvents (see dialect.EventFilter).
+type EventFilter = dialect.EventFilter
+
+// InboxFilter selects inbox rows for FindInbox (see dialect.InboxFilter).
+type InboxFilter = dialect.InboxFilter
+
+// InboxRow is one consumer's record of one handled event.
+type InboxRow struct {
+	Consumer    string    `json:"consumer"`
+	EventID     string    `json:"event_id"`
+	Type        string    `json:"type,omitempty"`
+	Key         string    `json:"key,omitempty"`
+	ProcessedAt time.Time `json:"processed_at"`
+}
+
+// OverviewParams says what Overview measures.
+type OverviewParams struct {
+	// StaleAfter is the age past which a pending row counts as stale.
+	StaleAfter time.Duration
+	// Unordered lists the event types exempt from per-key order: their
+	// rows are never held back.
+	Unordered []string
+	// Window is how far back SentPerMinute looks; ScanRows how many of the
+	// newest rows (by id) it reads at most, which bounds its cost.
+	Window   time.Duration
+	ScanRows int64
+	// MaxGroups bounds FailedGroups.
+	MaxGroups int
+}
+
+// FailedGroup counts the FAILED rows of one event type and topic.
+type FailedGroup struct {
+	Type         string    `json:"type"`
+	Topic        string    `json:"topic"`
+	Count        int64     `json:"count"`
+	FirstID      int64     `json:"first_id"`
+	LastFailedAt time.Time `json:"last_failed_at"`
+}
+
+// MinuteStat is what was sent in one minute.
+type MinuteStat struct {
+	// MinutesAgo is 0 for the current minute.
+	MinutesAgo int     `json:"minutes_ago"`
+	Sent       int64   `json:"sent"`
+	AvgLag     float64 `json:"avg_lag_seconds"` // commit-to-publish
+	MaxLag     float64 `json:"max_lag_seconds"`
+}
+
+// Overview is what an operator asks first: Stats plus the states of the
+// pending rows, FAILED rows per type and topic, keys held back, and the
+// recent send rate.
+type Overview struct {
+	Stats
+	// BackingOff counts pending rows waiting out the backoff after a
+	// failed publish.
+	BackingOff int64
+	// InFlight counts pending rows leased to a live relay.
+	InFlight int64
+	// Relays counts the relay instances holding live leases.
+	Relays int64
+	// FailedGroups are the FAILED rows per type and topic, largest first.
+	FailedGroups []FailedGroup
+	// HeldBackKeys counts keys whose pending rows wait behind a FAILED or
+	// backing-off row of the same key; HeldBackRows counts those rows.
+	HeldBackKeys, HeldBackRows int64
+	// SentPerMinute lists the minutes of the window with sent rows, newest
+	// first (minutes with none are left out).
+	SentPerMinute []MinuteStat
+}
+
 // Driver is the storage of one outbox (and inbox) table pair on one
 // database. Implementations are safe for concurrent use. Every method that
 // changes a claimed row is fenced by the lease owner and reports how many
@@ -180,6 +303,27 @@ type Driver interface {
 	// DeleteInbox deletes at most limit inbox rows processed longer ago
 	// than olderThan.
 	DeleteInbox(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
+
+	// Overview returns what an operator asks first (see Overview); every
+	// part reads indexes only, never the sent rows beyond p.ScanRows.
+	Overview(ctx context.Context, p OverviewParams) (Overview, error)
+	// FindEvents returns the rows f selects, in id order, without payload
+	// and headers.
+	FindEvents(ctx context.Context, f EventFilter) ([]Event, error)
+	// GetEvent returns one row in full by id, or ErrNotFound.
+	GetEvent(ctx context.Context, id int64) (Event, error)
+	// GetEventByEventID returns one row in full by event id, or
+	// ErrNotFound.
+	GetEventByEventID(ctx context.Context, eventID string) (Event, error)
+	// Replay makes sent ids pending again, due now, attempts reset, event
+	// id, payload and headers kept; other ids are left alone. It returns
+	// how many rows changed.
+	Replay(ctx context.Context, ids []int64) (int64, error)
+	// FindInbox returns the inbox rows f selects, in event id order.
+	FindInbox(ctx context.Context, f InboxFilter) ([]InboxRow, error)
+	// ForgetInbox deletes consumer's inbox rows of eventIDs and returns
+	// how many it deleted.
+	ForgetInbox(ctx context.Context, consumer string, eventIDs []string) (int64, error)
 }
 
 // Notifier is implemented by drivers that can wait for new rows without

@@ -210,3 +210,104 @@ WHERE /* TEMPLATE: outbox */outbox_event.id IN (sqlc.slice(ids));
 DELETE FROM /* TEMPLATE: outbox */outbox_event
 WHERE id IN (sqlc.slice(ids))
   AND status = 1;
+
+-- Operator queries (see postgres.sql).
+
+-- name: AdminPendingStates :one
+SELECT COALESCE(SUM(CASE WHEN retry_count > 0 AND next_retry_time > CURRENT_TIMESTAMP(6) THEN 1 ELSE 0 END), 0),
+    COALESCE(SUM(CASE WHEN lease_expires_at >= CURRENT_TIMESTAMP(6) THEN 1 ELSE 0 END), 0),
+    COUNT(DISTINCT CASE WHEN lease_expires_at >= CURRENT_TIMESTAMP(6) THEN lease_owner END)
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE status = 0;
+
+-- name: AdminFailedGroups :many
+SELECT biz_type, topic, COUNT(*), MIN(id), MAX(updated_at)
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE status = 2
+GROUP BY biz_type, topic
+ORDER BY COUNT(*) DESC, biz_type, topic
+LIMIT /* ARG: max_rows */?;
+
+-- name: AdminHeldBack :one
+SELECT COUNT(DISTINCT h.biz_id), COUNT(o.id)
+FROM (
+    SELECT x.biz_id, MIN(x.id) AS head_id
+    FROM (
+        SELECT f.biz_id, f.id FROM /* TEMPLATE: outbox */outbox_event f
+        WHERE f.status = 2 /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+        UNION ALL
+        SELECT b.biz_id, b.id FROM /* TEMPLATE: outbox */outbox_event b
+        WHERE b.status = 0 AND b.next_retry_time > CURRENT_TIMESTAMP(6) AND b.retry_count > 0
+          /* IF unordered */AND b.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+    ) x
+    GROUP BY x.biz_id
+) h
+JOIN /* TEMPLATE: outbox */outbox_event o ON o.biz_id = h.biz_id AND o.status = 0 AND o.id > h.head_id
+/* IF unordered */WHERE o.biz_type NOT IN (sqlc.slice(unordered)) /* END */;
+
+-- name: AdminSentPerMinute :many
+SELECT FLOOR(TIMESTAMPDIFF(SECOND, sent_at, CURRENT_TIMESTAMP(6)) / 60) AS minute_ago, COUNT(*),
+    AVG(TIMESTAMPDIFF(MICROSECOND, created_at, sent_at)) / 1000000.0, MAX(TIMESTAMPDIFF(MICROSECOND, created_at, sent_at)) / 1000000.0
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE id > (SELECT COALESCE(MAX(m.id), 0) FROM /* TEMPLATE: outbox */outbox_event m) - sqlc.arg(scan_rows)
+  AND status = 1
+  AND sent_at >= CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(window_secs) MICROSECOND
+GROUP BY minute_ago
+ORDER BY minute_ago;
+
+-- name: AdminFindEvents :many
+SELECT id, event_id, biz_type, biz_id, topic, payload_version, status, retry_count, next_retry_time,
+    lease_owner, lease_expires_at, last_error, created_at, updated_at, sent_at
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE id > sqlc.arg(after_id)
+  /* IF status_pending */AND status = 0 /* END */
+  /* IF status_sent */AND status = 1 /* END */
+  /* IF status_failed */AND status = 2 /* END */
+  /* IF has_to_id */AND id <= sqlc.arg(to_id) /* END */
+  /* IF has_ids */AND id IN (sqlc.slice(ids)) /* END */
+  /* IF has_event_ids */AND event_id IN (sqlc.slice(event_ids)) /* END */
+  /* IF has_types */AND biz_type IN (sqlc.slice(types)) /* END */
+  /* IF has_keys */AND biz_id IN (sqlc.slice(biz_ids)) /* END */
+  /* IF has_topics */AND topic IN (sqlc.slice(topics)) /* END */
+  /* IF has_max_age */AND created_at >= CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(max_age) MICROSECOND /* END */
+  /* IF has_min_age */AND created_at <= CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(min_age) MICROSECOND /* END */
+  /* IF has_error */AND LOCATE(sqlc.arg(error_sub), LOWER(last_error)) > 0 /* END */
+ORDER BY id
+LIMIT /* ARG: max_rows */?;
+
+-- name: AdminGetEvent :one
+SELECT id, event_id, biz_type, biz_id, topic, payload_version, status, retry_count, next_retry_time,
+    lease_owner, lease_expires_at, last_error, created_at, updated_at, sent_at, payload, headers
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE id = sqlc.arg(id);
+
+-- name: AdminGetEventByEventID :one
+SELECT id, event_id, biz_type, biz_id, topic, payload_version, status, retry_count, next_retry_time,
+    lease_owner, lease_expires_at, last_error, created_at, updated_at, sent_at, payload, headers
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE event_id = sqlc.arg(event_id);
+
+-- name: AdminReplay :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET status = 0, retry_count = 0, next_retry_time = CURRENT_TIMESTAMP(6), sent_at = NULL, last_error = NULL,
+    lease_owner = NULL, lease_expires_at = NULL, updated_at = CURRENT_TIMESTAMP(6)
+WHERE id IN (sqlc.slice(ids))
+  AND status = 1;
+
+-- name: AdminFindInbox :many
+SELECT consumer, event_id, COALESCE(biz_type, ''), COALESCE(biz_id, ''), processed_at
+FROM /* TEMPLATE: inbox */outbox_inbox
+WHERE consumer = sqlc.arg(consumer)
+  AND event_id > sqlc.arg(after_event_id)
+  /* IF has_event_ids */AND event_id IN (sqlc.slice(event_ids)) /* END */
+  /* IF has_types */AND biz_type IN (sqlc.slice(types)) /* END */
+  /* IF has_keys */AND biz_id IN (sqlc.slice(biz_ids)) /* END */
+  /* IF has_max_age */AND processed_at >= CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(max_age) MICROSECOND /* END */
+  /* IF has_min_age */AND processed_at <= CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(min_age) MICROSECOND /* END */
+ORDER BY event_id
+LIMIT /* ARG: max_rows */?;
+
+-- name: AdminForgetInbox :execrows
+DELETE FROM /* TEMPLATE: inbox */outbox_inbox
+WHERE consumer = sqlc.arg(consumer)
+  AND event_id IN (sqlc.slice(event_ids));

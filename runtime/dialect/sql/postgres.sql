@@ -275,3 +275,117 @@ SELECT id, event_id, biz_type, biz_id, topic, payload_version, payload, headers,
     retry_count, next_retry_time, lease_owner, lease_expires_at, last_error, created_at, updated_at,
     sent_at
 FROM moved;
+
+-- Operator queries (package runtime/admin, the outboxgen CLI). Each
+-- /* IF has_x */ section is kept only when the operator gave that filter;
+-- status is written as a literal so the partial indexes apply.
+
+-- Pending rows by state, through the claim index: backing off after a
+-- failed publish, leased to a live relay, and the relays holding leases.
+-- name: AdminPendingStates :one
+SELECT COALESCE(SUM(CASE WHEN retry_count > 0 AND next_retry_time > now() THEN 1 ELSE 0 END), 0),
+    COALESCE(SUM(CASE WHEN lease_expires_at >= now() THEN 1 ELSE 0 END), 0),
+    COUNT(DISTINCT CASE WHEN lease_expires_at >= now() THEN lease_owner END)
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE status = 0;
+
+-- FAILED rows per type and topic, through the failed index.
+-- name: AdminFailedGroups :many
+SELECT biz_type, topic, COUNT(*), MIN(id), MAX(updated_at)
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE status = 2
+GROUP BY biz_type, topic
+ORDER BY COUNT(*) DESC, biz_type, topic
+LIMIT sqlc.arg(max_rows);
+
+-- Keys held back: pending rows of ordered types behind a FAILED or
+-- backing-off row of the same key (the head). Heads come from the failed
+-- and due indexes, the rows behind them from the per-key index.
+-- name: AdminHeldBack :one
+SELECT COUNT(DISTINCT h.biz_id), COUNT(o.id)
+FROM (
+    SELECT x.biz_id, MIN(x.id) AS head_id
+    FROM (
+        SELECT f.biz_id, f.id FROM /* TEMPLATE: outbox */outbox_event f
+        WHERE f.status = 2 /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+        UNION ALL
+        SELECT b.biz_id, b.id FROM /* TEMPLATE: outbox */outbox_event b
+        WHERE b.status = 0 AND b.next_retry_time > now() AND b.retry_count > 0
+          /* IF unordered */AND b.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+    ) x
+    GROUP BY x.biz_id
+) h
+JOIN /* TEMPLATE: outbox */outbox_event o ON o.biz_id = h.biz_id AND o.id > h.head_id AND o.status = 0
+/* IF unordered */WHERE o.biz_type NOT IN (sqlc.slice(unordered)) /* END */;
+
+-- Sent rows per minute over the last window, among the newest scan_rows
+-- rows by id (a primary-key range, so the cost is bounded however many
+-- sent rows the table keeps), with the commit-to-publish lag.
+-- name: AdminSentPerMinute :many
+SELECT floor(EXTRACT(EPOCH FROM (now() - sent_at)) / 60)::bigint AS minute_ago, COUNT(*),
+    AVG(EXTRACT(EPOCH FROM (sent_at - created_at)))::float8, MAX(EXTRACT(EPOCH FROM (sent_at - created_at)))::float8
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE id > (SELECT COALESCE(MAX(m.id), 0) FROM /* TEMPLATE: outbox */outbox_event m) - sqlc.arg(scan_rows)
+  AND status = 1
+  AND sent_at >= now() - sqlc.arg(window_secs) * interval '1 second'
+GROUP BY minute_ago
+ORDER BY minute_ago;
+
+-- name: AdminFindEvents :many
+SELECT id, event_id, biz_type, biz_id, topic, payload_version, status, retry_count, next_retry_time,
+    lease_owner, lease_expires_at, last_error, created_at, updated_at, sent_at
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE id > sqlc.arg(after_id)
+  /* IF status_pending */AND status = 0 /* END */
+  /* IF status_sent */AND status = 1 /* END */
+  /* IF status_failed */AND status = 2 /* END */
+  /* IF has_to_id */AND id <= sqlc.arg(to_id) /* END */
+  /* IF has_ids */AND id IN (sqlc.slice(ids)) /* END */
+  /* IF has_event_ids */AND event_id IN (sqlc.slice(event_ids)) /* END */
+  /* IF has_types */AND biz_type IN (sqlc.slice(types)) /* END */
+  /* IF has_keys */AND biz_id IN (sqlc.slice(biz_ids)) /* END */
+  /* IF has_topics */AND topic IN (sqlc.slice(topics)) /* END */
+  /* IF has_max_age */AND created_at >= now() - sqlc.arg(max_age) * interval '1 second' /* END */
+  /* IF has_min_age */AND created_at <= now() - sqlc.arg(min_age) * interval '1 second' /* END */
+  /* IF has_error */AND strpos(lower(last_error), sqlc.arg(error_sub)) > 0 /* END */
+ORDER BY id
+LIMIT sqlc.arg(max_rows);
+
+-- name: AdminGetEvent :one
+SELECT id, event_id, biz_type, biz_id, topic, payload_version, status, retry_count, next_retry_time,
+    lease_owner, lease_expires_at, last_error, created_at, updated_at, sent_at, payload, headers
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE id = sqlc.arg(id);
+
+-- name: AdminGetEventByEventID :one
+SELECT id, event_id, biz_type, biz_id, topic, payload_version, status, retry_count, next_retry_time,
+    lease_owner, lease_expires_at, last_error, created_at, updated_at, sent_at, payload, headers
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE event_id = sqlc.arg(event_id);
+
+-- Sent rows back to pending, due now, attempts reset; the event id, payload
+-- and headers are kept, so consumers' inboxes still dedupe by event id.
+-- name: AdminReplay :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET status = 0, retry_count = 0, next_retry_time = now(), sent_at = NULL, last_error = NULL,
+    lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id IN (sqlc.slice(ids))
+  AND status = 1;
+
+-- name: AdminFindInbox :many
+SELECT consumer, event_id, COALESCE(biz_type, ''), COALESCE(biz_id, ''), processed_at
+FROM /* TEMPLATE: inbox */outbox_inbox
+WHERE consumer = sqlc.arg(consumer)
+  AND event_id > sqlc.arg(after_event_id)
+  /* IF has_event_ids */AND event_id IN (sqlc.slice(event_ids)) /* END */
+  /* IF has_types */AND biz_type IN (sqlc.slice(types)) /* END */
+  /* IF has_keys */AND biz_id IN (sqlc.slice(biz_ids)) /* END */
+  /* IF has_max_age */AND processed_at >= now() - sqlc.arg(max_age) * interval '1 second' /* END */
+  /* IF has_min_age */AND processed_at <= now() - sqlc.arg(min_age) * interval '1 second' /* END */
+ORDER BY event_id
+LIMIT sqlc.arg(max_rows);
+
+-- name: AdminForgetInbox :execrows
+DELETE FROM /* TEMPLATE: inbox */outbox_inbox
+WHERE consumer = sqlc.arg(consumer)
+  AND event_id IN (sqlc.slice(event_ids));

@@ -25,6 +25,8 @@ type Driver struct {
 	relayQ *driverutil.RelayQueries // the relay's statements, per unordered set
 	listen listener                 // LISTEN/NOTIFY (notify.go)
 	check  driverutil.Checker
+	// The operator methods (Overview, FindEvents, GetEvent, Replay, ...).
+	*driverutil.Admin
 }
 
 // New returns a driver for the tables of schema (the generated package's
@@ -52,6 +54,9 @@ func New(pool *pgxpool.Pool, schema outbox.Schema) (*Driver, error) {
 	}
 	x := &Driver{pool: pool, schema: schema, tables: tables, relayQ: relayQ}
 	x.listen.init(pool, tables.Outbox)
+	if x.Admin, err = driverutil.NewAdmin("pgxdriver", poolQuerier{pool}, dialect.Postgres, tables); err != nil {
+		return nil, fmt.Errorf("pgxdriver: %w", err)
+	}
 	x.check = driverutil.Checker{
 		What: "pgxdriver", Schema: schema, Dialect: dialect.Postgres,
 		Text:  driverutil.TextQuery(pool.QueryRow),
@@ -75,3 +80,15 @@ func (x *Driver) Check(ctx context.Context, t driver.Table) error { return x.che
 
 // Pool returns the underlying pool.
 func (x *Driver) Pool() *pgxpool.Pool { return x.pool }
+
+// poolQuerier adapts the pool to driverutil.Querier.
+type poolQuerier struct{ pool *pgxpool.Pool }
+
+func (q poolQuerier) Query(ctx context.Context, query string, args ...any) (driverutil.Rows, error) {
+	return q.pool.Query(ctx, query, args...)
+}
+
+func (q poolQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := q.pool.Exec(ctx, query, args...)
+	return tag.RowsAffected(), err
+}

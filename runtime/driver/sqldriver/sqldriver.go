@@ -27,6 +27,8 @@ type Driver struct {
 	tables driver.Tables
 	relayQ *driverutil.RelayQueries // the relay's statements, per unordered set
 	check  driverutil.Checker
+	// The operator methods (Overview, FindEvents, GetEvent, Replay, ...).
+	*driverutil.Admin
 
 	// MySQL: the session time zone was found to be UTC (see checkTimeZone).
 	tzOK atomic.Bool
@@ -70,6 +72,9 @@ func New(db *sql.DB, schema outbox.Schema) (*Driver, error) {
 		return nil, fmt.Errorf("sqldriver: %w", err)
 	}
 	x := &Driver{db: db, d: d, schema: schema, tables: tables, relayQ: relayQ}
+	if x.Admin, err = driverutil.NewAdmin("sqldriver", dbQuerier{db}, d, tables); err != nil {
+		return nil, fmt.Errorf("sqldriver: %w", err)
+	}
 	x.check = driverutil.Checker{
 		What: "sqldriver", Schema: schema, Dialect: d,
 		Text:  driverutil.TextQuery(db.QueryRowContext),
@@ -117,3 +122,27 @@ func (x *Driver) checkTimeZone(ctx context.Context) error {
 	x.tzOK.Store(true)
 	return nil
 }
+
+// dbQuerier adapts *sql.DB to driverutil.Querier.
+type dbQuerier struct{ db *sql.DB }
+
+func (q dbQuerier) Query(ctx context.Context, query string, args ...any) (driverutil.Rows, error) {
+	rows, err := q.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return sqlRows{rows}, nil
+}
+
+func (q dbQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := q.db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// sqlRows adapts *sql.Rows (whose Close returns an error) to driverutil.Rows.
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { _ = r.Rows.Close() }

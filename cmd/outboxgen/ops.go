@@ -1,0 +1,704 @@
+package main
+
+// The operations commands: status, failed list/show, requeue, replay,
+// inbox forget. Each parses its flags, opens the database (db.go) and
+// calls package runtime/admin, then prints a table (or JSON with -o json).
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/outboxgen/outboxgen/runtime/admin"
+	"github.com/outboxgen/outboxgen/runtime/driver"
+)
+
+// stdin is where typed confirmations are read from (a variable for tests).
+var stdin io.Reader = os.Stdin
+
+// listFlag is a flag that may be repeated, each value possibly a
+// comma-separated list.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+// ageFlag is a point in time given as a duration ago ("2h") or an
+// RFC 3339 time, kept as a duration ago (the queries bound ages by the
+// database clock; an RFC 3339 time is converted with this machine's).
+type ageFlag struct{ d time.Duration }
+
+func (a *ageFlag) String() string {
+	if a.d == 0 {
+		return ""
+	}
+	return a.d.String()
+}
+func (a *ageFlag) Set(v string) error {
+	if d, err := time.ParseDuration(v); err == nil {
+		if d <= 0 {
+			return errors.New("use a positive duration (how long ago)")
+		}
+		a.d = d
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return errors.New("use a duration ago (90m, 2h) or an RFC 3339 time (2026-12-01T09:00:00Z)")
+	}
+	a.d = max(time.Since(t), time.Millisecond)
+	return nil
+}
+
+// filterFlags are the event selection flags of failed list, requeue and
+// replay.
+type filterFlags struct {
+	types, keys, topics listFlag
+	since, until        ageFlag
+	errText             string
+	fromID, toID        int64
+}
+
+func addFilterFlags(fl *flag.FlagSet, withError bool) *filterFlags {
+	f := &filterFlags{}
+	fl.Var(&f.types, "type", "only events of this type (repeat or comma-separate for several)")
+	fl.Var(&f.keys, "key", "only events of this key (biz_id; repeatable)")
+	fl.Var(&f.topics, "topic", "only events for this topic (repeatable)")
+	fl.Var(&f.since, "since", "only events created since: a duration ago (2h) or an RFC 3339 time")
+	fl.Var(&f.until, "until", "only events created before: a duration ago (30m) or an RFC 3339 time")
+	if withError {
+		fl.StringVar(&f.errText, "error", "", "only events whose last error contains this text (any case)")
+	}
+	fl.Int64Var(&f.fromID, "from-id", 0, "only rows with id >= this")
+	fl.Int64Var(&f.toID, "to-id", 0, "only rows with id <= this")
+	return f
+}
+
+func (f *filterFlags) filter() admin.Filter {
+	return admin.Filter{Types: f.types, Keys: f.keys, Topics: f.topics, Since: f.since.d, Until: f.until.d,
+		ErrorContains: f.errText, FromID: f.fromID, ToID: f.toID}
+}
+
+// interruptContext is cancelled by SIGINT or SIGTERM.
+func interruptContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// withDB opens the database, runs fn and closes it.
+func withDB(dbf *dbFlags, fn func(ctx context.Context, o *opsDB, a *admin.Admin) error) error {
+	ctx, cancel := interruptContext()
+	defer cancel()
+	if err := dbf.check(); err != nil {
+		return err
+	}
+	ctx, cancelT := context.WithTimeout(ctx, dbf.timeout)
+	defer cancelT()
+	o, err := dbf.open(ctx)
+	if err != nil {
+		return fmt.Errorf("outboxgen %s: %w", dbf.fl.Name(), err)
+	}
+	defer o.Close()
+	a, err := admin.New(o.Driver)
+	if err != nil {
+		return err
+	}
+	if err := fn(ctx, o, a); err != nil {
+		return fmt.Errorf("outboxgen %s: %w", dbf.fl.Name(), err)
+	}
+	return nil
+}
+
+func cmdStatus(args []string, stdout, stderr io.Writer) error {
+	fl := newFlags("status", "status [-db DSN] [-f events.yaml] [-stale-after 10m] [-o json]", stderr)
+	dbf := addDBFlags(fl, true)
+	stale := fl.Duration("stale-after", admin.DefaultStaleAfter, "a pending event older than this counts as stale")
+	window := fl.Duration("window", admin.DefaultWindow, "report the events sent over this last span")
+	if err := parseFlags(fl, args); err != nil {
+		return err
+	}
+	return withDB(dbf, func(ctx context.Context, o *opsDB, a *admin.Admin) error {
+		st, err := a.Status(ctx, admin.StatusOptions{StaleAfter: *stale, Window: *window})
+		if err != nil {
+			return err
+		}
+		if dbf.json() {
+			return writeJSON(stdout, statusJSON(o, st))
+		}
+		printStatus(stdout, o, st)
+		return nil
+	})
+}
+
+// statusReport is status -o json.
+type statusReport struct {
+	Database         string               `json:"database"`
+	Table            string               `json:"table"`
+	Pending          int64                `json:"pending"`
+	OldestPendingAge float64              `json:"oldest_pending_age_seconds"`
+	StaleAfter       float64              `json:"stale_after_seconds"`
+	Stale            int64                `json:"stale"`
+	BackingOff       int64                `json:"backing_off"`
+	InFlight         int64                `json:"in_flight"`
+	Relays           int64                `json:"relays_holding_leases"`
+	ExpiredLeases    int64                `json:"expired_leases"`
+	Failed           int64                `json:"failed"`
+	FailedGroups     []driver.FailedGroup `json:"failed_by_type"`
+	HeldBackKeys     int64                `json:"held_back_keys"`
+	HeldBackRows     int64                `json:"held_back_rows"`
+	WindowSeconds    float64              `json:"window_seconds"`
+	SentInWindow     int64                `json:"sent_in_window"`
+	SentPerMinute    []driver.MinuteStat  `json:"sent_per_minute"`
+	TookSeconds      float64              `json:"took_seconds"`
+}
+
+func statusJSON(o *opsDB, st admin.Status) statusReport {
+	r := statusReport{
+		Database: o.Source.Where, Table: o.Schema.Tables.Outbox,
+		Pending: st.Pending, OldestPendingAge: st.OldestPendingAge.Seconds(), StaleAfter: st.StaleAfter.Seconds(), Stale: st.Stale,
+		BackingOff: st.BackingOff, InFlight: st.InFlight, Relays: st.Relays, ExpiredLeases: st.ExpiredLeases,
+		Failed: st.Failed, FailedGroups: st.FailedGroups, HeldBackKeys: st.HeldBackKeys, HeldBackRows: st.HeldBackRows,
+		WindowSeconds: st.Window.Seconds(), SentInWindow: st.SentInWindow, SentPerMinute: st.SentPerMinute, TookSeconds: st.Took.Seconds(),
+	}
+	if r.FailedGroups == nil {
+		r.FailedGroups = []driver.FailedGroup{}
+	}
+	if r.SentPerMinute == nil {
+		r.SentPerMinute = []driver.MinuteStat{}
+	}
+	return r
+}
+
+func printStatus(w io.Writer, o *opsDB, st admin.Status) {
+	fmt.Fprintf(w, "outbox %s on %s\n\n", o.Schema.Tables.Outbox, o.Source.Where)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "pending\t%d\toldest %s\n", st.Pending, roundAge(st.OldestPendingAge))
+	fmt.Fprintf(tw, "  stale\t%d\tpending longer than %s%s\n", st.Stale, st.StaleAfter, alert(st.Stale > 0, "ALERT"))
+	fmt.Fprintf(tw, "  in flight\t%d\tleased by %d relay %s\n", st.InFlight, st.Relays, plural(int(st.Relays), "instance", "instances"))
+	fmt.Fprintf(tw, "  backing off\t%d\twaiting to retry after a failed publish\n", st.BackingOff)
+	fmt.Fprintf(tw, "  expired leases\t%d\tclaimed by a relay that stopped; claimable again%s\n", st.ExpiredLeases, alert(st.ExpiredLeases > 0, "a relay died"))
+	fmt.Fprintf(tw, "failed\t%d\twaiting for an operator%s\n", st.Failed, alert(st.Failed > 0, "see: outboxgen failed list"))
+	fmt.Fprintf(tw, "held back\t%d\trows of %d %s waiting behind a failed or backing-off event of the same key\n",
+		st.HeldBackRows, st.HeldBackKeys, plural(int(st.HeldBackKeys), "key", "keys"))
+	var maxLag float64
+	var lagSum float64
+	for _, m := range st.SentPerMinute {
+		maxLag = max(maxLag, m.MaxLag)
+		lagSum += m.AvgLag * float64(m.Sent)
+	}
+	lag := ""
+	if st.SentInWindow > 0 {
+		lag = fmt.Sprintf(", commit-to-publish lag avg %s, max %s", roundAge(time.Duration(lagSum/float64(st.SentInWindow)*float64(time.Second))), roundAge(time.Duration(maxLag*float64(time.Second))))
+	}
+	fmt.Fprintf(tw, "sent\t%d\tin the last %s (%.1f/min)%s\n", st.SentInWindow, st.Window, float64(st.SentInWindow)/st.Window.Minutes(), lag)
+	tw.Flush()
+	if len(st.FailedGroups) > 0 {
+		fmt.Fprintln(w, "\nfailed by type and topic:")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  TYPE\tTOPIC\tCOUNT\tFIRST ID\tLAST FAILED")
+		for _, g := range st.FailedGroups {
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\n", clean(g.Type, 40), clean(g.Topic, 40), g.Count, g.FirstID, stamp(g.LastFailedAt))
+		}
+		tw.Flush()
+	}
+	if len(st.SentPerMinute) > 0 {
+		fmt.Fprintf(w, "\nsent per minute, newest first (minutes with none left out):\n")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  MINUTES AGO\tSENT\tAVG LAG\tMAX LAG")
+		for i, m := range st.SentPerMinute {
+			if i == 10 {
+				fmt.Fprintf(tw, "  …\t%d more minutes\t\t\n", len(st.SentPerMinute)-10)
+				break
+			}
+			fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\n", m.MinutesAgo, m.Sent, roundAge(seconds(m.AvgLag)), roundAge(seconds(m.MaxLag)))
+		}
+		tw.Flush()
+	}
+	fmt.Fprintf(w, "\n(queried in %s)\n", st.Took.Round(time.Millisecond))
+}
+
+func alert(on bool, what string) string {
+	if on {
+		return "  <- " + what
+	}
+	return ""
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// roundAge prints an age to a precision a person reads.
+func roundAge(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// clean makes text from the database safe to print on a terminal: control
+// characters (escape sequences) become spaces, invalid UTF-8 '?', and it is
+// cut to n runes (0: no cut).
+func clean(s string, n int) string { return cleanText(s, n, false) }
+
+// cleanText is clean, keeping line breaks and tabs when multiline.
+func cleanText(s string, n int, multiline bool) string {
+	var b strings.Builder
+	count := 0
+	for i, r := range s {
+		if multiline && (r == '\n' || r == '\t') {
+			b.WriteRune(r)
+			continue
+		}
+		if n > 0 && count == n {
+			b.WriteString("…")
+			break
+		}
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			b.WriteByte('?')
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
+			b.WriteByte(' ')
+		default:
+			b.WriteRune(r)
+		}
+		count++
+	}
+	return b.String()
+}
+
+func cmdFailed(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "list" && args[0] != "show") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+			fmt.Fprintln(stdout, "usage: outboxgen failed list [flags] | outboxgen failed show ID|EVENT_ID")
+			return nil
+		}
+		fmt.Fprintln(stderr, "usage: outboxgen failed list [flags] | outboxgen failed show ID|EVENT_ID")
+		return errUsage
+	}
+	if args[0] == "show" {
+		return cmdShow(args[1:], stdout, stderr)
+	}
+	fl := newFlags("failed list", "failed list [-type T] [-key K] [-topic T] [-since 2h] [-error TEXT] [-limit 50] [-after ID] [-o json]", stderr)
+	dbf := addDBFlags(fl, true)
+	ff := addFilterFlags(fl, true)
+	limit := fl.Int("limit", 50, "list at most this many (1 to 1000)")
+	after := fl.Int64("after", 0, "list rows with a larger id (the next page: pass the last id listed)")
+	if err := parseFlags(fl, args[1:]); err != nil {
+		return err
+	}
+	if *limit < 1 || *limit > 1000 {
+		fmt.Fprintln(stderr, "outboxgen failed list: -limit: use 1 to 1000")
+		return errUsage
+	}
+	return withDB(dbf, func(ctx context.Context, o *opsDB, a *admin.Admin) error {
+		if err := o.Driver.Check(ctx, driver.Outbox); err != nil {
+			return err
+		}
+		evs, err := a.Find(ctx, driver.Failed, ff.filter(), *after, *limit)
+		if err != nil {
+			return err
+		}
+		if dbf.json() {
+			out := struct {
+				Events []eventJSON `json:"events"`
+				Next   int64       `json:"next_after,omitempty"`
+			}{Events: []eventJSON{}}
+			for _, e := range evs {
+				out.Events = append(out.Events, toJSON(e))
+			}
+			if len(evs) == *limit {
+				out.Next = evs[len(evs)-1].ID
+			}
+			return writeJSON(stdout, out)
+		}
+		if len(evs) == 0 {
+			fmt.Fprintln(stdout, "no failed events match")
+			return nil
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tEVENT ID\tTYPE\tKEY\tTOPIC\tATTEMPTS\tFAILED AT\tLAST ERROR")
+		for _, e := range evs {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.EventID, clean(e.Type, 40), clean(e.Key, 40), clean(e.Topic, 40),
+				e.RetryCount, stamp(e.UpdatedAt), clean(e.LastError, 60))
+		}
+		tw.Flush()
+		if len(evs) == *limit {
+			fmt.Fprintf(stdout, "\nmore may follow: outboxgen failed list -after %d\n", evs[len(evs)-1].ID)
+		}
+		return nil
+	})
+}
+
+// eventJSON is one event in -o json output.
+type eventJSON struct {
+	driver.Event
+	Status  string          `json:"status"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	Headers json.RawMessage `json:"headers,omitempty"`
+}
+
+func toJSON(e driver.Event) eventJSON {
+	j := eventJSON{Event: e, Status: e.Status.String()}
+	if len(e.Payload) > 0 {
+		j.Payload = rawJSON(e.Payload)
+	}
+	if len(e.Headers) > 0 {
+		j.Headers = rawJSON(e.Headers)
+	}
+	return j
+}
+
+// rawJSON returns b when it is valid JSON, else b as a JSON string.
+func rawJSON(b []byte) json.RawMessage {
+	if json.Valid(b) {
+		return json.RawMessage(b)
+	}
+	s, _ := json.Marshal(string(b))
+	return s
+}
+
+func cmdShow(args []string, stdout, stderr io.Writer) error {
+	fl := newFlags("failed show", "failed show ID|EVENT_ID [-o json]", stderr)
+	dbf := addDBFlags(fl, true)
+	// The ref may come before the flags.
+	var ref string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		ref, args = args[0], args[1:]
+	}
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if ref == "" && fl.NArg() == 1 {
+		ref = fl.Arg(0)
+	} else if fl.NArg() > 0 || ref == "" {
+		fmt.Fprintln(stderr, "outboxgen failed show: name one event: its row id or its event id")
+		fl.Usage()
+		return errUsage
+	}
+	if _, _, err := admin.ParseRef(ref); err != nil {
+		fmt.Fprintf(stderr, "outboxgen failed show: %v\n", err)
+		return errUsage
+	}
+	return withDB(dbf, func(ctx context.Context, o *opsDB, a *admin.Admin) error {
+		if err := o.Driver.Check(ctx, driver.Outbox); err != nil {
+			return err
+		}
+		e, err := a.Get(ctx, ref)
+		if err != nil {
+			return err
+		}
+		if dbf.json() {
+			return writeJSON(stdout, toJSON(e))
+		}
+		printEvent(stdout, e)
+		return nil
+	})
+}
+
+func printEvent(w io.Writer, e driver.Event) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("id", strconv.FormatInt(e.ID, 10))
+	row("event id", e.EventID)
+	row("status", e.Status.String())
+	row("type", clean(e.Type, 0)+" (payload version "+strconv.Itoa(e.Version)+")")
+	row("key", clean(e.Key, 0))
+	row("topic", clean(e.Topic, 0))
+	row("attempts", strconv.Itoa(e.RetryCount))
+	row("created", stamp(e.CreatedAt))
+	row("updated", stamp(e.UpdatedAt))
+	switch e.Status {
+	case driver.Sent:
+		row("sent", stamp(e.SentAt))
+	case driver.Pending:
+		row("next attempt", stamp(e.NextRetryAt))
+		if e.LeaseOwner != "" {
+			row("leased by", clean(e.LeaseOwner, 0)+" until "+stamp(e.LeaseExpiresAt))
+		}
+	}
+	if e.LastError != "" {
+		row("last error", clean(e.LastError, 0))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "headers:")
+	writeIndented(w, e.Headers)
+	fmt.Fprintln(w, "payload:")
+	writeIndented(w, e.Payload)
+}
+
+// writeIndented pretty-prints a JSON document (or shows the bytes as text
+// when they are not JSON), indented by two spaces.
+func writeIndented(w io.Writer, b []byte) {
+	if len(b) == 0 || string(b) == "null" {
+		fmt.Fprintln(w, "  (none)")
+		return
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err == nil {
+		var out strings.Builder
+		enc := json.NewEncoder(&out)
+		enc.SetEscapeHTML(false) // shown as text, never as HTML
+		enc.SetIndent("  ", "  ")
+		if enc.Encode(v) == nil {
+			fmt.Fprintf(w, "  %s", cleanText(out.String(), 0, true))
+			return
+		}
+	}
+	fmt.Fprintf(w, "  %s\n", clean(string(b), 0))
+}
+
+// actionFlags are the flags requeue and replay share.
+type actionFlags struct {
+	all, yes, dryRun bool
+}
+
+func addActionFlags(fl *flag.FlagSet, what string) *actionFlags {
+	a := &actionFlags{}
+	fl.BoolVar(&a.all, "all", false, "act on every "+what+" event (needs -yes, or a typed confirmation)")
+	fl.BoolVar(&a.yes, "yes", false, "do not ask for confirmation")
+	fl.BoolVar(&a.dryRun, "dry-run", false, "say what would change; change nothing")
+	return a
+}
+
+// confirm asks for a typed confirmation of an action on n rows.
+func confirm(stdout io.Writer, verb string, n int64) error {
+	want := fmt.Sprintf("%s %d", verb, n)
+	fmt.Fprintf(stdout, "This will %s %d %s. Type %q to go on: ", verb, n, plural(int(n), "event", "events"), want)
+	line, _ := bufio.NewReader(io.LimitReader(stdin, 256)).ReadString('\n')
+	if strings.TrimSpace(line) != want {
+		return errors.New("not confirmed: nothing was changed (pass -yes to skip the question)")
+	}
+	return nil
+}
+
+func cmdRequeue(args []string, stdout, stderr io.Writer) error {
+	return action(args, stdout, stderr, "requeue", "failed",
+		"requeue [ID|EVENT_ID ...] [-type T] [-key K] [-topic T] [-since 2h] [-until 10m] [-error TEXT] [-all -yes] [-dry-run]",
+		func(a *admin.Admin) func(context.Context, admin.Selection) (admin.Result, error) { return a.Requeue })
+}
+
+func cmdReplay(args []string, stdout, stderr io.Writer) error {
+	return action(args, stdout, stderr, "replay", "sent",
+		"replay [ID|EVENT_ID ...] [-type T] [-key K] [-topic T] [-since 2h] [-until 10m] [-from-id N] [-to-id N] [-all -yes] [-dry-run]",
+		func(a *admin.Admin) func(context.Context, admin.Selection) (admin.Result, error) { return a.Replay })
+}
+
+// action runs requeue or replay: events named as arguments, or selected by
+// filter flags (-all for every one); confirmation; a report of what
+// changed.
+func action(args []string, stdout, stderr io.Writer, verb, status, synopsis string,
+	do func(*admin.Admin) func(context.Context, admin.Selection) (admin.Result, error)) error {
+	fl := newFlags(verb, synopsis, stderr)
+	dbf := addDBFlags(fl, true)
+	ff := addFilterFlags(fl, verb == "requeue")
+	af := addActionFlags(fl, status)
+	refs, err := parseInterspersed(fl, args)
+	if err != nil {
+		return err
+	}
+	for _, r := range refs {
+		if _, _, err := admin.ParseRef(r); err != nil {
+			fmt.Fprintf(stderr, "outboxgen %s: %v\n", verb, err)
+			return errUsage
+		}
+	}
+	sel := admin.Selection{Refs: refs, Filter: ff.filter(), All: af.all, DryRun: af.dryRun}
+	switch {
+	case len(refs) > 0 && (!sel.Filter.Empty() || af.all):
+		fmt.Fprintf(stderr, "outboxgen %s: name events or give filters (or -all), not both\n", verb)
+		return errUsage
+	case len(refs) == 0 && sel.Filter.Empty() && !af.all:
+		fmt.Fprintf(stderr, "outboxgen %s: name events (row ids or event ids), give filters, or pass -all for every %s event\n", verb, status)
+		fl.Usage()
+		return errUsage
+	case af.all && !sel.Filter.Empty():
+		fmt.Fprintf(stderr, "outboxgen %s: -all acts on every %s event: drop the filters, or -all\n", verb, status)
+		return errUsage
+	}
+	return withDB(dbf, func(ctx context.Context, o *opsDB, a *admin.Admin) error {
+		if err := o.Driver.Check(ctx, driver.Outbox); err != nil {
+			return err
+		}
+		run := do(a)
+		if af.all && !af.yes && !af.dryRun {
+			// Count first: the confirmation names the number.
+			dry := sel
+			dry.DryRun = true
+			res, err := run(ctx, dry)
+			if err != nil {
+				return err
+			}
+			if res.Matched == 0 {
+				return report(stdout, dbf.json(), verb, status, res)
+			}
+			if err := confirm(stdout, verb, res.Matched); err != nil {
+				return err
+			}
+		}
+		res, err := run(ctx, sel)
+		if errors.Is(err, admin.ErrRefused) {
+			if dbf.json() {
+				_ = writeJSON(stdout, res)
+			} else {
+				for _, r := range res.Refused {
+					fmt.Fprintf(stderr, "%s: %s\n", clean(r.Ref, 80), r.Reason)
+				}
+			}
+			return fmt.Errorf("refused %d of %d named %s; nothing was changed", len(res.Refused), len(refs), plural(len(refs), "event", "events"))
+		}
+		if rerr := report(stdout, dbf.json(), verb, status, res); err == nil {
+			err = rerr
+		}
+		return err
+	})
+}
+
+// parseInterspersed parses flags and positional arguments in any order.
+func parseInterspersed(fl *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fl.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, errUsage
+		}
+		if fl.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fl.Arg(0))
+		args = fl.Args()[1:]
+	}
+}
+
+func report(w io.Writer, asJSON bool, verb, status string, r admin.Result) error {
+	if asJSON {
+		return writeJSON(w, r)
+	}
+	past := map[string]string{"requeue": "requeued", "replay": "replayed", "forget": "forgot"}[verb]
+	if r.Matched == 0 {
+		fmt.Fprintf(w, "no %s events match: nothing changed\n", status)
+		return nil
+	}
+	if r.DryRun {
+		fmt.Fprintf(w, "dry run: would %s %d %s (ids %d..%d, %d %s); nothing changed\n", verb, r.Matched, plural(int(r.Matched), "event", "events"),
+			r.FirstID, r.LastID, r.Keys, plural(r.Keys, "key", "keys"))
+		return nil
+	}
+	fmt.Fprintf(w, "%s %d %s (ids %d..%d, %d %s) in %d %s\n", past, r.Changed, plural(int(r.Changed), "event", "events"),
+		r.FirstID, r.LastID, r.Keys, plural(r.Keys, "key", "keys"), r.Batches, plural(r.Batches, "transaction", "transactions"))
+	if skipped := r.Matched - r.Changed; skipped > 0 {
+		fmt.Fprintf(w, "%d selected %s changed state meanwhile (no longer %s) and %s left alone\n", skipped, plural(int(skipped), "event", "events"), status, plural(int(skipped), "was", "were"))
+	}
+	switch verb {
+	case "requeue":
+		fmt.Fprintln(w, "they are pending again with attempts reset; the relay publishes them on its next poll, and the events held back behind them follow in order")
+	case "replay":
+		fmt.Fprintln(w, "they are pending again; the relay publishes them with their original event ids, so consumers that handled them skip them (outboxgen inbox forget makes a consumer handle them again)")
+	}
+	return nil
+}
+
+func cmdInbox(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "forget" {
+		fmt.Fprintln(stderr, "usage: outboxgen inbox forget -consumer NAME [EVENT_ID ...] [-type T] [-key K] [-since 2h] [-until 10m] [-all -yes] [-dry-run]")
+		return errUsage
+	}
+	fl := newFlags("inbox forget", "inbox forget -consumer NAME [EVENT_ID ...] [-type T] [-key K] [-since 2h] [-until 10m] [-all -yes] [-dry-run]", stderr)
+	dbf := addDBFlags(fl, true)
+	consumer := fl.String("consumer", "", "the consumer whose inbox rows to delete (its name in events.yaml) (required)")
+	var types, keys listFlag
+	var since, until ageFlag
+	fl.Var(&types, "type", "only events of this type (repeatable)")
+	fl.Var(&keys, "key", "only events of this key (repeatable)")
+	fl.Var(&since, "since", "only events handled since: a duration ago (2h) or an RFC 3339 time")
+	fl.Var(&until, "until", "only events handled before: a duration ago or an RFC 3339 time")
+	af := addActionFlags(fl, "handled")
+	ids, err := parseInterspersed(fl, args[1:])
+	if err != nil {
+		return err
+	}
+	if *consumer == "" {
+		fmt.Fprintln(stderr, "outboxgen inbox forget: -consumer is required")
+		return errUsage
+	}
+	sel := admin.InboxSelection{Consumer: *consumer, EventIDs: ids, Types: types, Keys: keys, Since: since.d, Until: until.d, All: af.all, DryRun: af.dryRun}
+	filtered := len(types) > 0 || len(keys) > 0 || since.d > 0 || until.d > 0
+	switch {
+	case len(ids) == 0 && !filtered && !af.all:
+		fmt.Fprintln(stderr, "outboxgen inbox forget: name event ids, give filters, or pass -all for every event the consumer handled")
+		return errUsage
+	case af.all && (filtered || len(ids) > 0):
+		fmt.Fprintln(stderr, "outboxgen inbox forget: -all forgets every event the consumer handled: drop the event ids and filters, or -all")
+		return errUsage
+	}
+	return withDB(dbf, func(ctx context.Context, o *opsDB, a *admin.Admin) error {
+		if af.all && !af.yes && !af.dryRun {
+			dry := sel
+			dry.DryRun = true
+			res, err := a.ForgetInbox(ctx, dry)
+			if err != nil {
+				return err
+			}
+			if res.Matched == 0 {
+				return forgetReport(stdout, dbf.json(), *consumer, res)
+			}
+			if err := confirm(stdout, "forget", res.Matched); err != nil {
+				return err
+			}
+		}
+		res, err := a.ForgetInbox(ctx, sel)
+		if rerr := forgetReport(stdout, dbf.json(), *consumer, res); err == nil {
+			err = rerr
+		}
+		return err
+	})
+}
+
+func forgetReport(w io.Writer, asJSON bool, consumer string, r admin.Result) error {
+	if asJSON {
+		return writeJSON(w, r)
+	}
+	switch {
+	case r.Matched == 0:
+		fmt.Fprintf(w, "consumer %q has no inbox rows that match: nothing changed\n", clean(consumer, 64))
+	case r.DryRun:
+		fmt.Fprintf(w, "dry run: would make consumer %q forget %d %s; nothing changed\n", clean(consumer, 64), r.Matched, plural(int(r.Matched), "event", "events"))
+	default:
+		fmt.Fprintf(w, "consumer %q forgot %d %s (%d inbox rows deleted in %d %s): it handles them again when they are delivered again (outboxgen replay)\n",
+			clean(consumer, 64), r.Changed, plural(int(r.Changed), "event", "events"), r.Changed, r.Batches, plural(r.Batches, "transaction", "transactions"))
+	}
+	return nil
+}

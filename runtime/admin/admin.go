@@ -1,0 +1,482 @@
+// Package admin is what an operator does to an outbox: see its state
+// (Status), find and inspect events (Find, Get), put FAILED events back in
+// the queue (Requeue), publish SENT events again (Replay), and make a
+// consumer forget events it handled (ForgetInbox).
+//
+// The outboxgen command's operations (status, failed, requeue, replay,
+// inbox forget) are a thin layer over it, so a service can offer the same
+// actions itself, e.g. behind its own admin endpoint.
+//
+// Every action works in bounded batches, each one statement (so one
+// transaction): a relay running at the same time sees a batch either
+// whole or not at all. Batches run in id order, so that the keys held back
+// behind requeued rows flow again in order. Actions only change the rows
+// they were given or their filter selects, and each reports what it
+// changed.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
+)
+
+// Defaults.
+const (
+	// DefaultStaleAfter is the seed design's stale alarm: pending for 10
+	// minutes.
+	DefaultStaleAfter = 10 * time.Minute
+	// DefaultWindow is how far back Status reports the send rate.
+	DefaultWindow = time.Hour
+	// DefaultScanRows bounds the rows Status reads for the send rate.
+	DefaultScanRows = 100000
+	// BatchSize is the most rows one action statement changes.
+	BatchSize = 500
+	// MaxRefs is the most ids and event ids one action names.
+	MaxRefs = 10000
+)
+
+// Admin runs operator queries and actions through a driver.
+type Admin struct {
+	drv       driver.Driver
+	unordered []string
+}
+
+// New returns an Admin for drv. Event types listed unordered in the
+// driver's schema are never counted as held back.
+func New(drv driver.Driver) (*Admin, error) {
+	if drv == nil {
+		return nil, errors.New("admin: driver is nil: pass the outbox's driver (sqldriver.New or pgxdriver.New)")
+	}
+	a := &Admin{drv: drv}
+	for _, t := range drv.Schema().EventTypes {
+		if !t.Ordered {
+			a.unordered = append(a.unordered, t.Name)
+		}
+	}
+	return a, nil
+}
+
+// Driver returns the driver.
+func (a *Admin) Driver() driver.Driver { return a.drv }
+
+// StatusOptions tune Status; the zero value uses the defaults.
+type StatusOptions struct {
+	StaleAfter time.Duration // default DefaultStaleAfter
+	Window     time.Duration // default DefaultWindow
+	ScanRows   int64         // default DefaultScanRows
+}
+
+// Status is the outbox's state, as `outboxgen status` prints it.
+type Status struct {
+	driver.Overview
+	// StaleAfter is the threshold Stale was counted with.
+	StaleAfter time.Duration
+	// Window is the span of SentPerMinute.
+	Window time.Duration
+	// SentInWindow sums SentPerMinute.
+	SentInWindow int64
+	// Took is how long the queries took.
+	Took time.Duration
+}
+
+// Status reads the outbox's state: it checks the outbox table first, so a
+// missing table is reported as such.
+func (a *Admin) Status(ctx context.Context, o StatusOptions) (Status, error) {
+	if o.StaleAfter <= 0 {
+		o.StaleAfter = DefaultStaleAfter
+	}
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
+	}
+	if o.ScanRows <= 0 {
+		o.ScanRows = DefaultScanRows
+	}
+	if err := a.drv.Check(ctx, driver.Outbox); err != nil {
+		return Status{}, err
+	}
+	start := time.Now()
+	ov, err := a.drv.Overview(ctx, driver.OverviewParams{StaleAfter: o.StaleAfter, Unordered: a.unordered, Window: o.Window, ScanRows: o.ScanRows})
+	if err != nil {
+		return Status{}, err
+	}
+	st := Status{Overview: ov, StaleAfter: o.StaleAfter, Window: o.Window, Took: time.Since(start)}
+	for _, m := range ov.SentPerMinute {
+		st.SentInWindow += m.Sent
+	}
+	return st, nil
+}
+
+// Filter selects events. Set fields narrow the selection; lists match any
+// of their values.
+type Filter struct {
+	Types, Keys, Topics []string
+	// Since keeps events created at most this long ago; Until events
+	// created at least this long ago (by the database clock).
+	Since, Until time.Duration
+	// ErrorContains keeps events whose last error contains it (any case).
+	ErrorContains string
+	// FromID and ToID bound the row ids (inclusive; 0: no bound).
+	FromID, ToID int64
+}
+
+// Empty reports whether f selects every event.
+func (f Filter) Empty() bool {
+	return len(f.Types) == 0 && len(f.Keys) == 0 && len(f.Topics) == 0 && f.Since == 0 && f.Until == 0 &&
+		f.ErrorContains == "" && f.FromID == 0 && f.ToID == 0
+}
+
+func (f Filter) query(status int, afterID int64, limit int) driver.EventFilter {
+	after := afterID
+	if f.FromID > 0 && f.FromID-1 > after {
+		after = f.FromID - 1
+	}
+	return driver.EventFilter{Status: status, AfterID: after, ToID: f.ToID, Types: f.Types, Keys: f.Keys, Topics: f.Topics,
+		MaxAge: f.Since, MinAge: f.Until, ErrorContains: f.ErrorContains, Limit: limit}
+}
+
+// Find returns up to limit events in status (driver.Failed, Sent,
+// Pending, or -1 for any) that f selects, with id > afterID, in id order,
+// without payloads: page with the last id returned.
+func (a *Admin) Find(ctx context.Context, status driver.RowStatus, f Filter, afterID int64, limit int) ([]driver.Event, error) {
+	if limit < 1 || limit > dialect.MaxInList {
+		return nil, fmt.Errorf("limit %d: use 1 to %d", limit, dialect.MaxInList)
+	}
+	return a.drv.FindEvents(ctx, f.query(int(status), afterID, limit))
+}
+
+// Get returns one event in full by ref: a row id (digits) or an event id
+// (a UUID).
+func (a *Admin) Get(ctx context.Context, ref string) (driver.Event, error) {
+	id, eventID, err := ParseRef(ref)
+	if err != nil {
+		return driver.Event{}, err
+	}
+	if eventID != "" {
+		return a.drv.GetEventByEventID(ctx, eventID)
+	}
+	return a.drv.GetEvent(ctx, id)
+}
+
+// ParseRef parses a row id (a positive integer) or an event id (a UUID,
+// returned in canonical lower case).
+func ParseRef(ref string) (id int64, eventID string, err error) {
+	ref = strings.TrimSpace(ref)
+	if n, err := strconv.ParseInt(ref, 10, 64); err == nil {
+		if n < 1 {
+			return 0, "", fmt.Errorf("%q: a row id is a positive number", ref)
+		}
+		return n, "", nil
+	}
+	e, err := outbox.ParseEventID(ref)
+	if err != nil {
+		return 0, "", fmt.Errorf("%q is neither a row id (a number) nor an event id (a UUID)", ref)
+	}
+	return 0, e.String(), nil
+}
+
+// Selection names the events an action changes: Refs (row ids or event
+// ids), or a Filter; not both. An empty filter selects every event in the
+// action's status, which All must confirm.
+type Selection struct {
+	Refs   []string
+	Filter Filter
+	All    bool
+	// DryRun counts what would change and changes nothing.
+	DryRun bool
+}
+
+// Refusal says why a named event was not acted on.
+type Refusal struct {
+	Ref    string `json:"ref"`
+	Reason string `json:"reason"`
+}
+
+// Result reports what an action changed.
+type Result struct {
+	// Action is "requeue" or "replay" (or "forget").
+	Action string `json:"action"`
+	// Matched counts the rows selected; Changed the rows changed (fewer
+	// when a row's status changed meanwhile, e.g. a relay sent it).
+	Matched int64 `json:"matched"`
+	Changed int64 `json:"changed"`
+	// Batches counts the statements (transactions) that changed rows.
+	Batches int `json:"batches"`
+	// FirstID and LastID are the lowest and highest row ids selected.
+	FirstID int64 `json:"first_id,omitempty"`
+	LastID  int64 `json:"last_id,omitempty"`
+	// Keys counts the distinct keys of the selected rows.
+	Keys int `json:"keys"`
+	// Refused lists named events that were not acted on, and why. When it
+	// is not empty, nothing was changed.
+	Refused []Refusal `json:"refused,omitempty"`
+	DryRun  bool      `json:"dry_run,omitempty"`
+}
+
+// ErrRefused is returned (wrapped) when named events cannot be acted on;
+// Result.Refused says why, one by one.
+var ErrRefused = errors.New("some named events cannot be acted on; nothing was changed")
+
+// Requeue makes FAILED events pending again, due now, attempts reset, in
+// id order, in batches of at most BatchSize (each one statement).
+func (a *Admin) Requeue(ctx context.Context, sel Selection) (Result, error) {
+	return a.act(ctx, "requeue", driver.Failed, sel, a.drv.Requeue)
+}
+
+// Replay makes SENT events pending again, so the relay publishes them
+// again: same event id, payload and headers, so consumers' inboxes skip
+// the ones they handled (see ForgetInbox). Rows the janitor already
+// deleted cannot be replayed.
+func (a *Admin) Replay(ctx context.Context, sel Selection) (Result, error) {
+	return a.act(ctx, "replay", driver.Sent, sel, a.drv.Replay)
+}
+
+func (a *Admin) act(ctx context.Context, action string, want driver.RowStatus, sel Selection, apply func(context.Context, []int64) (int64, error)) (Result, error) {
+	res := Result{Action: action, DryRun: sel.DryRun}
+	if len(sel.Refs) > 0 && !sel.Filter.Empty() {
+		return res, errors.New("name events or give a filter, not both")
+	}
+	if len(sel.Refs) == 0 && sel.Filter.Empty() && !sel.All {
+		return res, fmt.Errorf("no events named and no filter given: to %s every %s event, confirm it (All)", action, want)
+	}
+	keys := map[string]bool{}
+	note := func(evs []driver.Event) []int64 {
+		ids := make([]int64, len(evs))
+		for i, e := range evs {
+			ids[i] = e.ID
+			if res.FirstID == 0 || e.ID < res.FirstID {
+				res.FirstID = e.ID
+			}
+			res.LastID = max(res.LastID, e.ID)
+			keys[e.Key] = true
+		}
+		res.Matched += int64(len(evs))
+		res.Keys = len(keys)
+		return ids
+	}
+	run := func(ids []int64) error {
+		if sel.DryRun || len(ids) == 0 {
+			return nil
+		}
+		n, err := apply(ctx, ids)
+		res.Changed += n
+		if n > 0 {
+			res.Batches++
+		}
+		return err
+	}
+	if len(sel.Refs) > 0 {
+		evs, err := a.resolve(ctx, want, action, sel.Refs, &res)
+		if err != nil || len(res.Refused) > 0 {
+			return res, err
+		}
+		ids := note(evs)
+		for len(ids) > 0 {
+			n := min(len(ids), BatchSize)
+			if err := run(ids[:n]); err != nil {
+				return res, err
+			}
+			ids = ids[n:]
+		}
+		return res, nil
+	}
+	var after int64
+	for {
+		evs, err := a.drv.FindEvents(ctx, sel.Filter.query(int(want), after, BatchSize))
+		if err != nil {
+			return res, err
+		}
+		if len(evs) == 0 {
+			return res, nil
+		}
+		after = evs[len(evs)-1].ID
+		if err := run(note(evs)); err != nil {
+			return res, err
+		}
+	}
+}
+
+// resolve looks up named events, in id order, and refuses (filling
+// res.Refused) those that are missing or not in status want.
+func (a *Admin) resolve(ctx context.Context, want driver.RowStatus, action string, refs []string, res *Result) ([]driver.Event, error) {
+	if len(refs) > MaxRefs {
+		return nil, fmt.Errorf("%d events named: name at most %d at once, or use a filter", len(refs), MaxRefs)
+	}
+	var ids []int64
+	var eventIDs []string
+	refOf := map[string]string{} // "id:1" / "event:uuid" -> the ref as given
+	for _, r := range refs {
+		id, eid, err := ParseRef(r)
+		if err != nil {
+			return nil, err
+		}
+		if eid != "" {
+			eventIDs = append(eventIDs, eid)
+			refOf["event:"+eid] = r
+		} else {
+			ids = append(ids, id)
+			refOf["id:"+strconv.FormatInt(id, 10)] = r
+		}
+	}
+	found := map[string]driver.Event{}
+	lookup := func(f driver.EventFilter) error {
+		evs, err := a.drv.FindEvents(ctx, f)
+		for _, e := range evs {
+			found["id:"+strconv.FormatInt(e.ID, 10)] = e
+			found["event:"+e.EventID] = e
+		}
+		return err
+	}
+	for len(ids) > 0 {
+		n := min(len(ids), dialect.MaxInList)
+		if err := lookup(driver.EventFilter{Status: -1, IDs: ids[:n], Limit: n}); err != nil {
+			return nil, err
+		}
+		ids = ids[n:]
+	}
+	for len(eventIDs) > 0 {
+		n := min(len(eventIDs), dialect.MaxInList)
+		if err := lookup(driver.EventFilter{Status: -1, EventIDs: eventIDs[:n], Limit: n}); err != nil {
+			return nil, err
+		}
+		eventIDs = eventIDs[n:]
+	}
+	var out []driver.Event
+	seen := map[int64]bool{}
+	for _, r := range refs {
+		id, eid, _ := ParseRef(r)
+		k := "event:" + eid
+		if eid == "" {
+			k = "id:" + strconv.FormatInt(id, 10)
+		}
+		e, ok := found[k]
+		switch {
+		case !ok:
+			res.Refused = append(res.Refused, Refusal{Ref: r, Reason: "no such event in the outbox table (never written, or deleted by the janitor)"})
+		case e.Status != want:
+			res.Refused = append(res.Refused, Refusal{Ref: r, Reason: refusal(action, e)})
+		case !seen[e.ID]:
+			seen[e.ID] = true
+			out = append(out, e)
+		}
+	}
+	if len(res.Refused) > 0 {
+		return nil, fmt.Errorf("%s: %w", action, ErrRefused)
+	}
+	sortByID(out)
+	return out, nil
+}
+
+func refusal(action string, e driver.Event) string {
+	switch {
+	case action == "requeue" && e.Status == driver.Sent:
+		return fmt.Sprintf("row %d is sent, not failed: to publish it again, replay it", e.ID)
+	case action == "requeue" && e.Status == driver.Pending:
+		return fmt.Sprintf("row %d is pending, not failed: the relay will publish it (attempts so far: %d)", e.ID, e.RetryCount)
+	case action == "replay" && e.Status == driver.Failed:
+		return fmt.Sprintf("row %d is failed, not sent: requeue it instead", e.ID)
+	case action == "replay" && e.Status == driver.Pending:
+		return fmt.Sprintf("row %d is pending, not sent yet: the relay will publish it", e.ID)
+	}
+	return fmt.Sprintf("row %d is %s", e.ID, e.Status)
+}
+
+func sortByID(evs []driver.Event) {
+	for i := 1; i < len(evs); i++ {
+		for j := i; j > 0 && evs[j].ID < evs[j-1].ID; j-- {
+			evs[j], evs[j-1] = evs[j-1], evs[j]
+		}
+	}
+}
+
+// InboxSelection names the inbox rows of one consumer that ForgetInbox
+// deletes: by event ids, or by a filter; an empty filter (every row of
+// the consumer) needs All.
+type InboxSelection struct {
+	Consumer    string
+	EventIDs    []string
+	Types, Keys []string
+	// Since and Until bound processed_at, as Filter's bound created_at.
+	Since, Until time.Duration
+	All          bool
+	DryRun       bool
+}
+
+// ForgetInbox deletes a consumer's inbox rows, so that the consumer
+// handles those events again when they are delivered again (by Replay).
+// It works in batches of at most BatchSize, each one statement.
+func (a *Admin) ForgetInbox(ctx context.Context, sel InboxSelection) (Result, error) {
+	res := Result{Action: "forget", DryRun: sel.DryRun}
+	if sel.Consumer == "" {
+		return res, errors.New("name the consumer whose inbox rows to forget")
+	}
+	if len(sel.EventIDs) > MaxRefs {
+		return res, fmt.Errorf("%d event ids: name at most %d at once, or use a filter", len(sel.EventIDs), MaxRefs)
+	}
+	for i, e := range sel.EventIDs {
+		sel.EventIDs[i] = strings.TrimSpace(e)
+	}
+	empty := len(sel.EventIDs) == 0 && len(sel.Types) == 0 && len(sel.Keys) == 0 && sel.Since == 0 && sel.Until == 0
+	if empty && !sel.All {
+		return res, fmt.Errorf("no event ids and no filter given: to forget every event consumer %q handled, confirm it (All)", sel.Consumer)
+	}
+	if err := a.drv.Check(ctx, driver.Inbox); err != nil {
+		return res, err
+	}
+	keys := map[string]bool{}
+	page := func(after string, ids []string) ([]driver.InboxRow, error) {
+		return a.drv.FindInbox(ctx, driver.InboxFilter{Consumer: sel.Consumer, AfterEventID: after, EventIDs: ids,
+			Types: sel.Types, Keys: sel.Keys, MaxAge: sel.Since, MinAge: sel.Until, Limit: BatchSize})
+	}
+	forget := func(rows []driver.InboxRow) error {
+		res.Matched += int64(len(rows))
+		ids := make([]string, len(rows))
+		for i, r := range rows {
+			ids[i] = r.EventID
+			keys[r.Key] = true
+		}
+		res.Keys = len(keys)
+		if sel.DryRun || len(ids) == 0 {
+			return nil
+		}
+		n, err := a.drv.ForgetInbox(ctx, sel.Consumer, ids)
+		res.Changed += n
+		if n > 0 {
+			res.Batches++
+		}
+		return err
+	}
+	lists := [][]string{nil}
+	if len(sel.EventIDs) > 0 {
+		lists = nil
+		for ids := sel.EventIDs; len(ids) > 0; {
+			n := min(len(ids), BatchSize)
+			lists = append(lists, ids[:n])
+			ids = ids[n:]
+		}
+	}
+	for _, ids := range lists {
+		after := ""
+		for {
+			rows, err := page(after, ids)
+			if err != nil {
+				return res, err
+			}
+			if len(rows) == 0 {
+				break
+			}
+			after = rows[len(rows)-1].EventID
+			if err := forget(rows); err != nil {
+				return res, err
+			}
+		}
+	}
+	return res, nil
+}
