@@ -1,0 +1,378 @@
+package main
+
+// End to end on PostgreSQL, MariaDB and SQLite with a real NATS JetStream
+// server: a topic no stream captures makes a row FAILED and holds back the
+// later events of its key; status and failed list/show report it; requeue
+// refuses what is not FAILED, and once the stream is fixed, requeues it
+// and the relay publishes the key's events in order; replay publishes
+// sent events again; inbox forget deletes a consumer's rows.
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outboxgen/outboxgen/internal/testdb"
+	"github.com/outboxgen/outboxgen/runtime/brokers/natsjs"
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
+	"github.com/outboxgen/outboxgen/runtime/relay"
+	"github.com/outboxgen/outboxgen/templates"
+)
+
+// cliDSN is the -db value for a testdb DSN.
+func cliDSN(d, dsn string) string {
+	switch d {
+	case "mysql":
+		return "mysql://" + dsn
+	case "sqlite":
+		return strings.TrimPrefix(strings.SplitN(dsn, "?", 2)[0], "file:") // a path
+	}
+	return dsn
+}
+
+func opsNATS(t *testing.T) string {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s.ClientURL()
+}
+
+// cli runs the command line and returns stdout, stderr and the exit code.
+func opsCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func opsMust(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errs, code := opsCLI(t, args...)
+	if code != 0 {
+		t.Fatalf("outboxgen %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errs)
+	}
+	return out
+}
+
+func TestOperationsEndToEnd(t *testing.T) {
+	for _, d := range testdb.Dialects() {
+		t.Run(d, func(t *testing.T) {
+			t.Parallel()
+			testOperations(t, d)
+		})
+	}
+}
+
+func testOperations(t *testing.T, d string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dsn := testdb.DSN(t, d)
+	db, err := sql.Open(testdb.Driver(t, d), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	testdb.ApplySchema(t, db, d, templates.DefaultTables)
+	dbFlag := "-db=" + cliDSN(d, dsn)
+
+	natsURL := opsNATS(t)
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One stream for every topic, so its sequence is the publish order. It
+	// captures "orders" only: publishing to "refunds" fails (no stream).
+	// A short duplicate window, so that the replay below is not dropped
+	// as a duplicate of the first publish.
+	streamCfg := jetstream.StreamConfig{Name: "ALL", Subjects: []string{"orders"}, Duplicates: 500 * time.Millisecond, Storage: jetstream.MemoryStorage}
+	if _, err := js.CreateStream(ctx, streamCfg); err != nil {
+		t.Fatal(err)
+	}
+
+	schema := outbox.Schema{Source: "test", Tables: outbox.Tables{Outbox: "outbox_event", Inbox: "outbox_inbox"}, Dialects: []outbox.Dialect{outbox.Dialect(d)}}
+	w, err := schema.NewWriter(dialect.Dialect(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type ev struct{ typ, topic, key string }
+	evs := []ev{
+		{"ORDER_PAID", "orders", "k1"}, {"ORDER_PAID", "orders", "k2"}, {"ORDER_REFUNDED", "refunds", "k1"},
+		{"ORDER_PAID", "orders", "k2"}, {"ORDER_SHIPPED", "orders", "k1"}, {"ORDER_PAID", "orders", "k3"},
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range evs {
+		if _, err := w.Insert(ctx, tx, outbox.Event{Type: e.typ, Topic: e.topic, Key: e.key, Version: 1, Payload: map[string]any{"n": i, "note": "<script>x</script>"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	drv, err := sqldriver.New(db, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := natsjs.NewPublisher(natsjs.Config{URL: natsURL, PublishTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	r, err := relay.New(drv, relay.Config{Publisher: pub, MaxAttempts: 2, Backoff: func(int) time.Duration { return 50 * time.Millisecond },
+		PollInterval: 50 * time.Millisecond, ShutdownTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stopRelay := context.WithCancel(ctx)
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- r.Run(rctx) }()
+	defer func() { stopRelay(); <-relayDone }()
+
+	// The refund fails twice and becomes FAILED; k1's shipment waits behind it.
+	var st statusReport
+	opsWait(t, 30*time.Second, "the refund to become FAILED and four events sent", func() bool {
+		st = statusReport{}
+		out := opsMust(t, "status", dbFlag, "-o", "json")
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("status -o json: %v\n%s", err, out)
+		}
+		return st.Failed == 1 && st.SentInWindow == 4
+	})
+	if st.Pending != 1 || st.HeldBackKeys != 1 || st.HeldBackRows != 1 || len(st.FailedGroups) != 1 ||
+		st.FailedGroups[0].Type != "ORDER_REFUNDED" || st.FailedGroups[0].Topic != "refunds" || st.FailedGroups[0].Count != 1 {
+		t.Errorf("status: %+v", st)
+	}
+	text := opsMust(t, "status", dbFlag)
+	for _, want := range []string{"failed            1", "1 key", "ORDER_REFUNDED  refunds  1"} {
+		if !strings.Contains(strings.Join(strings.Fields(text), " "), strings.Join(strings.Fields(want), " ")) {
+			t.Errorf("status text lacks %q:\n%s", want, text)
+		}
+	}
+
+	// failed list: filters, JSON.
+	var list struct {
+		Events []map[string]any `json:"events"`
+	}
+	out := opsMust(t, "failed", "list", dbFlag, "-o", "json", "-error", "NO RESPONSE", "-type", "ORDER_REFUNDED")
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list.Events) != 1 {
+		t.Fatalf("failed list: %v\n%s", err, out)
+	}
+	failedID := int64(list.Events[0]["id"].(float64))
+	eventID := list.Events[0]["event_id"].(string)
+	if out := opsMust(t, "failed", "list", dbFlag, "-type", "ORDER_PAID"); !strings.Contains(out, "no failed events match") {
+		t.Errorf("failed list -type ORDER_PAID: %s", out)
+	}
+	show := opsMust(t, "failed", "show", eventID, dbFlag)
+	for _, want := range []string{"status      failed", "attempts    2", `"note": "<script>x</script>"`, "key         k1"} {
+		if !strings.Contains(show, want) {
+			t.Errorf("failed show lacks %q:\n%s", want, show)
+		}
+	}
+
+	// requeue refuses a sent row and changes nothing.
+	out, errs, code := opsCLI(t, "requeue", dbFlag, strconv.FormatInt(failedID, 10), "1")
+	if code != 1 || !strings.Contains(errs, "row 1 is sent, not failed") || !strings.Contains(errs, "nothing was changed") {
+		t.Errorf("requeue of a sent row: exit %d\n%s%s", code, out, errs)
+	}
+	if n := opsCount(t, db, 2); n != 1 {
+		t.Fatalf("after the refused requeue, %d FAILED rows, want 1", n)
+	}
+	// -all without -yes asks, and an empty answer changes nothing.
+	stdin = strings.NewReader("\n")
+	if _, _, code := opsCLI(t, "requeue", dbFlag, "-all"); code != 1 {
+		t.Errorf("requeue -all without confirmation: exit %d, want 1", code)
+	}
+
+	// Fix the cause (the stream captures refunds too), then requeue: the
+	// refund and then k1's shipment are published, in order.
+	streamCfg.Subjects = []string{"orders", "refunds"}
+	if _, err := js.UpdateStream(ctx, streamCfg); err != nil {
+		t.Fatal(err)
+	}
+	stdin = strings.NewReader("requeue 1\n")
+	out = opsMust(t, "requeue", dbFlag, "-all")
+	if !strings.Contains(out, "requeued 1 event (ids "+strconv.FormatInt(failedID, 10)) {
+		t.Errorf("requeue -all: %s", out)
+	}
+	opsWait(t, 30*time.Second, "every event sent", func() bool { return opsCount(t, db, 1) == len(evs) })
+	msgs := opsReadStream(t, ctx, js, 6)
+	if got := keyOrder(msgs, "k1"); !slices.Equal(got, []string{"ORDER_PAID", "ORDER_REFUNDED", "ORDER_SHIPPED"}) {
+		t.Errorf("k1 published in order %v", got)
+	}
+
+	// Replay k2's events: published again with the same event ids.
+	time.Sleep(600 * time.Millisecond) // past the stream's duplicate window
+	out = opsMust(t, "replay", dbFlag, "-key", "k2")
+	if !strings.Contains(out, "replayed 2 events") {
+		t.Errorf("replay -key k2: %s", out)
+	}
+	opsWait(t, 30*time.Second, "the replayed events sent", func() bool { return opsCount(t, db, 1) == len(evs) })
+	msgs = opsReadStream(t, ctx, js, 8)
+	if first, again := msgs[:6], msgs[6:]; again[0].id != idOf(first, "k2", 0) || again[1].id != idOf(first, "k2", 1) {
+		t.Errorf("replayed %v, want k2's event ids %v in order", again, first)
+	}
+	// Replay refuses what is not sent.
+	if _, errs, code := opsCLI(t, "replay", dbFlag, "999999"); code != 1 || !strings.Contains(errs, "no such event") {
+		t.Errorf("replay of a missing row: exit %d: %s", code, errs)
+	}
+
+	// inbox forget: a consumer's rows for k2 go, the others stay.
+	for i, e := range msgs[:6] {
+		if _, err := db.ExecContext(ctx, opsRebind(d, "INSERT INTO outbox_inbox (consumer, event_id, biz_type, biz_id) VALUES (?, ?, ?, ?)"), "points", e.id, e.typ, e.key); err != nil {
+			t.Fatalf("inbox row %d: %v", i, err)
+		}
+	}
+	out = opsMust(t, "inbox", "forget", dbFlag, "-consumer", "points", "-key", "k2")
+	if !strings.Contains(out, "forgot 2 events") {
+		t.Errorf("inbox forget: %s", out)
+	}
+	var left int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM outbox_inbox").Scan(&left); err != nil || left != 4 {
+		t.Errorf("inbox rows left: %d, %v; want 4", left, err)
+	}
+}
+
+type published struct{ id, typ, key string }
+
+func idOf(msgs []published, key string, n int) string {
+	for _, m := range msgs {
+		if m.key == key {
+			if n == 0 {
+				return m.id
+			}
+			n--
+		}
+	}
+	return ""
+}
+
+func keyOrder(msgs []published, key string) []string {
+	var out []string
+	for _, m := range msgs {
+		if m.key == key {
+			out = append(out, m.typ)
+		}
+	}
+	return out
+}
+
+// readStream reads the first n messages of stream ALL in stream order.
+func opsReadStream(t *testing.T, ctx context.Context, js jetstream.JetStream, n int) []published {
+	t.Helper()
+	c, err := js.OrderedConsumer(ctx, "ALL", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := c.Fetch(n, jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []published
+	for m := range batch.Messages() {
+		h := m.Headers()
+		out = append(out, published{id: h.Get(outbox.MetadataEventID), typ: h.Get(outbox.MetadataType), key: h.Get(outbox.MetadataKey)})
+	}
+	if len(out) != n {
+		t.Fatalf("stream holds %d messages, want %d: %v", len(out), n, out)
+	}
+	return out
+}
+
+func opsCount(t *testing.T, db *sql.DB, status int) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM outbox_event WHERE status = " + strconv.Itoa(status)).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func opsRebind(d, q string) string {
+	if d != "postgres" {
+		return q
+	}
+	for i := 1; strings.Contains(q, "?"); i++ {
+		q = strings.Replace(q, "?", "$"+strconv.Itoa(i), 1)
+	}
+	return q
+}
+
+func opsWait(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestOperationsBadInput(t *testing.T) {
+	t.Setenv(envDB, "")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"status"}, 2, "no database: pass -db DSN or set OUTBOXGEN_DB"},
+		{[]string{"status", "-db", "oracle://scott:tiger@db/x"}, 1, "cannot tell the database"},
+		{[]string{"status", "-db", "postgres://app:s3cret@127.0.0.1:1/x", "-timeout", "3s"}, 1, "127.0.0.1:1"},
+		{[]string{"status", "-db", "mysql://app:s3cret@tcp(127.0.0.1:1)/x", "-timeout", "3s"}, 1, "127.0.0.1:1"},
+		{[]string{"status", "-db", "sqlite:" + t.TempDir() + "/missing.db"}, 1, "no such file"},
+		{[]string{"requeue", "-db", "x.db"}, 2, "name events"},
+		{[]string{"requeue", "-db", "x.db", "12", "-type", "A"}, 2, "not both"},
+		{[]string{"requeue", "-db", "x.db", "not-an-id"}, 2, "neither a row id"},
+		{[]string{"failed", "list", "-db", "x.db", "-since", "yesterday"}, 2, "RFC 3339"},
+		{[]string{"inbox", "forget", "-db", "x.db", "-key", "k"}, 2, "-consumer is required"},
+		{[]string{"failed"}, 2, "usage"},
+	} {
+		out, errs, code := opsCLI(t, tc.args...)
+		if code != tc.code || !strings.Contains(out+errs, tc.want) {
+			t.Errorf("outboxgen %q: exit %d, want %d with %q\n%s%s", tc.args, code, tc.code, tc.want, out, errs)
+		}
+		if strings.Contains(out+errs, "s3cret") {
+			t.Errorf("outboxgen %q shows the password: %s%s", tc.args, out, errs)
+		}
+	}
+	// A database without the outbox table: one line naming the table.
+	path := t.TempDir() + "/empty.db"
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errs, code := opsCLI(t, "status", "-db", path)
+	if code != 1 || !strings.Contains(errs, `table "outbox_event"`) || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+		t.Errorf("status on an empty database: exit %d: %s", code, errs)
+	}
+	_ = fmt.Sprint
+}
