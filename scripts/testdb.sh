@@ -1,32 +1,39 @@
 #!/usr/bin/env bash
-# testdb.sh: throwaway PostgreSQL and MariaDB servers for outboxgen's tests.
+# testdb.sh: throwaway PostgreSQL, MariaDB, Redis and RabbitMQ servers for
+# outboxgen's tests.
 #
-#   scripts/testdb.sh start [postgres|mariadb]
-#                  start both servers, or only the one named (installing its
-#                  packages if missing); print its DSN exports on stdout
-#   scripts/testdb.sh stop [postgres|mariadb]
-#                  stop both, or only the one named
+#   scripts/testdb.sh start [postgres|mariadb|redis|rabbitmq]...
+#                  start every server, or only the ones named (installing
+#                  their packages if missing); print their DSN/URL exports
+#                  on stdout
+#   scripts/testdb.sh stop [postgres|mariadb|redis|rabbitmq]...
+#                  stop every server, or only the ones named
 #   scripts/testdb.sh env
 #                  print the DSN exports of the servers started (and not
 #                  stopped since)
 #
 # Typical use:  eval "$(scripts/testdb.sh start)" && go test ./...
 #               eval "$(scripts/testdb.sh start postgres)"   # PostgreSQL only
-# (postgresql and mysql are accepted as aliases.)
+# (postgresql, mysql and amqp are accepted as aliases.)
 #
 # Meant for a disposable machine or container where it runs as root (Debian
-# 12: postgresql-15, mariadb-server 10.11). Data lives under
+# 12: postgresql-15, mariadb-server 10.11, redis-server 7.0, rabbitmq-server
+# 3.10). Data lives under
 # ${OUTBOXGEN_TESTDB_DIR:-/tmp/outboxgen-testdb} and is tuned for speed, not
-# durability (fsync off). `start` is idempotent: a fast no-op when both
-# servers answer, and it recovers after the servers were killed (kill -9).
+# durability (fsync off; Redis without persistence). `start` is idempotent:
+# a fast no-op when the servers answer, and it recovers after the servers
+# were killed (kill -9).
 #
-# If OUTBOXGEN_TEST_POSTGRES_DSN / OUTBOXGEN_TEST_MYSQL_DSN are already set
-# and reachable, they are used instead of starting that server.
+# If OUTBOXGEN_TEST_POSTGRES_DSN / OUTBOXGEN_TEST_MYSQL_DSN /
+# OUTBOXGEN_TEST_REDIS_URL / OUTBOXGEN_TEST_AMQP_URL are already set and
+# reachable, they are used instead of starting that server.
 set -euo pipefail
 
 DIR=${OUTBOXGEN_TESTDB_DIR:-/tmp/outboxgen-testdb}
 PG_PORT=${OUTBOXGEN_TESTDB_PG_PORT:-54329}
 MY_PORT=${OUTBOXGEN_TESTDB_MYSQL_PORT:-33069}
+RD_PORT=${OUTBOXGEN_TESTDB_REDIS_PORT:-63799}
+MQ_PORT=${OUTBOXGEN_TESTDB_AMQP_PORT:-56729}
 TIMEOUT=60
 
 PG_DIR=$DIR/postgres
@@ -37,17 +44,30 @@ MY_DATA=$MY_DIR/data
 MY_SOCK=$MY_DIR/mariadb.sock
 MY_PID=$MY_DIR/mariadb.pid
 MY_LOG=$MY_DIR/mariadb.log
+RD_DIR=$DIR/redis
+RD_PID=$RD_DIR/redis.pid
+RD_LOG=$RD_DIR/redis.log
+MQ_DIR=$DIR/rabbitmq
+MQ_PID=$MQ_DIR/rabbitmq.pid
+MQ_CONF=$DIR/rabbitmq-testdb # .conf: written as root, so outside $MQ_DIR
+MQ_PLUGINS=$DIR/rabbitmq-plugins
+# One node per port, so that servers of several data directories coexist;
+# the Erlang distribution port is the AMQP port minus 30000 (or plus 10000).
+MQ_NODE=outboxgen$MQ_PORT@localhost
+MQ_DIST_PORT=$(( MQ_PORT > 30000 ? MQ_PORT - 30000 : MQ_PORT + 10000 ))
 ENV_FILE=$DIR/env
 
 DEFAULT_PG_DSN="postgres://outboxgen:outboxgen@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
 DEFAULT_MY_DSN="outboxgen:outboxgen@tcp(127.0.0.1:$MY_PORT)/?parseTime=true&interpolateParams=true&multiStatements=true"
+DEFAULT_RD_URL="redis://127.0.0.1:$RD_PORT/0"
+DEFAULT_MQ_URL="amqp://outboxgen:outboxgen@127.0.0.1:$MQ_PORT/"
 
 log() { printf 'testdb: %s\n' "$*" >&2; }
 die() { printf 'testdb: error: %s\n' "$*" >&2; exit 1; }
 now_ms() { date +%s%3N; }
 
 need_root() {
-	[ "$(id -u)" = 0 ] || die "must run as root (it installs packages and runs the servers as the postgres and mysql users)"
+	[ "$(id -u)" = 0 ] || die "must run as root (it installs packages and runs the servers as the postgres, mysql, redis and rabbitmq users)"
 }
 
 apt_install() {
@@ -338,6 +358,168 @@ my_stop() {
 	log "mariadb: not running"
 }
 
+# --------------------------------------------------------------------- Redis
+
+rd_bins() {
+	command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 || apt_install redis-server
+	command -v redis-server >/dev/null 2>&1 || die "redis-server not found after installing redis-server"
+	command -v redis-cli >/dev/null 2>&1 || apt_install redis-tools
+	id redis >/dev/null 2>&1 || die "user redis missing (it comes with redis-server)"
+}
+
+rd_ready() { [ "$(timeout 3 redis-cli -h 127.0.0.1 -p "$RD_PORT" ping 2>/dev/null)" = PONG ]; }
+
+# rd_external_ok: OUTBOXGEN_TEST_REDIS_URL is set to something other than
+# ours and answers.
+rd_external_ok() {
+	local u=${OUTBOXGEN_TEST_REDIS_URL:-}
+	[ -n "$u" ] && [ "$u" != "$DEFAULT_RD_URL" ] || return 1
+	command -v redis-cli >/dev/null 2>&1 || return 0 # cannot check; trust it
+	[ "$(timeout 3 redis-cli -u "$u" ping 2>/dev/null)" = PONG ]
+}
+
+rd_start() {
+	local t0 pid deadline
+	t0=$(now_ms)
+	rd_bins
+	if rd_ready; then
+		log "redis: already running on 127.0.0.1:$RD_PORT ($(( $(now_ms) - t0 )) ms)"
+		return
+	fi
+	mkdir -p "$RD_DIR"
+	chown redis: "$RD_DIR"
+	chmod 750 "$RD_DIR"
+	pid=$(cat "$RD_PID" 2>/dev/null || true)
+	if ! alive "$pid"; then
+		rm -f "$RD_PID"
+		log "redis: starting on 127.0.0.1:$RD_PORT"
+		# No persistence (no RDB snapshots, no AOF): a test server.
+		runuser -u redis -- redis-server --bind 127.0.0.1 --port "$RD_PORT" \
+			--save "" --appendonly no --dir "$RD_DIR" --daemonize yes \
+			--pidfile "$RD_PID" --logfile "$RD_LOG" --protected-mode no \
+			</dev/null >>"$DIR/redis.out" 2>&1 9>&- || { tail_log "$DIR/redis.out"; die "redis-server failed to start"; }
+	fi
+	deadline=$(( $(date +%s) + TIMEOUT ))
+	until rd_ready; do
+		if [ "$(date +%s)" -ge "$deadline" ]; then
+			tail_log "$RD_LOG"
+			die "redis did not become ready on 127.0.0.1:$RD_PORT within ${TIMEOUT}s (log: $RD_LOG)"
+		fi
+		sleep 0.1
+	done
+	log "redis: ready on 127.0.0.1:$RD_PORT ($(( $(now_ms) - t0 )) ms)"
+}
+
+# stop_pid NAME PIDFILE: stop the server whose pid PIDFILE holds (only
+# that one: never a server found by its port, which may be another data
+# directory's), SIGTERM then SIGKILL.
+stop_pid() {
+	local name=$1 pidfile=$2 pid i
+	pid=$(cat "$pidfile" 2>/dev/null || true)
+	if alive "$pid"; then
+		kill -TERM "$pid" 2>/dev/null || true
+		for i in $(seq 1 $((TIMEOUT * 5))); do
+			alive "$pid" || break
+			sleep 0.2
+		done
+		if alive "$pid"; then
+			log "$name: pid $pid ignored SIGTERM; killing"
+			kill -9 "$pid" 2>/dev/null || true
+		fi
+		rm -f "$pidfile"
+		log "$name: stopped"
+		return
+	fi
+	rm -f "$pidfile"
+	log "$name: not running"
+}
+
+rd_stop() { stop_pid redis "$RD_PID"; }
+
+# ------------------------------------------------------------------ RabbitMQ
+
+mq_bins() {
+	[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || apt_install rabbitmq-server
+	[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || die "/usr/lib/rabbitmq/bin/rabbitmq-server not found after installing rabbitmq-server"
+	id rabbitmq >/dev/null 2>&1 || die "user rabbitmq missing (it comes with rabbitmq-server)"
+}
+
+# amqp_answers HOST PORT: an AMQP 0-9-1 server answers the protocol header
+# with a frame (connection.start, frame type 1).
+amqp_answers() {
+	timeout 3 bash -c '
+		exec 3<>"/dev/tcp/$1/$2" || exit 1
+		printf "AMQP\0\0\11\1" >&3
+		[ "$(head -c 1 <&3 | od -An -tu1 | tr -d " ")" = 1 ]' _ "$1" "$2" 2>/dev/null
+}
+
+mq_ready() { amqp_answers 127.0.0.1 "$MQ_PORT"; }
+
+# mq_external_ok: OUTBOXGEN_TEST_AMQP_URL is set to something other than
+# ours and an AMQP server answers at its host and port.
+mq_external_ok() {
+	local u=${OUTBOXGEN_TEST_AMQP_URL:-} hostport host port
+	[ -n "$u" ] && [ "$u" != "$DEFAULT_MQ_URL" ] || return 1
+	[[ $u =~ ^amqps?://([^/?#]*@)?([^/?#@]+) ]] || return 1
+	hostport=${BASH_REMATCH[2]}
+	host=${hostport%:*}
+	port=${hostport##*:}
+	[ "$host" != "$hostport" ] || port=5672
+	amqp_answers "$host" "$port"
+}
+
+mq_start() {
+	local t0 pid deadline
+	t0=$(now_ms)
+	mq_bins
+	if mq_ready; then
+		log "rabbitmq: already running on 127.0.0.1:$MQ_PORT ($(( $(now_ms) - t0 )) ms)"
+		return
+	fi
+	mkdir -p "$MQ_DIR"
+	chown rabbitmq: "$MQ_DIR"
+	chmod 750 "$MQ_DIR"
+	# The user is created on the node's first start (empty database).
+	cat >"$MQ_CONF.conf.tmp" <<CONF
+listeners.tcp.1 = 127.0.0.1:$MQ_PORT
+default_user = outboxgen
+default_pass = outboxgen
+default_vhost = /
+loopback_users = none
+log.file.level = warning
+CONF
+	mv "$MQ_CONF.conf.tmp" "$MQ_CONF.conf"
+	echo '[].' >"$MQ_PLUGINS.tmp" && mv "$MQ_PLUGINS.tmp" "$MQ_PLUGINS"
+	chmod 644 "$MQ_CONF.conf" "$MQ_PLUGINS"
+	pid=$(cat "$MQ_PID" 2>/dev/null || true)
+	if ! alive "$pid"; then
+		rm -f "$MQ_PID"
+		log "rabbitmq: starting on 127.0.0.1:$MQ_PORT (node $MQ_NODE)"
+		# setsid + nohup: the server outlives this script and its
+		# terminal. HOME holds the node's Erlang cookie.
+		setsid nohup runuser -u rabbitmq -- env HOME="$MQ_DIR" \
+			RABBITMQ_NODENAME="$MQ_NODE" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
+			RABBITMQ_NODE_PORT="$MQ_PORT" RABBITMQ_DIST_PORT="$MQ_DIST_PORT" \
+			RABBITMQ_MNESIA_BASE="$MQ_DIR/mnesia" RABBITMQ_LOG_BASE="$MQ_DIR/log" \
+			RABBITMQ_CONFIG_FILE="$MQ_CONF" RABBITMQ_ENABLED_PLUGINS_FILE="$MQ_PLUGINS" \
+			RABBITMQ_ADVANCED_CONFIG_FILE="$MQ_DIR/advanced.config" \
+			RABBITMQ_PID_FILE="$MQ_PID" \
+			/usr/lib/rabbitmq/bin/rabbitmq-server \
+			</dev/null >>"$DIR/rabbitmq.out" 2>&1 9>&- &
+	fi
+	deadline=$(( $(date +%s) + TIMEOUT ))
+	until mq_ready; do
+		if [ "$(date +%s)" -ge "$deadline" ]; then
+			tail_log "$DIR/rabbitmq.out"
+			die "rabbitmq did not become ready on 127.0.0.1:$MQ_PORT within ${TIMEOUT}s (logs: $DIR/rabbitmq.out, $MQ_DIR/log)"
+		fi
+		sleep 0.2
+	done
+	log "rabbitmq: ready on 127.0.0.1:$MQ_PORT ($(( $(now_ms) - t0 )) ms)"
+}
+
+mq_stop() { stop_pid rabbitmq "$MQ_PID"; }
+
 # ----------------------------------------------------------------------- env
 
 # squote VALUE: VALUE in single quotes, safe for eval.
@@ -347,13 +529,14 @@ squote() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
 export_line() { printf 'export %s=%s\n' "$1" "$(squote "$2")"; }
 
 # update_env VAR [VALUE]: record VAR=VALUE in $ENV_FILE, or drop VAR when
-# no VALUE is given, keeping the other server's line. The file lists only
-# the servers started (PostgreSQL first) and is removed when it would be
+# no VALUE is given, keeping the other servers' lines. The file lists only
+# the servers started (in the order PostgreSQL, MariaDB, Redis, RabbitMQ)
+# and is removed when it would be
 # empty. $DIR is this user's and writable by nobody else (secure_dir), and
 # the lock is held.
 update_env() {
 	local var=$1 v line lines=""
-	for v in OUTBOXGEN_TEST_POSTGRES_DSN OUTBOXGEN_TEST_MYSQL_DSN; do
+	for v in OUTBOXGEN_TEST_POSTGRES_DSN OUTBOXGEN_TEST_MYSQL_DSN OUTBOXGEN_TEST_REDIS_URL OUTBOXGEN_TEST_AMQP_URL; do
 		if [ "$v" = "$var" ]; then
 			[ $# -lt 2 ] || lines+=$(export_line "$v" "$2")$'\n'
 		elif [ -f "$ENV_FILE" ] && line=$(grep -m 1 "^export $v=" "$ENV_FILE"); then
@@ -369,20 +552,24 @@ update_env() {
 }
 
 # SERVERS: the servers a start or stop acts on, from its arguments
-# (default: both), in a fixed order.
+# (default: all), in a fixed order.
 SERVERS=()
 parse_servers() {
-	local a pg=0 my=0
-	[ $# -gt 0 ] || set -- postgres mariadb
+	local a pg=0 my=0 rd=0 mq=0
+	[ $# -gt 0 ] || set -- postgres mariadb redis rabbitmq
 	for a in "$@"; do
 		case $a in
 		postgres | postgresql) pg=1 ;;
 		mariadb | mysql) my=1 ;;
-		*) usage "unknown server \"$a\": name postgres or mariadb (or none for both)" ;;
+		redis) rd=1 ;;
+		rabbitmq | amqp) mq=1 ;;
+		*) usage "unknown server \"$a\": name postgres, mariadb, redis or rabbitmq (or none for all)" ;;
 		esac
 	done
 	[ "$pg" = 0 ] || SERVERS+=(postgres)
 	[ "$my" = 0 ] || SERVERS+=(mariadb)
+	[ "$rd" = 0 ] || SERVERS+=(redis)
+	[ "$mq" = 0 ] || SERVERS+=(rabbitmq)
 }
 
 wants() {
@@ -422,6 +609,12 @@ cmd_start() {
 	if wants mariadb; then
 		out+=$(start_one mariadb OUTBOXGEN_TEST_MYSQL_DSN "$DEFAULT_MY_DSN" my_external_ok my_start)$'\n'
 	fi
+	if wants redis; then
+		out+=$(start_one redis OUTBOXGEN_TEST_REDIS_URL "$DEFAULT_RD_URL" rd_external_ok rd_start)$'\n'
+	fi
+	if wants rabbitmq; then
+		out+=$(start_one rabbitmq OUTBOXGEN_TEST_AMQP_URL "$DEFAULT_MQ_URL" mq_external_ok mq_start)$'\n'
+	fi
 	log "ready in $(( $(now_ms) - t0 )) ms; env file: $ENV_FILE"
 	printf '%s' "$out"
 }
@@ -438,6 +631,14 @@ cmd_stop() {
 		my_stop
 		update_env OUTBOXGEN_TEST_MYSQL_DSN
 	fi
+	if wants redis; then
+		rd_stop
+		update_env OUTBOXGEN_TEST_REDIS_URL
+	fi
+	if wants rabbitmq; then
+		mq_stop
+		update_env OUTBOXGEN_TEST_AMQP_URL
+	fi
 }
 
 cmd_env() {
@@ -447,7 +648,7 @@ cmd_env() {
 
 usage() {
 	[ $# -eq 0 ] || printf 'testdb: %s\n' "$1" >&2
-	echo "usage: $0 start [postgres|mariadb] | stop [postgres|mariadb] | env" >&2
+	echo "usage: $0 start [postgres|mariadb|redis|rabbitmq]... | stop [postgres|mariadb|redis|rabbitmq]... | env" >&2
 	exit 2
 }
 

@@ -231,7 +231,7 @@ func TestScriptSelectiveStart(t *testing.T) {
 	step([]string{"env"}, pgLine, true, "")
 	step([]string{"start", "mysql"}, myLine, true, "postgres")
 	step([]string{"env"}, pgLine+myLine, true, "")
-	step([]string{"start"}, pgLine+myLine, true, "")
+	step([]string{"start", "postgres", "mariadb"}, pgLine+myLine, true, "")
 	step([]string{"stop", "postgresql"}, "", true, "mariadb")
 	step([]string{"env"}, myLine, true, "")
 	step([]string{"stop", "mariadb"}, "", true, "postgres")

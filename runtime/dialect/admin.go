@@ -22,7 +22,8 @@ var (
 	sAdminPendingStates = define(nil, "AdminPendingStates")
 	sAdminFailedGroups  = define(nil, "AdminFailedGroups", "max_rows")
 	sAdminHeldBack      = define(nil, "AdminHeldBack").withFixed("unordered")
-	sAdminSentPerMinute = define(nil, "AdminSentPerMinute", "scan_rows", "window_secs")
+	sAdminMaxID         = define(nil, "AdminMaxID")
+	sAdminSentPerMinute = define(nil, "AdminSentPerMinute", "from_id", "window_secs")
 	sAdminFindEvents    = define(nil, "AdminFindEvents", "after_id", "to_id", "ids", "event_ids", "types", "biz_ids", "topics", "max_age", "min_age", "error_sub", "max_rows").
 				withFixed("status_pending", "status_sent", "status_failed", "has_to_id", "has_ids", "has_event_ids", "has_types", "has_keys", "has_topics", "has_max_age", "has_min_age", "has_error").
 				mayOmit("to_id", "ids", "event_ids", "types", "biz_ids", "topics", "max_age", "min_age", "error_sub")
@@ -132,12 +133,17 @@ func (q *AdminQueries) HeldBack(unordered []string) (string, []any) {
 	return p.render()
 }
 
+// MaxID returns the highest row id (0 for an empty table).
+func (q *AdminQueries) MaxID() (string, []any) {
+	return q.set().get(sAdminMaxID).render()
+}
+
 // SentPerMinute returns, per minute ago (0 = the current minute), the rows
 // sent within window, their average and largest commit-to-publish lag in
-// seconds: counted among the newest scanRows rows by id, so that its cost
-// is bounded on a table of any size.
-func (q *AdminQueries) SentPerMinute(scanRows int64, window time.Duration) (string, []any) {
-	return q.set().get(sAdminSentPerMinute).render(scanRows, window)
+// seconds: counted among the rows with id > fromID (MaxID minus the rows
+// to scan), so that its cost is bounded on a table of any size.
+func (q *AdminQueries) SentPerMinute(fromID int64, window time.Duration) (string, []any) {
+	return q.set().get(sAdminSentPerMinute).render(fromID, window)
 }
 
 // sectionOn is a fixed list that keeps an IF section when on.

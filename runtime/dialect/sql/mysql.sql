@@ -245,11 +245,14 @@ FROM (
 JOIN /* TEMPLATE: outbox */outbox_event o ON o.biz_id = h.biz_id AND o.status = 0 AND o.id > h.head_id
 /* IF unordered */WHERE o.biz_type NOT IN (sqlc.slice(unordered)) /* END */;
 
+-- name: AdminMaxID :one
+SELECT COALESCE(MAX(id), 0) FROM /* TEMPLATE: outbox */outbox_event;
+
 -- name: AdminSentPerMinute :many
 SELECT FLOOR(TIMESTAMPDIFF(SECOND, sent_at, CURRENT_TIMESTAMP(6)) / 60) AS minute_ago, COUNT(*),
     AVG(TIMESTAMPDIFF(MICROSECOND, created_at, sent_at)) / 1000000.0, MAX(TIMESTAMPDIFF(MICROSECOND, created_at, sent_at)) / 1000000.0
 FROM /* TEMPLATE: outbox */outbox_event
-WHERE id > (SELECT COALESCE(MAX(m.id), 0) FROM /* TEMPLATE: outbox */outbox_event m) - sqlc.arg(scan_rows)
+WHERE id > sqlc.arg(from_id)
   AND status = 1
   AND sent_at >= CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(window_secs) MICROSECOND
 GROUP BY minute_ago

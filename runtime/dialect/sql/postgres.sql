@@ -318,14 +318,18 @@ FROM (
 JOIN /* TEMPLATE: outbox */outbox_event o ON o.biz_id = h.biz_id AND o.id > h.head_id AND o.status = 0
 /* IF unordered */WHERE o.biz_type NOT IN (sqlc.slice(unordered)) /* END */;
 
--- Sent rows per minute over the last window, among the newest scan_rows
--- rows by id (a primary-key range, so the cost is bounded however many
--- sent rows the table keeps), with the commit-to-publish lag.
+-- Sent rows per minute over the last window, among the rows with id >
+-- from_id (AdminMaxID minus the rows to scan: a primary-key range, so the
+-- cost is bounded however many sent rows the table keeps), with the
+-- commit-to-publish lag.
+-- name: AdminMaxID :one
+SELECT COALESCE(MAX(id), 0) FROM /* TEMPLATE: outbox */outbox_event;
+
 -- name: AdminSentPerMinute :many
 SELECT floor(EXTRACT(EPOCH FROM (now() - sent_at)) / 60)::bigint AS minute_ago, COUNT(*),
     AVG(EXTRACT(EPOCH FROM (sent_at - created_at)))::float8, MAX(EXTRACT(EPOCH FROM (sent_at - created_at)))::float8
 FROM /* TEMPLATE: outbox */outbox_event
-WHERE id > (SELECT COALESCE(MAX(m.id), 0) FROM /* TEMPLATE: outbox */outbox_event m) - sqlc.arg(scan_rows)
+WHERE id > sqlc.arg(from_id)
   AND status = 1
   AND sent_at >= now() - sqlc.arg(window_secs) * interval '1 second'
 GROUP BY minute_ago

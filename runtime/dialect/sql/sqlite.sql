@@ -222,11 +222,14 @@ FROM (
 JOIN /* TEMPLATE: outbox */outbox_event o ON o.biz_id = h.biz_id AND o.id > h.head_id AND o.status = 0
 /* IF unordered */WHERE o.biz_type NOT IN (sqlc.slice(unordered)) /* END */;
 
+-- name: AdminMaxID :one
+SELECT COALESCE(MAX(id), 0) FROM /* TEMPLATE: outbox */outbox_event;
+
 -- name: AdminSentPerMinute :many
 SELECT CAST((julianday('now') - julianday(sent_at)) * 1440 AS INTEGER) AS minute_ago, COUNT(*),
     AVG((julianday(sent_at) - julianday(created_at)) * 86400.0), MAX((julianday(sent_at) - julianday(created_at)) * 86400.0)
 FROM /* TEMPLATE: outbox */outbox_event
-WHERE id > (SELECT COALESCE(MAX(m.id), 0) FROM /* TEMPLATE: outbox */outbox_event m) - sqlc.arg(scan_rows)
+WHERE id > sqlc.arg(from_id)
   AND status = 1
   AND sent_at >= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(window_secs))
 GROUP BY minute_ago

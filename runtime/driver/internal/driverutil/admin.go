@@ -142,7 +142,12 @@ func (a *Admin) Overview(ctx context.Context, p driver.OverviewParams) (driver.O
 	if err := a.one(ctx, q, args, &o.HeldBackKeys, &o.HeldBackRows); err != nil {
 		return o, a.errf("overview: held-back keys", err)
 	}
-	q, args = a.Queries.SentPerMinute(p.ScanRows, p.Window)
+	var maxID int64
+	q, args = a.Queries.MaxID()
+	if err := a.one(ctx, q, args, &maxID); err != nil {
+		return o, a.errf("overview: newest id", err)
+	}
+	q, args = a.Queries.SentPerMinute(maxID-p.ScanRows, p.Window)
 	err = a.each(ctx, q, args, func(r Rows) error {
 		var m driver.MinuteStat
 		var minute int64

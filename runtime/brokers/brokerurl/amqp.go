@@ -1,0 +1,186 @@
+package brokerurl
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outboxgen/outboxgen/runtime/internal/wmlog"
+	"github.com/outboxgen/outboxgen/runtime/redact"
+)
+
+// Defaults of amqp:// URLs.
+const (
+	// DefaultAMQPExchange is the exchange of amqp:// URLs without
+	// exchange=.
+	DefaultAMQPExchange = "outbox"
+	// DefaultAMQPHeartbeat is the AMQP heartbeat interval: a dead
+	// connection is noticed (and an unconfirmed Publish fails) within
+	// about twice this.
+	DefaultAMQPHeartbeat = 10 * time.Second
+)
+
+var amqpParams = []string{"exchange", "exchange_type", "durable", "queue", "prefetch"}
+
+type amqpSettings struct {
+	uri          string // without brokerurl's parameters
+	exchange     string
+	exchangeType string
+	durable      bool
+	queue        string
+	prefetch     int64
+}
+
+func amqpParse(u *brokerURL) (amqpSettings, error) {
+	s := amqpSettings{exchange: DefaultAMQPExchange, exchangeType: "topic"}
+	var err error
+	if v, ok := u.take("exchange"); ok {
+		if v == "" {
+			return s, u.errorf("parameter exchange is empty: name an exchange (default %q)", DefaultAMQPExchange)
+		}
+		s.exchange = v
+	}
+	if v, ok := u.take("exchange_type"); ok {
+		switch v {
+		case "topic", "direct", "fanout":
+			s.exchangeType = v
+		default:
+			return s, u.errorf("parameter exchange_type=%q: use topic, direct or fanout", v)
+		}
+	}
+	if s.durable, err = u.takeBool("durable", true); err != nil {
+		return s, err
+	}
+	s.queue, _ = u.take("queue")
+	if s.prefetch, err = u.takeInt("prefetch", 1); err != nil {
+		return s, err
+	}
+	if s.prefetch < 1 || s.prefetch > 65535 {
+		return s, u.errorf("parameter prefetch=%d: use 1 to 65535", s.prefetch)
+	}
+	// The rest (heartbeat, connection_timeout, TLS files...) is
+	// amqp091-go's.
+	s.uri = u.baseWithQuery()
+	if _, err := amqp.ParseURI(s.uri); err != nil {
+		return s, u.wrap("bad AMQP URL (write amqp://user:pass@host:5672/vhost)", err)
+	}
+	return s, nil
+}
+
+func (s amqpSettings) config(ctx context.Context, opt Options) wmamqp.Config {
+	c := wmamqp.Config{
+		Connection: wmamqp.ConnectionConfig{
+			AmqpURI: s.uri,
+			AmqpConfig: &amqp.Config{
+				Heartbeat: DefaultAMQPHeartbeat,
+				Locale:    "en_US",
+				Dial:      amqp.DefaultDial(opt.connectTimeout(ctx)),
+				Properties: amqp.Table{
+					"product": "outboxgen",
+				},
+			},
+			Reconnect: wmamqp.DefaultReconnectConfig(),
+		},
+		Marshaler: wmamqp.DefaultMarshaler{
+			NotPersistentDeliveryMode: !s.durable,
+			// The message id is the event id, for tools that look at
+			// AMQP properties; the UUID also travels in the
+			// _watermill_message_uuid header.
+			PostprocessPublishing: func(p amqp.Publishing) amqp.Publishing {
+				if id, ok := p.Headers[wmamqp.DefaultMessageUUIDHeaderKey].(string); ok {
+					p.MessageId = id
+				}
+				return p
+			},
+		},
+		Exchange: wmamqp.ExchangeConfig{
+			GenerateName: wmamqp.GenerateExchangeNameConstant(s.exchange),
+			Type:         s.exchangeType,
+			Durable:      s.durable,
+		},
+		Queue: wmamqp.QueueConfig{
+			Durable: s.durable,
+		},
+		QueueBind: wmamqp.QueueBindConfig{
+			GenerateRoutingKey: func(topic string) string { return topic },
+		},
+		Publish: wmamqp.PublishConfig{
+			GenerateRoutingKey: func(topic string) string { return topic },
+			// Publish returns once the broker confirmed the message.
+			ConfirmDelivery: true,
+		},
+		Consume: wmamqp.ConsumeConfig{
+			Qos: wmamqp.QosConfig{PrefetchCount: int(s.prefetch)},
+		},
+		TopologyBuilder: &wmamqp.DefaultTopologyBuilder{},
+	}
+	return c
+}
+
+func openAMQP(ctx context.Context, u *brokerURL, opt Options) (message.Publisher, error) {
+	if _, ok := u.query["queue"]; ok {
+		return nil, u.errorf("parameter queue= is for subscribers: a publisher sends to the exchange (exchange=)")
+	}
+	s, err := amqpParse(u)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := wmamqp.NewPublisher(s.config(ctx, opt), wmlog.Adapter(opt.Logger))
+	if err != nil {
+		return nil, u.wrap("connect to AMQP", err)
+	}
+	return &amqpPublisher{Publisher: pub, secrets: u.secrets}, nil
+}
+
+// amqpPublisher is watermill-amqp's publisher with redacted errors.
+type amqpPublisher struct {
+	*wmamqp.Publisher
+	secrets []string
+}
+
+// Publish publishes msgs to the exchange with topic as routing key and
+// waits for the broker's confirm of each.
+func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) error {
+	return redact.ErrorWith(p.Publisher.Publish(topic, msgs...), p.secrets...)
+}
+
+func openAMQPSubscriber(ctx context.Context, u *brokerURL, group string, opt Options) (message.Subscriber, error) {
+	s, err := amqpParse(u)
+	if err != nil {
+		return nil, err
+	}
+	cfg := s.config(ctx, opt)
+	queue := s.queue
+	cfg.Queue.GenerateName = func(topic string) string {
+		if queue != "" {
+			return queue
+		}
+		return group + "." + topic
+	}
+	cfg.Consume.Consumer = ""
+	sub, err := wmamqp.NewSubscriber(cfg, wmlog.Adapter(opt.Logger))
+	if err != nil {
+		return nil, u.wrap("connect to AMQP", err)
+	}
+	return &amqpSubscriber{Subscriber: sub, secrets: u.secrets}, nil
+}
+
+// amqpSubscriber is watermill-amqp's subscriber with redacted errors.
+type amqpSubscriber struct {
+	*wmamqp.Subscriber
+	secrets []string
+}
+
+// Subscribe declares the queue of topic, binds it to the exchange with
+// topic as routing key, and consumes it.
+func (s *amqpSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if strings.TrimSpace(topic) == "" {
+		return nil, redact.ErrorWith(errEmptyTopic, s.secrets...)
+	}
+	ch, err := s.Subscriber.Subscribe(ctx, topic)
+	return ch, redact.ErrorWith(err, s.secrets...)
+}
