@@ -118,7 +118,7 @@ func (f *dbFlags) open(ctx context.Context) (*opsDB, error) {
 // Without events.yaml every event type counts as ordered (the safe choice:
 // per-key order is kept for all of them).
 func (f *dbFlags) schema(d dialect.Dialect) (outbox.Schema, error) {
-	s := outbox.Schema{Source: "flags", Dialects: []outbox.Dialect{d}}
+	s := outbox.Schema{Source: defaultSpec, Dialects: []outbox.Dialect{d}}
 	t := templates.DefaultTables
 	path := f.spec
 	if path == "" {

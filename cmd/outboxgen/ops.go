@@ -161,6 +161,7 @@ type statusReport struct {
 	Relays           int64                `json:"relays_holding_leases"`
 	ExpiredLeases    int64                `json:"expired_leases"`
 	Failed           int64                `json:"failed"`
+	Sent             int64                `json:"sent"`
 	FailedGroups     []driver.FailedGroup `json:"failed_by_type"`
 	HeldBackKeys     int64                `json:"held_back_keys"`
 	HeldBackRows     int64                `json:"held_back_rows"`
@@ -175,7 +176,7 @@ func statusJSON(o *opsDB, st admin.Status) statusReport {
 		Database: o.Source.Where, Table: o.Schema.Tables.Outbox,
 		Pending: st.Pending, OldestPendingAge: st.OldestPendingAge.Seconds(), StaleAfter: st.StaleAfter.Seconds(), Stale: st.Stale,
 		BackingOff: st.BackingOff, InFlight: st.InFlight, Relays: st.Relays, ExpiredLeases: st.ExpiredLeases,
-		Failed: st.Failed, FailedGroups: st.FailedGroups, HeldBackKeys: st.HeldBackKeys, HeldBackRows: st.HeldBackRows,
+		Failed: st.Failed, Sent: st.Sent, FailedGroups: st.FailedGroups, HeldBackKeys: st.HeldBackKeys, HeldBackRows: st.HeldBackRows,
 		WindowSeconds: st.Window.Seconds(), SentInWindow: st.SentInWindow, SentPerMinute: st.SentPerMinute, TookSeconds: st.Took.Seconds(),
 	}
 	if r.FailedGroups == nil {
@@ -208,7 +209,7 @@ func printStatus(w io.Writer, o *opsDB, st admin.Status) {
 	if st.SentInWindow > 0 {
 		lag = fmt.Sprintf(", commit-to-publish lag avg %s, max %s", roundAge(time.Duration(lagSum/float64(st.SentInWindow)*float64(time.Second))), roundAge(time.Duration(maxLag*float64(time.Second))))
 	}
-	fmt.Fprintf(tw, "sent\t%d\tin the last %s (%.1f/min)%s\n", st.SentInWindow, st.Window, float64(st.SentInWindow)/st.Window.Minutes(), lag)
+	fmt.Fprintf(tw, "sent\t%d\tkept until the janitor's retention; %d in the last %s (%.1f/min)%s\n", st.Sent, st.SentInWindow, st.Window, float64(st.SentInWindow)/st.Window.Minutes(), lag)
 	tw.Flush()
 	if len(st.FailedGroups) > 0 {
 		fmt.Fprintln(w, "\nfailed by type and topic:")
@@ -225,12 +226,14 @@ func printStatus(w io.Writer, o *opsDB, st admin.Status) {
 		fmt.Fprintln(tw, "  MINUTES AGO\tSENT\tAVG LAG\tMAX LAG")
 		for i, m := range st.SentPerMinute {
 			if i == 10 {
-				fmt.Fprintf(tw, "  …\t%d more minutes\t\t\n", len(st.SentPerMinute)-10)
 				break
 			}
 			fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\n", m.MinutesAgo, m.Sent, roundAge(seconds(m.AvgLag)), roundAge(seconds(m.MaxLag)))
 		}
 		tw.Flush()
+		if n := len(st.SentPerMinute) - 10; n > 0 {
+			fmt.Fprintf(w, "  … and %d earlier %s (-o json lists them all)\n", n, plural(n, "minute", "minutes"))
+		}
 	}
 	fmt.Fprintf(w, "\n(queried in %s)\n", st.Took.Round(time.Millisecond))
 }

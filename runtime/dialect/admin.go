@@ -22,6 +22,7 @@ var (
 	sAdminPendingStates = define(nil, "AdminPendingStates")
 	sAdminFailedGroups  = define(nil, "AdminFailedGroups", "max_rows")
 	sAdminHeldBack      = define(nil, "AdminHeldBack").withFixed("unordered")
+	sAdminCountSent     = define(nil, "AdminCountSent")
 	sAdminMaxID         = define(nil, "AdminMaxID")
 	sAdminSentPerMinute = define(nil, "AdminSentPerMinute", "from_id", "window_secs")
 	sAdminFindEvents    = define(nil, "AdminFindEvents", "after_id", "to_id", "ids", "event_ids", "types", "biz_ids", "topics", "max_age", "min_age", "error_sub", "max_rows").
@@ -131,6 +132,11 @@ func (q *AdminQueries) FailedGroups(limit int) (string, []any) {
 func (q *AdminQueries) HeldBack(unordered []string) (string, []any) {
 	p := q.s.mustPrepare(sAdminHeldBack, q.tb, map[string][]string{"unordered": unordered})
 	return p.render()
+}
+
+// CountSent counts the sent rows the table keeps.
+func (q *AdminQueries) CountSent() (string, []any) {
+	return q.set().get(sAdminCountSent).render()
 }
 
 // MaxID returns the highest row id (0 for an empty table).

@@ -174,6 +174,8 @@ func catalog(t *testing.T, d Dialect) []rendered {
 	add("AdminHeldBack", "", s, a)
 	s, a = aq.HeldBack(catalogUnordered)
 	add("AdminHeldBack", "unordered", s, a)
+	s, a = aq.CountSent()
+	add("AdminCountSent", "", s, a)
 	s, a = aq.MaxID()
 	add("AdminMaxID", "", s, a)
 	s, a = aq.SentPerMinute(100000, time.Hour)

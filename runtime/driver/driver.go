@@ -227,6 +227,9 @@ type MinuteStat struct {
 // recent send rate.
 type Overview struct {
 	Stats
+	// Sent counts the sent rows the table keeps (until the janitor's
+	// retention).
+	Sent int64
 	// BackingOff counts pending rows waiting out the backoff after a
 	// failed publish.
 	BackingOff int64

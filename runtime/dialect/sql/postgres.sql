@@ -322,6 +322,11 @@ JOIN /* TEMPLATE: outbox */outbox_event o ON o.biz_id = h.biz_id AND o.id > h.he
 -- from_id (AdminMaxID minus the rows to scan: a primary-key range, so the
 -- cost is bounded however many sent rows the table keeps), with the
 -- commit-to-publish lag.
+-- Sent rows kept (the janitor deletes them after retention). The only
+-- count that reads the sent rows; status measures it (BenchmarkStatus).
+-- name: AdminCountSent :one
+SELECT COUNT(*) FROM /* TEMPLATE: outbox */outbox_event WHERE status = 1;
+
 -- name: AdminMaxID :one
 SELECT COALESCE(MAX(id), 0) FROM /* TEMPLATE: outbox */outbox_event;
 

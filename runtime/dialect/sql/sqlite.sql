@@ -222,6 +222,11 @@ FROM (
 JOIN /* TEMPLATE: outbox */outbox_event o ON o.biz_id = h.biz_id AND o.id > h.head_id AND o.status = 0
 /* IF unordered */WHERE o.biz_type NOT IN (sqlc.slice(unordered)) /* END */;
 
+-- Sent rows kept (the janitor deletes them after retention). The only
+-- count that reads the sent rows; status measures it (BenchmarkStatus).
+-- name: AdminCountSent :one
+SELECT COUNT(*) FROM /* TEMPLATE: outbox */outbox_event WHERE status = 1;
+
 -- name: AdminMaxID :one
 SELECT COALESCE(MAX(id), 0) FROM /* TEMPLATE: outbox */outbox_event;
 

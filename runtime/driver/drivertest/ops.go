@@ -36,6 +36,7 @@ func runOps(t *testing.T, open func(t *testing.T) Env) {
 	t.Run("ArchiveSentMissingTable", func(t *testing.T) { opsTestArchiveMissing(t, open(t)) })
 	t.Run("DeleteInbox", func(t *testing.T) { opsTestDeleteInbox(t, open(t)) })
 	t.Run("BadLimit", func(t *testing.T) { opsTestBadLimit(t, open(t)) })
+	t.Run("Admin", func(t *testing.T) { runAdmin(t, open) })
 }
 
 const (

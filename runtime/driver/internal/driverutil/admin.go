@@ -142,6 +142,10 @@ func (a *Admin) Overview(ctx context.Context, p driver.OverviewParams) (driver.O
 	if err := a.one(ctx, q, args, &o.HeldBackKeys, &o.HeldBackRows); err != nil {
 		return o, a.errf("overview: held-back keys", err)
 	}
+	q, args = a.Queries.CountSent()
+	if err := a.one(ctx, q, args, &o.Sent); err != nil {
+		return o, a.errf("overview: sent rows", err)
+	}
 	var maxID int64
 	q, args = a.Queries.MaxID()
 	if err := a.one(ctx, q, args, &maxID); err != nil {

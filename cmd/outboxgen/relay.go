@@ -1,0 +1,550 @@
+package main
+
+// The long-running commands: `outboxgen relay` (relay, sweeper, monitor
+// and janitor in one process, package runtime/runner), and `outboxgen
+// sweep` / `outboxgen janitor`, whose -once runs one pass for a Kubernetes
+// CronJob. Every option of the runtime's Configs is a flag (with the
+// runtime's default), an environment variable and a -config key (see
+// config.go).
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/outboxgen/outboxgen/runtime/brokers/brokerurl"
+	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/janitor"
+	"github.com/outboxgen/outboxgen/runtime/monitor"
+	"github.com/outboxgen/outboxgen/runtime/redact"
+	"github.com/outboxgen/outboxgen/runtime/relay"
+	"github.com/outboxgen/outboxgen/runtime/runner"
+	"github.com/outboxgen/outboxgen/runtime/sweeper"
+)
+
+// procFlags are the flags of one long-running command; which groups exist
+// depends on the command (see newRelayFlags, newSweepFlags,
+// newJanitorFlags).
+type procFlags struct {
+	fl  *flag.FlagSet
+	db  *dbFlags
+	cmd string
+
+	config      string
+	broker      string
+	logLevel    string
+	metricsAddr string
+	readyWindow time.Duration
+	once        bool
+
+	runRelay, runSweeper, runMonitor, runJanitor bool
+
+	// relay.Config (the publishing ones are shared with the sweeper)
+	batchSize, concurrency, maxAttempts          int
+	pollInterval, lease, shutdown, publish       time.Duration
+	dbBackoffMax                                 time.Duration
+	instanceID                                   string
+	backoffInitial, backoffMax                   time.Duration
+	backoffJitter                                float64
+	breakerInitial, breakerMax                   time.Duration
+	sweepInterval, overdueAfter                  time.Duration
+	sweeperInstanceID                            string
+	monitorInterval, staleAfter, alertOldestAge  time.Duration
+	alertStale, alertFailed, alertExpired        int64
+	monitorAttrs                                 string
+	janitorInterval, retention, inboxRetention   time.Duration
+	archive                                      bool
+	janitorBatchSize                             int
+	janitorBatchPause                            time.Duration
+	hasRelay, hasSweeper, hasMonitor, hasJanitor bool
+}
+
+// Flag groups of newProcFlags.
+const (
+	groupRelay   = 1 << iota // relay-only settings (poll interval, instance id)
+	groupPublish             // publishing settings (relay and sweeper)
+	groupSweeper
+	groupMonitor
+	groupJanitor
+	groupBroker
+	groupServer // -metrics-addr, -ready-window
+	groupOnce   // -once
+	groupSwitch // -relay, -sweeper, -monitor, -janitor
+)
+
+const brokerHelp = "the broker: nats://host:4222 (JetStream), kafka://b1:9092,b2:9092, amqp://user:pass@host:5672/vhost, redis://host:6379/0, or stdout: (one JSON line per message)"
+
+// newProcFlags defines the flags of the groups in which on a FlagSet for
+// command cmd.
+func newProcFlags(cmd, synopsis string, groups int, stderr io.Writer) *procFlags {
+	fl := newFlags(cmd, synopsis, stderr)
+	p := &procFlags{fl: fl, cmd: cmd}
+	p.db = addDBFlags(fl, false)
+	fl.StringVar(&p.config, configFlag, "", "read settings from this YAML file: keys are flag names (batch-size: 200); flags and $OUTBOXGEN_<FLAG> variables win over it")
+	fl.StringVar(&p.logLevel, "log-level", "info", "least level logged: debug, info, warn or error (logs are JSON lines on stderr)")
+	if groups&groupBroker != 0 {
+		fl.StringVar(&p.broker, "broker", "", brokerHelp+" (required)")
+	}
+	if groups&groupServer != 0 {
+		fl.StringVar(&p.metricsAddr, "metrics-addr", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9090 (default: no server)")
+		fl.DurationVar(&p.readyWindow, "ready-window", runner.DefaultReadyWindow, "/readyz trusts a database call this recent; older, it probes the database itself")
+	}
+	if groups&groupOnce != 0 {
+		fl.BoolVar(&p.once, "once", false, "run one pass and exit: 0 when it completed, 1 with the error otherwise (for a Kubernetes CronJob)")
+	}
+	if groups&groupSwitch != 0 {
+		fl.BoolVar(&p.runRelay, "relay", true, "run the relay")
+		fl.BoolVar(&p.runSweeper, "sweeper", true, "run the sweeper (publishes rows overdue by -overdue-after that no relay took)")
+		fl.BoolVar(&p.runMonitor, "monitor", true, "run the monitor (gauges on /metrics, alerts in the log)")
+		fl.BoolVar(&p.runJanitor, "janitor", true, "run the janitor (deletes sent rows after -retention)")
+	}
+	if groups&groupRelay != 0 {
+		p.hasRelay = true
+		fl.DurationVar(&p.pollInterval, "poll-interval", relay.DefaultPollInterval, "relay: delay between the end of one poll and the next")
+		fl.StringVar(&p.instanceID, "instance-id", "", "relay: lease owner name, unique among the relays of a table, at most 64 bytes (default hostname-pid-random)")
+	}
+	if groups&groupPublish != 0 {
+		fl.IntVar(&p.batchSize, "batch-size", relay.DefaultBatchSize, fmt.Sprintf("most rows claimed per poll (1 to %d)", relay.MaxBatchSize))
+		fl.IntVar(&p.concurrency, "concurrency", relay.DefaultConcurrency, "keys published at once (a key's events are always one at a time)")
+		fl.IntVar(&p.maxAttempts, "max-attempts", relay.DefaultMaxAttempts, "failed publishes after which a row is marked FAILED")
+		fl.DurationVar(&p.lease, "lease-duration", relay.DefaultLeaseDuration, "how long claimed rows stay reserved (extended while publishing); also how long a crashed instance's rows wait")
+		fl.DurationVar(&p.shutdown, "shutdown-timeout", relay.DefaultShutdownTimeout, "on SIGTERM, keep publishing the batch in hand this long (shorter than -lease-duration)")
+		fl.DurationVar(&p.publish, "publish-timeout", relay.DefaultPublishTimeout, "most time one batch publishes before releasing the rest")
+		fl.DurationVar(&p.backoffInitial, "backoff-initial", relay.DefaultBackoffInitial, "retry delay after a row's first failed publish (doubling per failure)")
+		fl.DurationVar(&p.backoffMax, "backoff-max", relay.DefaultBackoffMax, "longest retry delay of a row")
+		fl.Float64Var(&p.backoffJitter, "backoff-jitter", relay.DefaultBackoffJitter, "random spread of retry and breaker delays, 0 to <1 (0.2: ±20%)")
+		fl.DurationVar(&p.breakerInitial, "breaker-initial", relay.DefaultBreakerInitial, "circuit breaker pause after a batch failed on every key (broker outage), doubling")
+		fl.DurationVar(&p.breakerMax, "breaker-max", relay.DefaultBreakerMax, "longest circuit breaker pause")
+	}
+	if groups&(groupPublish|groupMonitor|groupJanitor) != 0 {
+		fl.DurationVar(&p.dbBackoffMax, "database-backoff-max", relay.DefaultDatabaseBackoffMax, "longest pause after consecutive database errors (every part)")
+	}
+	if groups&groupSweeper != 0 {
+		p.hasSweeper = true
+		fl.DurationVar(&p.sweepInterval, "sweep-interval", sweeper.DefaultInterval, "sweeper: delay between the end of one sweep and the next")
+		fl.DurationVar(&p.overdueAfter, "overdue-after", sweeper.DefaultOverdueAfter, "sweeper: age from which a pending row counts as left behind (keep it well above -poll-interval)")
+		fl.StringVar(&p.sweeperInstanceID, "sweeper-instance-id", "", "sweeper: lease owner name (default sweeper-hostname-pid-random)")
+	}
+	if groups&groupMonitor != 0 {
+		p.hasMonitor = true
+		fl.DurationVar(&p.monitorInterval, "monitor-interval", monitor.DefaultInterval, "monitor: delay between checks (gauges go silent after 2 intervals without a good check)")
+		fl.DurationVar(&p.staleAfter, "stale-after", monitor.DefaultStaleAfter, "monitor: age after which a pending row counts as stale")
+		fl.Int64Var(&p.alertStale, "alert-stale", 0, "monitor: alert when more stale rows than this (-1: never)")
+		fl.Int64Var(&p.alertFailed, "alert-failed", 0, "monitor: alert when more FAILED rows than this (-1: never)")
+		fl.Int64Var(&p.alertExpired, "alert-expired-leases", 0, "monitor: alert when more expired leases than this (-1: never)")
+		fl.DurationVar(&p.alertOldestAge, "alert-oldest-pending-age", 0, "monitor: alert when the oldest pending row is older than this (default: -stale-after; negative: never)")
+		fl.StringVar(&p.monitorAttrs, "monitor-attributes", "", "monitor: extra metric attributes, key=value[,key=value] (e.g. service=orders)")
+	}
+	if groups&groupJanitor != 0 {
+		p.hasJanitor = true
+		fl.DurationVar(&p.janitorInterval, "janitor-interval", janitor.DefaultInterval, "janitor: delay between the end of one run and the next")
+		fl.DurationVar(&p.retention, "retention", janitor.DefaultRetention, "janitor: how long sent rows stay after sent_at (pending and FAILED rows are never removed)")
+		fl.DurationVar(&p.inboxRetention, "inbox-retention", janitor.DefaultInboxRetention, "janitor: how long inbox rows stay after processed_at, longer than any broker redelivery (negative: keep them)")
+		fl.BoolVar(&p.archive, "archive", false, "janitor: move sent rows into the archive table (sql.archive_table, or -archive-table) instead of deleting them")
+		fl.IntVar(&p.janitorBatchSize, "janitor-batch-size", janitor.DefaultBatchSize, fmt.Sprintf("janitor: most rows one statement removes (1 to %d)", janitor.MaxBatchSize))
+		fl.DurationVar(&p.janitorBatchPause, "janitor-batch-pause", janitor.DefaultBatchPause, "janitor: pause between batches (negative: none)")
+	}
+	return p
+}
+
+// newRelayFlags, newSweepFlags and newJanitorFlags are the FlagSets of
+// the three commands (also read by the manifests' test).
+func newRelayFlags(stderr io.Writer) *procFlags {
+	return newProcFlags("relay", "relay -db DSN -broker URL [-f events.yaml] [-metrics-addr :9090] [-sweeper=false] [-monitor=false] [-janitor=false] [flags]",
+		groupRelay|groupPublish|groupSweeper|groupMonitor|groupJanitor|groupBroker|groupServer|groupSwitch, stderr)
+}
+
+func newSweepFlags(stderr io.Writer) *procFlags {
+	return newProcFlags("sweep", "sweep -db DSN -broker URL [-once] [-overdue-after 1m] [flags]",
+		groupPublish|groupSweeper|groupBroker|groupServer|groupOnce, stderr)
+}
+
+func newJanitorFlags(stderr io.Writer) *procFlags {
+	return newProcFlags("janitor", "janitor -db DSN [-once] [-retention 168h] [-archive] [flags]",
+		groupJanitor|groupServer|groupOnce, stderr)
+}
+
+func cmdRelay(args []string, stdout, stderr io.Writer) error {
+	p := newRelayFlags(stderr)
+	if err := p.parse(args); err != nil {
+		return err
+	}
+	if !p.runRelay && !p.runSweeper && !p.runMonitor && !p.runJanitor {
+		fmt.Fprintln(stderr, "outboxgen relay: -relay, -sweeper, -monitor and -janitor are all false: nothing to run")
+		return errUsage
+	}
+	return p.serve(stdout, stderr)
+}
+
+func cmdSweep(args []string, stdout, stderr io.Writer) error {
+	p := newSweepFlags(stderr)
+	if err := p.parse(args); err != nil {
+		return err
+	}
+	p.runSweeper = true
+	if p.once {
+		return p.oncePass(stdout, stderr)
+	}
+	return p.serve(stdout, stderr)
+}
+
+func cmdJanitor(args []string, stdout, stderr io.Writer) error {
+	p := newJanitorFlags(stderr)
+	if err := p.parse(args); err != nil {
+		return err
+	}
+	p.runJanitor = true
+	if p.once {
+		return p.oncePass(stdout, stderr)
+	}
+	return p.serve(stdout, stderr)
+}
+
+// parse layers the settings and checks what needs no database.
+func (p *procFlags) parse(args []string) error {
+	if err := parseLayered(p.fl, args); err != nil {
+		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("outboxgen %s: %s", p.cmd, oneLine(err))
+	}
+	if _, err := parseLevel(p.logLevel); err != nil {
+		fmt.Fprintf(p.fl.Output(), "outboxgen %s: %v\n", p.cmd, err)
+		return errUsage
+	}
+	if p.fl.Lookup("broker") != nil && p.broker == "" && (p.cmd != "relay" || p.runRelay || p.runSweeper) {
+		fmt.Fprintf(p.fl.Output(), "outboxgen %s: no broker: pass -broker URL or set %s (%s)\n", p.cmd, envName("broker"), brokerHelp)
+		return errUsage
+	}
+	if err := p.db.check(); err != nil {
+		return err
+	}
+	// An unknown broker scheme fails before the database is dialled.
+	if scheme, _, ok := strings.Cut(p.broker, ":"); p.broker != "" && (!ok || !slices.Contains(brokerurl.Schemes(), strings.ToLower(scheme))) {
+		return fmt.Errorf("outboxgen %s: -broker: unknown scheme %q in %q: use one of %s", p.cmd, scheme, redact.URL(p.broker), strings.Join(brokerurl.Schemes(), ", "))
+	}
+	// Name an unknown scheme (never a secret) rather than just refuse the
+	// value, which dsn keeps to itself since it may hold a password.
+	if scheme, _, ok := strings.Cut(p.db.db, "://"); ok && !slices.Contains(dbSchemes, strings.ToLower(scheme)) {
+		return fmt.Errorf("outboxgen %s: -db: unknown scheme %q: use postgres://, mysql://, mariadb://, sqlite:path or a *.db file", p.cmd, redact.String(scheme))
+	}
+	return nil
+}
+
+// dbSchemes are the URL schemes package dsn opens.
+var dbSchemes = []string{"postgres", "postgresql", "mysql", "mariadb"}
+
+// parseLevel reads -log-level.
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("-log-level %q: use debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// logger writes JSON lines to w, every record redacted (runtime/redact),
+// with the passwords of the DSN and broker URL masked by name as well.
+func (p *procFlags) logger(w io.Writer) *slog.Logger {
+	lvl, _ := parseLevel(p.logLevel)
+	h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		// "2s" rather than 2000000000: these lines are read by people too.
+		if a.Value.Kind() == slog.KindDuration {
+			return slog.String(a.Key, a.Value.Duration().String())
+		}
+		return a
+	}})
+	return slog.New(redact.NewHandler(h, append(urlSecrets(p.db.db), urlSecrets(p.broker)...)...)).
+		With(slog.String("process", "outboxgen "+p.cmd))
+}
+
+// urlSecrets returns the password of a URL or MySQL DSN, for redaction by
+// name where a pattern might miss it (an error quoting it alone).
+func urlSecrets(s string) []string {
+	if s == "" {
+		return nil
+	}
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if u, err := url.Parse(part); err == nil && u.User != nil {
+			if pw, ok := u.User.Password(); ok {
+				out = append(out, pw)
+			}
+		}
+	}
+	rest := s
+	if i := strings.Index(rest, "://"); i >= 0 && (strings.HasPrefix(rest, "mysql") || strings.HasPrefix(rest, "mariadb")) {
+		rest = rest[i+3:]
+	}
+	if c, err := mysql.ParseDSN(rest); err == nil && c.Passwd != "" {
+		out = append(out, c.Passwd)
+	}
+	return out
+}
+
+// oneLine joins the lines of err's text: main prints errors as one line.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+}
+
+// failf is the command's error: one line, credentials masked.
+func (p *procFlags) failf(format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	msg = redact.StringWith(msg, append(urlSecrets(p.db.db), urlSecrets(p.broker)...)...)
+	return fmt.Errorf("outboxgen %s: %s", p.cmd, oneLine(errors.New(msg)))
+}
+
+// setup is what every command opens before its parts run.
+type setup struct {
+	db   *opsDB
+	pub  message.Publisher
+	log  *slog.Logger
+	cfg  runner.Config
+	stop func()
+}
+
+// open connects to the database, checks the tables the parts need and
+// opens the broker; every failure is one line. The caller calls stop.
+func (p *procFlags) open(ctx context.Context, stderr, stdout io.Writer) (*setup, error) {
+	s := &setup{log: p.logger(stderr)}
+	db, err := p.db.open(ctx)
+	if err != nil {
+		if errors.Is(err, errUsage) {
+			return nil, err
+		}
+		return nil, p.failf("%v", err)
+	}
+	s.db = db
+	s.stop = func() { db.Close() }
+	fail := func(err error) (*setup, error) {
+		s.stop()
+		return nil, err
+	}
+	cfg, err := p.runnerConfig(db, s.log)
+	if err != nil {
+		return fail(p.failf("%v", err))
+	}
+	// The start-up checks, before anything is logged, so that a
+	// deployment mistake is one line (the parts would find it too).
+	cctx, cancel := context.WithTimeout(ctx, p.db.timeout)
+	defer cancel()
+	for _, t := range p.tablesNeeded(cfg) {
+		if err := db.Driver.Check(cctx, t); err != nil {
+			return fail(p.failf("%v", err))
+		}
+	}
+	if cfg.Relay != nil || cfg.Sweeper != nil {
+		pub, err := brokerurl.Open(ctx, p.broker, brokerurl.Options{Logger: s.log, Stdout: stdout})
+		if err != nil {
+			return fail(p.failf("-broker: %v", err))
+		}
+		s.pub = pub
+		s.stop = func() { pub.Close(); db.Close() }
+		cfg.Publisher = pub
+	}
+	cfg.Logger = s.log
+	s.cfg = cfg
+	return s, nil
+}
+
+// tablesNeeded lists the tables the configured parts use.
+func (p *procFlags) tablesNeeded(cfg runner.Config) []driver.Table {
+	ts := []driver.Table{driver.Outbox}
+	if cfg.Janitor != nil {
+		if cfg.Janitor.InboxRetention >= 0 {
+			ts = append(ts, driver.Inbox)
+		}
+		if cfg.Janitor.ArchiveTable != "" {
+			ts = append(ts, driver.Archive)
+		}
+	}
+	return ts
+}
+
+// runnerConfig turns the flags into the runtime's Configs (Validate of
+// each part reports bad values when it is built).
+func (p *procFlags) runnerConfig(db *opsDB, log *slog.Logger) (runner.Config, error) {
+	cfg := runner.Config{MetricsAddr: p.metricsAddr, ReadyWindow: p.readyWindow}
+	jitter := p.backoffJitter
+	retry := relay.ExponentialBackoff(p.backoffInitial, p.backoffMax, jitter)
+	breaker := relay.ExponentialBackoff(p.breakerInitial, p.breakerMax, jitter)
+	onFailed := func(part string) func(relay.FailedEvent) {
+		return func(e relay.FailedEvent) {
+			log.Error("event marked FAILED: it waits for an operator (outboxgen failed list, outboxgen requeue)",
+				slog.Int64("id", e.ID), slog.String("event_id", e.EventID), slog.String("type", e.Type),
+				slog.String("key", e.Key), slog.Int("attempts", e.RetryCount), slog.String("last_error", e.LastError), slog.String("part", part))
+		}
+	}
+	if p.hasRelay && p.runRelay {
+		if jitter < 0 || jitter >= 1 {
+			return cfg, fmt.Errorf("-backoff-jitter is %v: use 0 to less than 1", jitter)
+		}
+		cfg.Relay = &relay.Config{
+			BatchSize: p.batchSize, PollInterval: p.pollInterval, LeaseDuration: p.lease, Concurrency: p.concurrency,
+			MaxAttempts: p.maxAttempts, Backoff: retry, PublishTimeout: p.publish, BreakerBackoff: breaker,
+			DatabaseBackoffMax: p.dbBackoffMax, ShutdownTimeout: p.shutdown, InstanceID: p.instanceID,
+		}
+		cfg.Relay.OnFailed = onFailed("relay")
+	}
+	if p.hasSweeper && p.runSweeper {
+		if jitter < 0 || jitter >= 1 {
+			return cfg, fmt.Errorf("-backoff-jitter is %v: use 0 to less than 1", jitter)
+		}
+		cfg.Sweeper = &sweeper.Config{
+			OverdueAfter: p.overdueAfter, Interval: p.sweepInterval, BatchSize: p.batchSize, LeaseDuration: p.lease,
+			Concurrency: p.concurrency, MaxAttempts: p.maxAttempts, Backoff: retry, ShutdownTimeout: p.shutdown,
+			PublishTimeout: p.publish, BreakerBackoff: breaker, InstanceID: p.sweeperInstanceID, DatabaseBackoffMax: p.dbBackoffMax,
+		}
+		cfg.Sweeper.OnFailed = onFailed("sweeper")
+	}
+	if p.hasMonitor && p.runMonitor {
+		attrs, err := parseAttributes(p.monitorAttrs)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Monitor = &monitor.Config{
+			Interval: p.monitorInterval, DatabaseBackoffMax: p.dbBackoffMax, StaleAfter: p.staleAfter, Attributes: attrs,
+			Thresholds: monitor.Thresholds{Stale: p.alertStale, Failed: p.alertFailed, ExpiredLeases: p.alertExpired, OldestPendingAge: p.alertOldestAge},
+		}
+	}
+	if p.hasJanitor && p.runJanitor {
+		cfg.Janitor = &janitor.Config{
+			Interval: p.janitorInterval, DatabaseBackoffMax: p.dbBackoffMax, Retention: p.retention,
+			InboxRetention: p.inboxRetention, BatchSize: p.janitorBatchSize, BatchPause: p.janitorBatchPause,
+		}
+		if p.archive {
+			a := db.Schema.Tables.Archive
+			if a == "" {
+				return cfg, errors.New("-archive: no archive table: set sql.archive_table in events.yaml (and create it from the generated DDL) or pass -archive-table")
+			}
+			cfg.Janitor.ArchiveTable = a
+		}
+	}
+	return cfg, nil
+}
+
+// parseAttributes reads -monitor-attributes: key=value[,key=value].
+func parseAttributes(s string) ([]monitor.Attribute, error) {
+	var out []monitor.Attribute
+	for _, kv := range strings.Split(s, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, fmt.Errorf("-monitor-attributes: %q is not key=value", kv)
+		}
+		out = append(out, monitor.Attribute{Key: strings.TrimSpace(k), Value: strings.TrimSpace(v)})
+	}
+	return out, nil
+}
+
+// signalContext is cancelled by SIGTERM or SIGINT; a second signal kills
+// the process the default way (stop restores it once the first arrived).
+func signalContext() (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	return ctx, stop
+}
+
+// serve runs the configured parts until SIGTERM (exit 0 after a clean
+// shutdown).
+func (p *procFlags) serve(stdout, stderr io.Writer) error {
+	ctx, stop := signalContext()
+	defer stop()
+	s, err := p.open(ctx, stderr, stdout)
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	r, err := runner.New(s.db.Driver, s.cfg)
+	if err != nil {
+		return p.failf("%v", err)
+	}
+	defer r.Close()
+	p.logStarted(s, r.Parts())
+	if err := r.Run(ctx); err != nil {
+		return p.failf("%v", err)
+	}
+	return nil
+}
+
+// logStarted writes the one "started" line: what runs, on which database
+// and broker (both redacted), which tables.
+func (p *procFlags) logStarted(s *setup, parts []string) {
+	t := s.db.Schema.Tables
+	attrs := []any{
+		slog.Any("parts", parts), slog.String("database", s.db.Source.Where),
+		slog.Group("tables", slog.String("outbox", t.Outbox), slog.String("inbox", t.Inbox), slog.String("archive", t.Archive)),
+		slog.String("version", version()),
+	}
+	if s.pub != nil {
+		attrs = append(attrs, slog.String("broker", redact.URL(p.broker)))
+	}
+	if p.metricsAddr != "" {
+		attrs = append(attrs, slog.String("metrics_addr", p.metricsAddr))
+	}
+	if p.once {
+		attrs = append(attrs, slog.Bool("once", true))
+	}
+	s.log.Info("outboxgen "+p.cmd+" started", attrs...)
+}
+
+// oncePass runs one sweeper or janitor pass: exit 0 when it completed,
+// 1 with the error otherwise.
+func (p *procFlags) oncePass(stdout, stderr io.Writer) error {
+	ctx, stop := signalContext()
+	defer stop()
+	s, err := p.open(ctx, stderr, stdout)
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	p.logStarted(s, []string{p.cmd})
+	start := time.Now()
+	switch p.cmd {
+	case "sweep":
+		sc := *s.cfg.Sweeper
+		sc.Publisher, sc.Logger = s.pub, s.log
+		sw, err := sweeper.New(s.db.Driver, sc)
+		if err != nil {
+			return p.failf("%v", err)
+		}
+		n, err := sw.RunOnce(ctx)
+		if err != nil {
+			return p.failf("sweep not completed (%d events published): %v", n, err)
+		}
+		s.log.Info("sweep completed", slog.Int("published", n), slog.Duration("took", time.Since(start)))
+	default:
+		jc := *s.cfg.Janitor
+		jc.Logger = s.log
+		j, err := janitor.New(s.db.Driver, jc)
+		if err != nil {
+			return p.failf("%v", err)
+		}
+		res, err := j.RunOnce(ctx)
+		if err != nil {
+			return p.failf("janitor pass not completed (%d sent rows and %d inbox rows removed): %v", res.Sent, res.Inbox, err)
+		}
+		s.log.Info("janitor pass completed", slog.Int64("sent_removed", res.Sent), slog.Bool("archived", res.Archived),
+			slog.Int64("inbox_removed", res.Inbox), slog.Duration("took", time.Since(start)))
+	}
+	return nil
+}
