@@ -8,7 +8,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -169,7 +168,3 @@ func writeJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
-
-// errNothing marks a command that found nothing to act on where the
-// operator expected something (exit code 1, message already printed).
-var errNothing = errors.New("nothing matched")

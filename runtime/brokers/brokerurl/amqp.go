@@ -24,8 +24,6 @@ const (
 	DefaultAMQPHeartbeat = 10 * time.Second
 )
 
-var amqpParams = []string{"exchange", "exchange_type", "durable", "queue", "prefetch"}
-
 type amqpSettings struct {
 	uri          string // without brokerurl's parameters
 	exchange     string

@@ -209,7 +209,7 @@ func Schemes() []string {
 }
 
 // schemeHelp is the list of URL forms for error messages.
-const schemeHelp = "nats://host:4222, kafka://host:9092, amqp://user:pass@host:5672/vhost, redis://host:6379/0 or stdout:"
+const schemeHelp = "nats://host:4222, kafka://host:9092, amqp://user:pass@host:5672/vhost, redis://host:6379/0 or stdout: (one JSON line per message)"
 
 // Open returns a publisher for rawURL (see the package documentation for
 // the schemes and their parameters). Closing the publisher closes its
