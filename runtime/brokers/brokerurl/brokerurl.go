@@ -209,7 +209,7 @@ func Schemes() []string {
 }
 
 // schemeHelp is the list of URL forms for error messages.
-const schemeHelp = "nats://host:4222, kafka://host:9092, amqp://user:pass@host:5672/vhost, redis://host:6379/0 or stdout: (one JSON line per message)"
+const schemeHelp = "nats://host:4222, kafka://host:9092, amqp://user:pass@host:5672/vhost, redis://host:6379/0 or stdout:"
 
 // Open returns a publisher for rawURL (see the package documentation for
 // the schemes and their parameters). Closing the publisher closes its
@@ -318,7 +318,7 @@ func parse(rawURL string) (*brokerURL, error) {
 	u := &brokerURL{raw: rawURL, secrets: urlSecrets(rawURL, strings.HasPrefix(strings.ToLower(rawURL), SchemeNATS+":"))}
 	u.safe = redact.StringWith(rawURL, u.secrets...)
 	if strings.TrimSpace(rawURL) == "" {
-		return nil, errors.New("brokerurl: the broker URL is empty: give one like " + schemeHelp)
+		return nil, errors.New("brokerurl: the broker URL is empty (give one like " + schemeHelp + ")")
 	}
 	scheme, rest, ok := strings.Cut(rawURL, ":")
 	if !ok || scheme == "" || strings.ContainsAny(scheme, "/@?") {
