@@ -103,26 +103,30 @@ func interruptContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
-// withDB opens the database, runs fn and closes it.
+// withDB opens the database (within -timeout), runs fn and closes it.
+// -timeout bounds connecting and each statement fn runs, not fn as a
+// whole: a typed confirmation may take its time, and a requeue of many
+// batches is not cut off half-way. Ctrl-C stops fn between statements.
+// Errors are one line.
 func withDB(dbf *dbFlags, fn func(ctx context.Context, o *opsDB, a *admin.Admin) error) error {
 	ctx, cancel := interruptContext()
 	defer cancel()
 	if err := dbf.check(); err != nil {
 		return err
 	}
-	ctx, cancelT := context.WithTimeout(ctx, dbf.timeout)
+	octx, cancelT := context.WithTimeout(ctx, dbf.timeout)
 	defer cancelT()
-	o, err := dbf.open(ctx)
+	o, err := dbf.open(octx)
 	if err != nil {
-		return fmt.Errorf("outboxgen %s: %w", dbf.fl.Name(), err)
+		return fmt.Errorf("outboxgen %s: %s", dbf.fl.Name(), oneLine(err))
 	}
 	defer o.Close()
 	a, err := admin.New(o.Driver)
 	if err != nil {
 		return err
 	}
-	if err := fn(ctx, o, a); err != nil {
-		return fmt.Errorf("outboxgen %s: %w", dbf.fl.Name(), err)
+	if err := fn(ctx, o, a.WithStatementTimeout(dbf.timeout)); err != nil {
+		return fmt.Errorf("outboxgen %s: %s", dbf.fl.Name(), oneLine(err))
 	}
 	return nil
 }
@@ -132,11 +136,17 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	dbf := addDBFlags(fl, true)
 	stale := fl.Duration("stale-after", admin.DefaultStaleAfter, "a pending event older than this counts as stale")
 	window := fl.Duration("window", admin.DefaultWindow, "report the events sent over this last span")
+	scan := fl.Int64("scan-rows", admin.DefaultScanRows, "count the send rate among at most this many newest rows (bounds the cost on a big table)")
+	countSent := fl.Bool("count-sent", false, "also count every sent row the table keeps (on PostgreSQL and SQLite this reads them all)")
 	if err := parseFlags(fl, args); err != nil {
 		return err
 	}
+	if *scan < 1 || *window <= 0 || *stale <= 0 {
+		fmt.Fprintln(stderr, "outboxgen status: -scan-rows, -window and -stale-after must be positive")
+		return errUsage
+	}
 	return withDB(dbf, func(ctx context.Context, o *opsDB, a *admin.Admin) error {
-		st, err := a.Status(ctx, admin.StatusOptions{StaleAfter: *stale, Window: *window})
+		st, err := a.Status(ctx, admin.StatusOptions{StaleAfter: *stale, Window: *window, ScanRows: *scan, CountSent: *countSent})
 		if err != nil {
 			return err
 		}
@@ -161,12 +171,13 @@ type statusReport struct {
 	Relays           int64                `json:"relays_holding_leases"`
 	ExpiredLeases    int64                `json:"expired_leases"`
 	Failed           int64                `json:"failed"`
-	Sent             int64                `json:"sent"`
+	Sent             int64                `json:"sent,omitempty"`
 	FailedGroups     []driver.FailedGroup `json:"failed_by_type"`
 	HeldBackKeys     int64                `json:"held_back_keys"`
 	HeldBackRows     int64                `json:"held_back_rows"`
 	WindowSeconds    float64              `json:"window_seconds"`
 	SentInWindow     int64                `json:"sent_in_window"`
+	SentFromID       int64                `json:"sent_counted_above_id,omitempty"`
 	SentPerMinute    []driver.MinuteStat  `json:"sent_per_minute"`
 	TookSeconds      float64              `json:"took_seconds"`
 }
@@ -176,7 +187,7 @@ func statusJSON(o *opsDB, st admin.Status) statusReport {
 		Database: o.Source.Where, Table: o.Schema.Tables.Outbox,
 		Pending: st.Pending, OldestPendingAge: st.OldestPendingAge.Seconds(), StaleAfter: st.StaleAfter.Seconds(), Stale: st.Stale,
 		BackingOff: st.BackingOff, InFlight: st.InFlight, Relays: st.Relays, ExpiredLeases: st.ExpiredLeases,
-		Failed: st.Failed, Sent: st.Sent, FailedGroups: st.FailedGroups, HeldBackKeys: st.HeldBackKeys, HeldBackRows: st.HeldBackRows,
+		Failed: st.Failed, Sent: max(st.Sent, 0), SentFromID: st.SentFromID, FailedGroups: st.FailedGroups, HeldBackKeys: st.HeldBackKeys, HeldBackRows: st.HeldBackRows,
 		WindowSeconds: st.Window.Seconds(), SentInWindow: st.SentInWindow, SentPerMinute: st.SentPerMinute, TookSeconds: st.Took.Seconds(),
 	}
 	if r.FailedGroups == nil {
@@ -209,8 +220,18 @@ func printStatus(w io.Writer, o *opsDB, st admin.Status) {
 	if st.SentInWindow > 0 {
 		lag = fmt.Sprintf(", commit-to-publish lag avg %s, max %s", roundAge(time.Duration(lagSum/float64(st.SentInWindow)*float64(time.Second))), roundAge(time.Duration(maxLag*float64(time.Second))))
 	}
-	fmt.Fprintf(tw, "sent\t%d\tkept until the janitor's retention; %d in the last %s (%.1f/min)%s\n", st.Sent, st.SentInWindow, st.Window, float64(st.SentInWindow)/st.Window.Minutes(), lag)
+	among := ""
+	if st.SentFromID > 0 {
+		among = fmt.Sprintf(" among the rows after id %d", st.SentFromID)
+	}
+	fmt.Fprintf(tw, "sent\t%d\tin the last %s%s (%s/min)%s\n", st.SentInWindow, st.Window, among, rate(float64(st.SentInWindow)/st.Window.Minutes()), lag)
+	if st.Sent >= 0 {
+		fmt.Fprintf(tw, "  kept\t%d\tsent rows kept until the janitor's retention\n", st.Sent)
+	}
 	tw.Flush()
+	if st.SentFromID > 0 {
+		fmt.Fprintf(w, "\n(the send rate counts the newest rows only, ids after %d: a bigger -scan-rows counts further back)\n", st.SentFromID)
+	}
 	if len(st.FailedGroups) > 0 {
 		fmt.Fprintln(w, "\nfailed by type and topic:")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -236,6 +257,14 @@ func printStatus(w io.Writer, o *opsDB, st admin.Status) {
 		}
 	}
 	fmt.Fprintf(w, "\n(queried in %s)\n", st.Took.Round(time.Millisecond))
+}
+
+// rate prints a per-minute rate with two significant digits when small.
+func rate(r float64) string {
+	if r < 10 {
+		return strconv.FormatFloat(r, 'g', 2, 64)
+	}
+	return strconv.FormatFloat(r, 'f', 0, 64)
 }
 
 func alert(on bool, what string) string {
@@ -569,6 +598,9 @@ func action(args []string, stdout, stderr io.Writer, verb, status, synopsis stri
 			if err := confirm(stdout, verb, res.Matched); err != nil {
 				return err
 			}
+			// What was confirmed, no more: rows that turn FAILED (or
+			// are sent) meanwhile have larger ids.
+			sel.Filter.ToID = res.LastID
 		}
 		res, err := run(ctx, sel)
 		if errors.Is(err, admin.ErrRefused) {
@@ -581,6 +613,10 @@ func action(args []string, stdout, stderr io.Writer, verb, status, synopsis stri
 			}
 			return fmt.Errorf("refused %d of %d named %s; nothing was changed", len(res.Refused), len(refs), plural(len(refs), "event", "events"))
 		}
+		if err != nil && res.Changed == 0 {
+			return err
+		}
+		// Report what changed, also when a later batch failed.
 		if rerr := report(stdout, dbf.json(), verb, status, res); err == nil {
 			err = rerr
 		}
@@ -627,9 +663,13 @@ func report(w io.Writer, asJSON bool, verb, status string, r admin.Result) error
 	}
 	switch verb {
 	case "requeue":
-		fmt.Fprintln(w, "they are pending again with attempts reset; the relay publishes them on its next poll, and the events held back behind them follow in order")
+		fmt.Fprintln(w, "they are pending again with attempts reset; the relay publishes them on its next poll, and the events held back behind them follow in order, unless an older event of the same key is still FAILED (outboxgen status shows the keys still held back)")
 	case "replay":
 		fmt.Fprintln(w, "they are pending again; the relay publishes them with their original event ids, so consumers that handled them skip them (outboxgen inbox forget makes a consumer handle them again)")
+		if r.RecentlySent > 0 {
+			fmt.Fprintf(w, "warning: %d of them %s sent less than %s ago: NATS JetStream drops a message id it saw within the stream's duplicate window (2 minutes by default), so there they are marked sent again without reaching consumers; replay once the window has passed\n",
+				r.RecentlySent, plural(int(r.RecentlySent), "was", "were"), admin.RecentWindow)
+		}
 	}
 	return nil
 }
@@ -683,6 +723,9 @@ func cmdInbox(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		res, err := a.ForgetInbox(ctx, sel)
+		if err != nil && res.Changed == 0 {
+			return err
+		}
 		if rerr := forgetReport(stdout, dbf.json(), *consumer, res); err == nil {
 			err = rerr
 		}
@@ -700,7 +743,7 @@ func forgetReport(w io.Writer, asJSON bool, consumer string, r admin.Result) err
 	case r.DryRun:
 		fmt.Fprintf(w, "dry run: would make consumer %q forget %d %s; nothing changed\n", clean(consumer, 64), r.Matched, plural(int(r.Matched), "event", "events"))
 	default:
-		fmt.Fprintf(w, "consumer %q forgot %d %s (%d inbox rows deleted in %d %s): it handles them again when they are delivered again (outboxgen replay)\n",
+		fmt.Fprintf(w, "consumer %q forgot %d %s (%d inbox rows deleted in %d %s): it handles them again when they are delivered again (outboxgen replay), except latest_only events, which its stale guard still skips unless they are newer than the last one it applied\n",
 			clean(consumer, 64), r.Changed, plural(int(r.Changed), "event", "events"), r.Changed, r.Batches, plural(r.Batches, "transaction", "transactions"))
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -219,8 +220,16 @@ func testOperations(t *testing.T, d string) {
 	if _, err := js.UpdateStream(ctx, streamCfg); err != nil {
 		t.Fatal(err)
 	}
-	stdin = strings.NewReader("requeue 1\n")
-	out = opsMust(t, "requeue", dbFlag, "-all")
+	// The answer comes after -timeout: the timeout bounds statements,
+	// not the person typing.
+	pr, pw := io.Pipe()
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		pw.Write([]byte("requeue 1\n"))
+		pw.Close()
+	}()
+	stdin = pr
+	out = opsMust(t, "requeue", dbFlag, "-all", "-timeout", "1s")
 	if !strings.Contains(out, "requeued 1 event (ids "+strconv.FormatInt(failedID, 10)) {
 		t.Errorf("requeue -all: %s", out)
 	}
@@ -233,7 +242,7 @@ func testOperations(t *testing.T, d string) {
 	// Replay k2's events: published again with the same event ids.
 	time.Sleep(600 * time.Millisecond) // past the stream's duplicate window
 	out = opsMust(t, "replay", dbFlag, "-key", "k2")
-	if !strings.Contains(out, "replayed 2 events") {
+	if !strings.Contains(out, "replayed 2 events") || !strings.Contains(out, "warning: 2 of them were sent less than 2m0s ago") {
 		t.Errorf("replay -key k2: %s", out)
 	}
 	opsWait(t, 30*time.Second, "the replayed events sent", func() bool { return opsCount(t, db, 1) == len(evs) })

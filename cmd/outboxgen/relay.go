@@ -24,6 +24,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxgen/outboxgen/runtime/brokers/brokerurl"
 	"github.com/outboxgen/outboxgen/runtime/driver"
@@ -271,6 +272,13 @@ func (p *procFlags) logger(w io.Writer) *slog.Logger {
 		With(slog.String("process", "outboxgen "+p.cmd))
 }
 
+// redisLog adapts a slog.Logger to go-redis's logger.
+type redisLog struct{ l *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.l.WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)))
+}
+
 // urlSecrets returns the password of a URL or MySQL DSN, for redaction by
 // name where a pattern might miss it (an error quoting it alone).
 func urlSecrets(s string) []string {
@@ -320,6 +328,9 @@ type setup struct {
 // opens the broker; every failure is one line. The caller calls stop.
 func (p *procFlags) open(ctx context.Context, stderr, stdout io.Writer) (*setup, error) {
 	s := &setup{log: p.logger(stderr)}
+	// go-redis logs through a global logger of its own (plain text on
+	// stderr): route it into the process's JSON, redacted log.
+	redis.SetLogger(redisLog{s.log.With(slog.String("component", "go-redis"))})
 	db, err := p.db.open(ctx)
 	if err != nil {
 		if errors.Is(err, errUsage) {

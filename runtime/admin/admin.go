@@ -47,6 +47,25 @@ const (
 type Admin struct {
 	drv       driver.Driver
 	unordered []string
+	timeout   time.Duration // per statement; 0: none
+}
+
+// WithStatementTimeout returns a copy of a that bounds every statement it
+// runs by d (0: no bound beyond the caller's context). An action of many
+// batches is bounded per batch, not as a whole, so a big requeue is not
+// cut off half-way by a deadline meant for one slow statement.
+func (a *Admin) WithStatementTimeout(d time.Duration) *Admin {
+	c := *a
+	c.timeout = d
+	return &c
+}
+
+// stmt returns the context of one statement.
+func (a *Admin) stmt(ctx context.Context) (context.Context, context.CancelFunc) {
+	if a.timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, a.timeout)
 }
 
 // New returns an Admin for drv. Event types listed unordered in the
@@ -72,6 +91,10 @@ type StatusOptions struct {
 	StaleAfter time.Duration // default DefaultStaleAfter
 	Window     time.Duration // default DefaultWindow
 	ScanRows   int64         // default DefaultScanRows
+	// CountSent also counts every sent row the table keeps: exact, but on
+	// PostgreSQL and SQLite it reads them all (no index holds them), so it
+	// costs time in proportion to the retention.
+	CountSent bool
 }
 
 // Status is the outbox's state, as `outboxgen status` prints it.
@@ -99,11 +122,13 @@ func (a *Admin) Status(ctx context.Context, o StatusOptions) (Status, error) {
 	if o.ScanRows <= 0 {
 		o.ScanRows = DefaultScanRows
 	}
-	if err := a.drv.Check(ctx, driver.Outbox); err != nil {
+	sctx, cancel := a.stmt(ctx)
+	defer cancel()
+	if err := a.drv.Check(sctx, driver.Outbox); err != nil {
 		return Status{}, err
 	}
 	start := time.Now()
-	ov, err := a.drv.Overview(ctx, driver.OverviewParams{StaleAfter: o.StaleAfter, Unordered: a.unordered, Window: o.Window, ScanRows: o.ScanRows})
+	ov, err := a.drv.Overview(sctx, driver.OverviewParams{StaleAfter: o.StaleAfter, Unordered: a.unordered, Window: o.Window, ScanRows: o.ScanRows, CountSent: o.CountSent})
 	if err != nil {
 		return Status{}, err
 	}
@@ -149,6 +174,8 @@ func (a *Admin) Find(ctx context.Context, status driver.RowStatus, f Filter, aft
 	if limit < 1 || limit > dialect.MaxInList {
 		return nil, fmt.Errorf("limit %d: use 1 to %d", limit, dialect.MaxInList)
 	}
+	ctx, cancel := a.stmt(ctx)
+	defer cancel()
 	return a.drv.FindEvents(ctx, f.query(int(status), afterID, limit))
 }
 
@@ -159,6 +186,8 @@ func (a *Admin) Get(ctx context.Context, ref string) (driver.Event, error) {
 	if err != nil {
 		return driver.Event{}, err
 	}
+	ctx, cancel := a.stmt(ctx)
+	defer cancel()
 	if eventID != "" {
 		return a.drv.GetEventByEventID(ctx, eventID)
 	}
@@ -214,11 +243,20 @@ type Result struct {
 	LastID  int64 `json:"last_id,omitempty"`
 	// Keys counts the distinct keys of the selected rows.
 	Keys int `json:"keys"`
+	// RecentlySent counts, for a replay, the selected rows sent less than
+	// RecentWindow ago (by this machine's clock): a broker that drops
+	// re-sent message ids within a window (NATS JetStream's duplicate
+	// window, 2 minutes by default) drops their replay.
+	RecentlySent int64 `json:"recently_sent,omitempty"`
 	// Refused lists named events that were not acted on, and why. When it
 	// is not empty, nothing was changed.
 	Refused []Refusal `json:"refused,omitempty"`
 	DryRun  bool      `json:"dry_run,omitempty"`
 }
+
+// RecentWindow is the span Result.RecentlySent looks back: NATS
+// JetStream's default duplicate window.
+const RecentWindow = 2 * time.Minute
 
 // ErrRefused is returned (wrapped) when named events cannot be acted on;
 // Result.Refused says why, one by one.
@@ -256,6 +294,9 @@ func (a *Admin) act(ctx context.Context, action string, want driver.RowStatus, s
 			}
 			res.LastID = max(res.LastID, e.ID)
 			keys[e.Key] = true
+			if want == driver.Sent && !e.SentAt.IsZero() && time.Since(e.SentAt) < RecentWindow {
+				res.RecentlySent++
+			}
 		}
 		res.Matched += int64(len(evs))
 		res.Keys = len(keys)
@@ -265,7 +306,9 @@ func (a *Admin) act(ctx context.Context, action string, want driver.RowStatus, s
 		if sel.DryRun || len(ids) == 0 {
 			return nil
 		}
-		n, err := apply(ctx, ids)
+		sctx, cancel := a.stmt(ctx)
+		n, err := apply(sctx, ids)
+		cancel()
 		res.Changed += n
 		if n > 0 {
 			res.Batches++
@@ -289,7 +332,9 @@ func (a *Admin) act(ctx context.Context, action string, want driver.RowStatus, s
 	}
 	var after int64
 	for {
-		evs, err := a.drv.FindEvents(ctx, sel.Filter.query(int(want), after, BatchSize))
+		sctx, cancel := a.stmt(ctx)
+		evs, err := a.drv.FindEvents(sctx, sel.Filter.query(int(want), after, BatchSize))
+		cancel()
 		if err != nil {
 			return res, err
 		}
@@ -327,7 +372,9 @@ func (a *Admin) resolve(ctx context.Context, want driver.RowStatus, action strin
 	}
 	found := map[string]driver.Event{}
 	lookup := func(f driver.EventFilter) error {
-		evs, err := a.drv.FindEvents(ctx, f)
+		sctx, cancel := a.stmt(ctx)
+		defer cancel()
+		evs, err := a.drv.FindEvents(sctx, f)
 		for _, e := range evs {
 			found["id:"+strconv.FormatInt(e.ID, 10)] = e
 			found["event:"+e.EventID] = e
@@ -427,12 +474,17 @@ func (a *Admin) ForgetInbox(ctx context.Context, sel InboxSelection) (Result, er
 	if empty && !sel.All {
 		return res, fmt.Errorf("no event ids and no filter given: to forget every event consumer %q handled, confirm it (All)", sel.Consumer)
 	}
-	if err := a.drv.Check(ctx, driver.Inbox); err != nil {
+	cctx, cancel := a.stmt(ctx)
+	err := a.drv.Check(cctx, driver.Inbox)
+	cancel()
+	if err != nil {
 		return res, err
 	}
 	keys := map[string]bool{}
 	page := func(after string, ids []string) ([]driver.InboxRow, error) {
-		return a.drv.FindInbox(ctx, driver.InboxFilter{Consumer: sel.Consumer, AfterEventID: after, EventIDs: ids,
+		sctx, cancel := a.stmt(ctx)
+		defer cancel()
+		return a.drv.FindInbox(sctx, driver.InboxFilter{Consumer: sel.Consumer, AfterEventID: after, EventIDs: ids,
 			Types: sel.Types, Keys: sel.Keys, MaxAge: sel.Since, MinAge: sel.Until, Limit: BatchSize})
 	}
 	forget := func(rows []driver.InboxRow) error {
@@ -446,7 +498,9 @@ func (a *Admin) ForgetInbox(ctx context.Context, sel InboxSelection) (Result, er
 		if sel.DryRun || len(ids) == 0 {
 			return nil
 		}
-		n, err := a.drv.ForgetInbox(ctx, sel.Consumer, ids)
+		sctx, cancel := a.stmt(ctx)
+		n, err := a.drv.ForgetInbox(sctx, sel.Consumer, ids)
+		cancel()
 		res.Changed += n
 		if n > 0 {
 			res.Batches++

@@ -101,11 +101,18 @@ func BenchmarkStatus(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Logf("%s: pending %d, failed %d, held back %d rows of %d keys, sent in the last hour %d (scan bounded)", d, st.Pending, st.Failed, st.HeldBackRows, st.HeldBackKeys, st.SentInWindow)
-			b.ResetTimer()
-			for b.Loop() {
-				if _, err := a.Status(context.Background(), admin.StatusOptions{}); err != nil {
-					b.Fatal(err)
+			for _, count := range []bool{false, true} {
+				name := "default"
+				if count {
+					name = "count-sent"
 				}
+				b.Run(name, func(b *testing.B) {
+					for b.Loop() {
+						if _, err := a.Status(context.Background(), admin.StatusOptions{CountSent: count}); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
 			}
 		})
 	}

@@ -6,8 +6,9 @@ package dialect
 //
 // Index use: every status figure reads pending rows through the claim
 // index and FAILED rows through the failed index; sent rows, the bulk of
-// the table, are read only by SentPerMinute, through a primary-key range
-// of bounded length. FindEvents with a status reads that status's index
+// the table, are read by SentPerMinute through a primary-key range of
+// bounded length, and by CountSent (asked for explicitly) all of them:
+// no index of PostgreSQL or SQLite holds them. FindEvents with a status reads that status's index
 // (PostgreSQL and SQLite partial indexes need the status as a literal in
 // the statement, hence one section per status).
 

@@ -202,6 +202,9 @@ type OverviewParams struct {
 	ScanRows int64
 	// MaxGroups bounds FailedGroups.
 	MaxGroups int
+	// CountSent asks for Overview.Sent, which reads every sent row on
+	// PostgreSQL and SQLite (no index holds them).
+	CountSent bool
 }
 
 // FailedGroup counts the FAILED rows of one event type and topic.
@@ -228,7 +231,7 @@ type MinuteStat struct {
 type Overview struct {
 	Stats
 	// Sent counts the sent rows the table keeps (until the janitor's
-	// retention).
+	// retention); -1 unless OverviewParams.CountSent.
 	Sent int64
 	// BackingOff counts pending rows waiting out the backoff after a
 	// failed publish.
@@ -243,8 +246,14 @@ type Overview struct {
 	// backing-off row of the same key; HeldBackRows counts those rows.
 	HeldBackKeys, HeldBackRows int64
 	// SentPerMinute lists the minutes of the window with sent rows, newest
-	// first (minutes with none are left out).
+	// first (minutes with none are left out), counted among the rows with
+	// id > SentFromID only.
 	SentPerMinute []MinuteStat
+	// SentFromID is the id the send rate was counted above: the newest id
+	// minus OverviewParams.ScanRows, or 0 when the scan covered the whole
+	// table. When positive, rows older than it that were sent within the
+	// window (late, after an outage) are not counted.
+	SentFromID int64
 }
 
 // Driver is the storage of one outbox (and inbox) table pair on one

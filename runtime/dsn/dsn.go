@@ -59,7 +59,8 @@ type Source struct {
 // MySQL DSNs get parseTime=true and, unless they set a time_zone, the
 // session time zone UTC (time_zone='+00:00'), which the runtime needs.
 // SQLite DSNs get WAL, a 10 s busy timeout and BEGIN IMMEDIATE
-// transactions (see SQLiteDSN).
+// transactions (see SQLiteDSN), then the parameters given after "?"
+// (e.g. mode=ro).
 func Parse(s, driverName string) (Source, error) {
 	var d dialect.Dialect
 	if driverName != "" {
@@ -102,14 +103,17 @@ func Parse(s, driverName string) (Source, error) {
 		where := fmt.Sprintf("%s@%s(%s)/%s (MySQL/MariaDB)", cfg.User, cfg.Net, cfg.Addr, cfg.DBName)
 		return Source{Dialect: d, DriverName: "mysql", DSN: cfg.FormatDSN(), Where: where}, nil
 	case dialect.SQLite:
-		path := strings.TrimPrefix(strings.TrimPrefix(s, "sqlite:"), "file:")
-		if i := strings.IndexByte(path, '?'); i >= 0 {
-			path = path[:i]
-		}
+		path, query, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(s, "sqlite:"), "file:"), "?")
 		if path == "" {
 			return Source{}, errors.New("sqlite: no file named: use sqlite:path/to/file.db")
 		}
-		return Source{Dialect: d, DriverName: "sqlite", DSN: SQLiteDSN(path), Where: path + " (SQLite)", Path: path}, nil
+		dsn := SQLiteDSN(path)
+		if query != "" {
+			// The caller's parameters come last, so that theirs win
+			// (mode=ro for a read-only monitor, another busy_timeout).
+			dsn += "&" + query
+		}
+		return Source{Dialect: d, DriverName: "sqlite", DSN: dsn, Where: path + " (SQLite)", Path: path}, nil
 	}
 	// The value is not repeated: a DSN that is not recognised is also one
 	// whose password redaction might miss.

@@ -148,3 +148,37 @@ func TestOpen(t *testing.T) {
 		}
 	}
 }
+
+// TestSQLiteParametersKept: parameters after "?" reach the driver, after
+// the defaults, so mode=ro opens the file read-only (the README's advice
+// for the monitor).
+func TestSQLiteParametersKept(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ro.db")
+	ctx := context.Background()
+	db, _, err := dsn.Open(ctx, "sqlite:"+path, "", 0)
+	if err == nil {
+		t.Fatal("Open created a missing SQLite file")
+	}
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, _, err = dsn.Open(ctx, "sqlite:"+path, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("CREATE TABLE t (x INTEGER)"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	ro, src, err := dsn.Open(ctx, "file:"+path+"?mode=ro", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if !strings.HasSuffix(src.DSN, "&mode=ro") || src.Path != path {
+		t.Errorf("DSN %q, path %q", src.DSN, src.Path)
+	}
+	if _, err := ro.Exec("INSERT INTO t VALUES (1)"); err == nil || !strings.Contains(err.Error(), "readonly") {
+		t.Errorf("insert through mode=ro: %v, want a read-only error", err)
+	}
+}

@@ -142,16 +142,20 @@ func (a *Admin) Overview(ctx context.Context, p driver.OverviewParams) (driver.O
 	if err := a.one(ctx, q, args, &o.HeldBackKeys, &o.HeldBackRows); err != nil {
 		return o, a.errf("overview: held-back keys", err)
 	}
-	q, args = a.Queries.CountSent()
-	if err := a.one(ctx, q, args, &o.Sent); err != nil {
-		return o, a.errf("overview: sent rows", err)
+	o.Sent = -1
+	if p.CountSent {
+		q, args = a.Queries.CountSent()
+		if err := a.one(ctx, q, args, &o.Sent); err != nil {
+			return o, a.errf("overview: sent rows", err)
+		}
 	}
 	var maxID int64
 	q, args = a.Queries.MaxID()
 	if err := a.one(ctx, q, args, &maxID); err != nil {
 		return o, a.errf("overview: newest id", err)
 	}
-	q, args = a.Queries.SentPerMinute(maxID-p.ScanRows, p.Window)
+	o.SentFromID = max(maxID-p.ScanRows, 0)
+	q, args = a.Queries.SentPerMinute(o.SentFromID, p.Window)
 	err = a.each(ctx, q, args, func(r Rows) error {
 		var m driver.MinuteStat
 		var minute int64
