@@ -4,8 +4,9 @@ package main
 // server: a topic no stream captures makes a row FAILED and holds back the
 // later events of its key; status and failed list/show report it; requeue
 // refuses what is not FAILED, and once the stream is fixed, requeues it
-// and the relay publishes the key's events in order; replay publishes
-// sent events again; inbox forget deletes a consumer's rows.
+// and the standalone `outboxgen relay` process publishes the key's events
+// in order; replay publishes sent events again through it; inbox forget
+// deletes a consumer's rows.
 
 import (
 	"bytes"
@@ -19,6 +20,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -157,7 +160,8 @@ func testOperations(t *testing.T, d string) {
 	rctx, stopRelay := context.WithCancel(ctx)
 	relayDone := make(chan error, 1)
 	go func() { relayDone <- r.Run(rctx) }()
-	defer func() { stopRelay(); <-relayDone }()
+	stopInProcess := sync.OnceFunc(func() { stopRelay(); <-relayDone })
+	defer stopInProcess()
 
 	// The refund fails twice and becomes FAILED; k1's shipment waits behind it.
 	var st statusReport
@@ -209,10 +213,23 @@ func testOperations(t *testing.T, d string) {
 		t.Fatalf("after the refused requeue, %d FAILED rows, want 1", n)
 	}
 	// -all without -yes asks, and an empty answer changes nothing.
+	stdinMu.Lock()
 	stdin = strings.NewReader("\n")
-	if _, _, code := opsCLI(t, "requeue", dbFlag, "-all"); code != 1 {
+	_, _, code = opsCLI(t, "requeue", dbFlag, "-all")
+	stdinMu.Unlock()
+	if code != 1 {
 		t.Errorf("requeue -all without confirmation: exit %d, want 1", code)
 	}
+
+	// From here on the standalone relay process publishes.
+	stopInProcess()
+	proc := start(t, relayArgs(cliDSN(d, dsn), natsURL)...)
+	defer func() {
+		proc.cmd.Process.Signal(syscall.SIGTERM)
+		if code := proc.wait(t, 10*time.Second); code != 0 {
+			t.Errorf("outboxgen relay exited %d after SIGTERM", code)
+		}
+	}()
 
 	// Fix the cause (the stream captures refunds too), then requeue: the
 	// refund and then k1's shipment are published, in order.
@@ -228,8 +245,10 @@ func testOperations(t *testing.T, d string) {
 		pw.Write([]byte("requeue 1\n"))
 		pw.Close()
 	}()
+	stdinMu.Lock()
 	stdin = pr
 	out = opsMust(t, "requeue", dbFlag, "-all", "-timeout", "1s")
+	stdinMu.Unlock()
 	if !strings.Contains(out, "requeued 1 event (ids "+strconv.FormatInt(failedID, 10)) {
 		t.Errorf("requeue -all: %s", out)
 	}
@@ -270,6 +289,9 @@ func testOperations(t *testing.T, d string) {
 		t.Errorf("inbox rows left: %d, %v; want 4", left, err)
 	}
 }
+
+// stdinMu serialises the parallel subtests' use of the package's stdin.
+var stdinMu sync.Mutex
 
 type published struct{ id, typ, key string }
 

@@ -155,14 +155,13 @@ func TestOpen(t *testing.T) {
 func TestSQLiteParametersKept(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ro.db")
 	ctx := context.Background()
-	db, _, err := dsn.Open(ctx, "sqlite:"+path, "", 0)
-	if err == nil {
-		t.Fatal("Open created a missing SQLite file")
+	if _, _, err := dsn.Open(ctx, "sqlite:"+path, "", 0); err == nil {
+		t.Fatal("Open opened (and created) a missing SQLite file")
 	}
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	db, _, err = dsn.Open(ctx, "sqlite:"+path, "", 0)
+	db, _, err := dsn.Open(ctx, "sqlite:"+path, "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
