@@ -314,12 +314,21 @@ func adminTestReplay(t *testing.T, env Env) {
 }
 
 func adminTestOverviewEmpty(t *testing.T, env Env) {
-	o, err := env.Driver.Overview(context.Background(), driver.OverviewParams{StaleAfter: 10 * time.Minute})
+	o, err := env.Driver.Overview(context.Background(), driver.OverviewParams{StaleAfter: 10 * time.Minute, CountSent: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(o, driver.Overview{}) {
 		t.Errorf("Overview of an empty table = %+v, want all zero", o)
+	}
+	// Without CountSent, the sent rows are not counted (-1), the rest is
+	// the same.
+	o, err = env.Driver.Overview(context.Background(), driver.OverviewParams{StaleAfter: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (driver.Overview{Sent: -1}); !reflect.DeepEqual(o, want) {
+		t.Errorf("Overview of an empty table without CountSent = %+v, want %+v", o, want)
 	}
 }
 
@@ -371,9 +380,12 @@ func adminTestOverview(t *testing.T, env Env) {
 		adminSet(t, env, ids[i], s)
 	}
 
-	o, err := env.Driver.Overview(ctx, driver.OverviewParams{StaleAfter: 10 * time.Minute, Unordered: []string{"unord"}, Window: time.Hour})
+	o, err := env.Driver.Overview(ctx, driver.OverviewParams{StaleAfter: 10 * time.Minute, Unordered: []string{"unord"}, Window: time.Hour, CountSent: true})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.Sent != 5 || o.SentFromID != 0 {
+		t.Errorf("Overview Sent %d SentFromID %d, want 5 (s1-s4 and kf's) and 0", o.Sent, o.SentFromID)
 	}
 	// pending: kf x2, kb x2, kok, ku, kl1-3, kb2, kdue = 11
 	if o.Pending != 11 || o.Failed != 3 || o.ExpiredLeases != 1 || o.Stale != 0 {
