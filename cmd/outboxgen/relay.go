@@ -57,6 +57,7 @@ type procFlags struct {
 	batchSize, concurrency, maxAttempts          int
 	pollInterval, lease, shutdown, publish       time.Duration
 	dbBackoffMax                                 time.Duration
+	holdRecheck                                  time.Duration
 	instanceID                                   string
 	backoffInitial, backoffMax                   time.Duration
 	backoffJitter                                float64
@@ -129,6 +130,7 @@ func newProcFlags(cmd, synopsis string, groups int, stderr io.Writer) *procFlags
 		fl.Float64Var(&p.backoffJitter, "backoff-jitter", relay.DefaultBackoffJitter, "random spread of retry and breaker delays, 0 to <1 (0.2: ±20%)")
 		fl.DurationVar(&p.breakerInitial, "breaker-initial", relay.DefaultBreakerInitial, "circuit breaker pause after a batch failed on every key (broker outage), doubling")
 		fl.DurationVar(&p.breakerMax, "breaker-max", relay.DefaultBreakerMax, "longest circuit breaker pause")
+		fl.DurationVar(&p.holdRecheck, "hold-recheck", relay.DefaultHoldRecheck, "how long rows waiting behind a FAILED event of their key stay out of claims (a requeue releases them at once)")
 	}
 	if groups&(groupPublish|groupMonitor|groupJanitor) != 0 {
 		fl.DurationVar(&p.dbBackoffMax, "database-backoff-max", relay.DefaultDatabaseBackoffMax, "longest pause after consecutive database errors (every part)")
@@ -407,6 +409,7 @@ func (p *procFlags) runnerConfig(db *opsDB, log *slog.Logger) (runner.Config, er
 			BatchSize: p.batchSize, PollInterval: p.pollInterval, LeaseDuration: p.lease, Concurrency: p.concurrency,
 			MaxAttempts: p.maxAttempts, Backoff: retry, PublishTimeout: p.publish, BreakerBackoff: breaker,
 			DatabaseBackoffMax: p.dbBackoffMax, ShutdownTimeout: p.shutdown, InstanceID: p.instanceID,
+			HoldRecheck: p.holdRecheck,
 		}
 		cfg.Relay.OnFailed = onFailed("relay")
 	}
@@ -418,6 +421,7 @@ func (p *procFlags) runnerConfig(db *opsDB, log *slog.Logger) (runner.Config, er
 			OverdueAfter: p.overdueAfter, Interval: p.sweepInterval, BatchSize: p.batchSize, LeaseDuration: p.lease,
 			Concurrency: p.concurrency, MaxAttempts: p.maxAttempts, Backoff: retry, ShutdownTimeout: p.shutdown,
 			PublishTimeout: p.publish, BreakerBackoff: breaker, InstanceID: p.sweeperInstanceID, DatabaseBackoffMax: p.dbBackoffMax,
+			HoldRecheck: p.holdRecheck,
 		}
 		cfg.Sweeper.OnFailed = onFailed("sweeper")
 	}

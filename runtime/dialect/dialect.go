@@ -58,8 +58,10 @@ type spec struct {
 	dollar  bool     // placeholders are $1, $2, ...; else ?
 	// duration is how a time.Duration argument is bound.
 	duration func(time.Duration) any
-	// claimInTx: the claim is RelayClaim, RelayClaimBlocked and
-	// RelayClaimLease in a transaction (no UPDATE ... RETURNING).
+	// claimInTx: the claim is RelayClaim, RelayClaimBlocked,
+	// RelayClaimLease and RelayClaimHold in a transaction (MySQL: no
+	// UPDATE ... RETURNING; SQLite: sqlc cannot check the one-statement
+	// form, and its single writer makes the transaction as cheap).
 	claimInTx bool
 	// arrayIDs: the Relay*Array statements bind an id list as one array.
 	arrayIDs bool
@@ -89,9 +91,10 @@ var specs = []*spec{
 	},
 	{
 		dialect: SQLite, aliases: []string{"sqlite3"},
-		now:      "strftime('%Y-%m-%d %H:%M:%f', 'now')",
-		duration: func(d time.Duration) any { return fmt.Sprintf("%.6f seconds", d.Seconds()) },
-		archive:  archivePickDelete,
+		now:       "strftime('%Y-%m-%d %H:%M:%f', 'now')",
+		duration:  func(d time.Duration) any { return fmt.Sprintf("%.6f seconds", d.Seconds()) },
+		claimInTx: true,
+		archive:   archivePickDelete,
 	},
 }
 

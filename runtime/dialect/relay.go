@@ -21,6 +21,13 @@ var RelayColumns = []string{"id", "event_id", "biz_type", "biz_id", "topic", "pa
 // FailedColumns are the columns ListFailed returns, in scan order.
 var FailedColumns = []string{"id", "event_id", "biz_type", "biz_id", "topic", "retry_count", "last_error", "created_at", "updated_at"}
 
+// HeldOwner is the lease_owner of a held row: a pending row of an ordered
+// type that a claim found waiting behind a FAILED, backing-off or held row
+// of its key. Its next_retry_time is pushed past now, so claims (which read
+// due rows only) skip it until ReleaseHeld or the hold lapses. No relay
+// may use it as its instance id.
+const HeldOwner = "~held"
+
 // MaxInList is the largest id list a single relay statement binds. Callers
 // split longer lists.
 const MaxInList = 1000
@@ -49,10 +56,12 @@ type RelayQueries struct {
 // The relay's statements (see sql/<dialect>.sql), with their arguments in
 // the order the methods below pass them.
 var (
-	sClaim        = define(nil, "RelayClaim", "owner", "lease", "max_rows").withFixed("unordered").mayOmit("owner", "lease")
-	sClaimOverdue = define(nil, "RelayClaimOverdue", "owner", "lease", "max_rows", "overdue").withFixed("unordered").mayOmit("owner", "lease")
-	sClaimBlocked = define(needClaimInTx, "RelayClaimBlocked", "ids").withFixed("unordered")
+	sClaim        = define(nil, "RelayClaim", "owner", "lease", "max_rows", "hold").withFixed("unordered").mayOmit("owner", "lease", "hold")
+	sClaimOverdue = define(nil, "RelayClaimOverdue", "owner", "lease", "max_rows", "hold", "overdue").withFixed("unordered").mayOmit("owner", "lease", "hold")
+	sClaimBlocked = define(needClaimInTx, "RelayClaimBlocked", "ids", "hold").withFixed("unordered")
 	sClaimLease   = define(needClaimInTx, "RelayClaimLease", "owner", "lease", "ids")
+	sClaimHold    = define(needClaimInTx, "RelayClaimHold", "hold_until", "ids")
+	sReleaseHeld  = define(nil, "RelayReleaseHeld", "ids")
 
 	sMarkSent    = define(nil, "RelayMarkSent", "owner", "ids")
 	sMarkRetry   = define(nil, "RelayMarkRetry", "owner", "id", "last_error", "delay", "max_attempts")
@@ -144,56 +153,86 @@ func (q *RelayQueries) idStmt(list, array *stmtDef) *prepared {
 // Table returns the outbox table name.
 func (q *RelayQueries) Table() string { return q.table }
 
-// ClaimInTransaction reports how Claim is run. False (PostgreSQL, SQLite):
-// Claim is one statement that leases the rows and returns them; run it on
-// its own. True (MySQL/MariaDB, which have no UPDATE ... RETURNING): in one
-// short READ COMMITTED transaction run Claim (a SELECT ... FOR UPDATE SKIP
-// LOCKED returning the candidates), drop the ids ClaimBlocked returns, run
-// ClaimLease on the rest, commit.
+// ClaimInTransaction reports how Claim is run. False (PostgreSQL):
+// Claim is one statement that leases or holds the rows and returns them
+// with their new lease_owner (ClaimColumns): run it on its own and keep the
+// rows whose lease_owner is the claiming owner. True (MySQL/MariaDB, which
+// have no UPDATE ... RETURNING, and SQLite): in one short transaction
+// (MySQL: READ COMMITTED) run Claim, which locks and returns the
+// candidates (RelayColumns), then ClaimBlocked, which returns the ids not
+// to lease, each with hold_until; run ClaimLease on the rest and ClaimHold
+// for each id whose hold_until is not NULL; commit.
 //
-// Per-key order: a candidate c of an ordered type may be claimed only if
-// every older unsent row o of its key (o.status <> 1, o of an ordered type)
-// is claimed in the same batch. The candidate query keeps c only if all
-// such o are themselves claimable (the "prefilter": no older row of the key
-// is FAILED, backing off or leased); since candidates are taken in id order,
-// those o come before c. Under SKIP LOCKED, though, an o that another
-// instance is claiming right now is skipped, so a second check runs against
-// the set actually locked: c is dropped when an older unsent row of its key
-// is not in that set (PostgreSQL: inside the same statement; MySQL:
-// ClaimBlocked). SQLite has one writer and no SKIP LOCKED, so the prefilter
-// alone is exact there.
+// The candidates are a window of at most limit due, unleased rows, in
+// the order they became due (the due index), so a claim reads a bounded
+// number of rows however big the backlog, and never reads held rows (their
+// next_retry_time is in the future).
+//
+// Per-key order: a candidate c of an ordered type is leased only if every
+// older unsent row o of its key (o.status <> 1, o of an ordered type) is
+// in the window too, locked by this claim. Otherwise the nearest such o
+// decides: when o is FAILED, c is held for hold (ReleaseHeld, run by
+// Requeue, ends it early); when o is backing off or held itself, c is held
+// until o's next_retry_time, when o is tried again (and c is looked at
+// again with it); when o is in flight elsewhere or outside the window, c
+// is left alone. A held row has lease_owner HeldOwner and is otherwise
+// pending: status, attempts and the rest are unchanged.
 func (q *RelayQueries) ClaimInTransaction() bool { return q.s.claimInTx }
 
+// ClaimColumns are the columns a one-statement claim returns:
+// RelayColumns, then lease_owner (the owner for leased rows, HeldOwner for
+// held ones).
+var ClaimColumns = append(append([]string(nil), RelayColumns...), "lease_owner")
+
 // Claim returns the claim statement for owner with lease lease, at most
-// limit rows; see ClaimInTransaction for how to run it. It returns
-// RelayColumns.
-func (q *RelayQueries) Claim(owner string, lease time.Duration, limit int) (string, []any) {
-	return q.claim.render(owner, lease, limit)
+// limit candidates, holding blocked rows for hold; see ClaimInTransaction
+// for how to run it.
+func (q *RelayQueries) Claim(owner string, lease time.Duration, limit int, hold time.Duration) (string, []any) {
+	return q.claim.render(owner, lease, limit, hold)
 }
 
 // ClaimOverdue is Claim restricted to rows created at least overdueAfter
 // ago (by the database clock): the sweeper's rescue pass, which leaves
 // younger rows to the relay. Per-key order holds as in Claim. It is run
-// like Claim (see ClaimInTransaction) and returns RelayColumns.
-func (q *RelayQueries) ClaimOverdue(owner string, lease time.Duration, limit int, overdueAfter time.Duration) (string, []any) {
-	return q.overdue.render(owner, lease, limit, overdueAfter)
+// like Claim (see ClaimInTransaction).
+func (q *RelayQueries) ClaimOverdue(owner string, lease time.Duration, limit int, hold, overdueAfter time.Duration) (string, []any) {
+	return q.overdue.render(owner, lease, limit, hold, overdueAfter)
 }
 
-// ClaimBlocked (MySQL only) returns the ids among the just locked ids that
-// must not be claimed: an older unsent row of their key is not among ids.
-// Run it in the claim transaction after Claim. On other dialects it
-// returns "", nil.
-func (q *RelayQueries) ClaimBlocked(ids []int64) (string, []any) {
-	return q.blocked.render(ids)
+// ClaimBlocked (MySQL, SQLite) returns the ids among the just locked ids
+// that must not be leased, with a second column, hold_until: NULL to leave
+// the id alone, else the value to pass to ClaimHold. hold is how long a
+// row behind a FAILED one is held. Run it in the claim transaction after
+// Claim. On PostgreSQL it returns "", nil.
+func (q *RelayQueries) ClaimBlocked(ids []int64, hold time.Duration) (string, []any) {
+	return q.blocked.render(ids, hold)
 }
 
-// ClaimLease (MySQL only) leases the locked, unblocked ids to owner. On
+// ClaimLease (MySQL, SQLite) leases the locked, unblocked ids to owner. On
 // other dialects it returns "", nil.
 func (q *RelayQueries) ClaimLease(owner string, lease time.Duration, ids []int64) (string, []any) {
 	if !q.s.claimInTx {
 		return "", nil
 	}
 	return q.set.get(sClaimLease).render(owner, lease, ids)
+}
+
+// ClaimHold (MySQL, SQLite) gives the ids next_retry_time holdUntil, a
+// value ClaimBlocked returned for each of them (bound back as it was
+// read), and lease_owner HeldOwner when that is in the future. Callers
+// split id lists longer than MaxInList. On PostgreSQL it returns "", nil.
+func (q *RelayQueries) ClaimHold(holdUntil any, ids []int64) (string, []any) {
+	if !q.s.claimInTx {
+		return "", nil
+	}
+	return q.set.get(sClaimHold).render(holdUntil, ids)
+}
+
+// ReleaseHeld makes the held rows of the keys of ids due again: the row
+// holding them back (one of ids) was sent or requeued. Callers split id
+// lists longer than MaxInList.
+func (q *RelayQueries) ReleaseHeld(ids []int64) (string, []any) {
+	return q.set.get(sReleaseHeld).render(ids)
 }
 
 // MarkSent marks the ids sent (status 1, sent_at now, lease cleared),

@@ -16,15 +16,15 @@ func TestRelayQueriesBindAllMarkers(t *testing.T) {
 			}
 			stmts := map[string][2]any{}
 			add := func(name, s string, args []any) { stmts[name] = [2]any{s, args} }
-			s, a := q.Claim("me", time.Second, 10)
+			s, a := q.Claim("me", time.Second, 10, time.Minute)
 			add("claim", s, a)
-			s, a = q.ClaimOverdue("me", time.Second, 10, time.Minute)
+			s, a = q.ClaimOverdue("me", time.Second, 10, time.Minute, time.Minute)
 			add("overdue", s, a)
 			if !strings.Contains(s, "created_at <=") {
 				t.Errorf("%s: overdue claim without a created_at cutoff: %s", d, s)
 			}
 			if q.ClaimInTransaction() {
-				s, a = q.ClaimBlocked([]int64{1, 2})
+				s, a = q.ClaimBlocked([]int64{1, 2}, time.Minute)
 				add("blocked", s, a)
 				s, a = q.ClaimLease("me", time.Second, []int64{1})
 				add("lease", s, a)

@@ -67,7 +67,27 @@ type ClaimParams struct {
 	// OverdueAfter, when positive, restricts the claim to rows created at
 	// least that long ago: the sweeper's rescue pass.
 	OverdueAfter time.Duration
+	// Hold is how long a candidate found waiting behind a FAILED row of
+	// its key is held (kept out of claims); ReleaseHeld, which Requeue
+	// runs, ends the hold early (0: DefaultHold).
+	Hold time.Duration
+	// Result, when not nil, receives what the claim did besides leasing.
+	Result *ClaimResult
 }
+
+// ClaimResult is what a claim did besides leasing rows.
+type ClaimResult struct {
+	// Moved counts the rows of the window the claim held or moved back
+	// behind an older row of their key instead of leasing them. They left
+	// the window, so a claim that leased fewer than Limit rows but moved
+	// some may find more claimable rows at once.
+	Moved int
+}
+
+// DefaultHold is ClaimParams.Hold when it is zero. A hold ends early when
+// the row holding the key back is sent or requeued (ReleaseHeld); the
+// lapse only matters when it went another way (deleted by hand).
+const DefaultHold = 5 * time.Minute
 
 // Failure is a failed publish to record.
 type Failure struct {
@@ -277,12 +297,22 @@ type Driver interface {
 	// remembered: later calls cost nothing.
 	Check(ctx context.Context, t Table) error
 
-	// Claim leases up to p.Limit claimable rows to p.Owner and returns
-	// them in id order. Claimable: pending, due (next_retry_time passed),
-	// not under a live lease, and (for ordered types) not behind an older
-	// unsent row of the same key. It holds row locks only for its own short
-	// transaction: no broker I/O happens while they are held.
+	// Claim reads a window of at most p.Limit due (next_retry_time
+	// passed), unleased pending rows in the order they became due, leases
+	// to p.Owner those that are claimable and returns them in id order.
+	// Claimable: of an unordered type, or every older unsent row of the
+	// same key is in the window too. A row of the window waiting behind a
+	// FAILED, backing-off or held row of its key is held instead:
+	// lease_owner dialect.HeldOwner, next_retry_time now + p.Hold, so that
+	// later claims do not read it again until ReleaseHeld. The cost of a
+	// claim is bounded by p.Limit, whatever the backlog. It holds row locks
+	// only for its own short transaction: no broker I/O happens while they
+	// are held.
 	Claim(ctx context.Context, p ClaimParams) ([]Row, error)
+	// ReleaseHeld makes the held rows of the keys of ids due again: call
+	// it after marking ids sent when any of them had failed before (it
+	// may have held its key back). Requeue does it itself.
+	ReleaseHeld(ctx context.Context, ids []int64) (int64, error)
 	// MarkSent marks ids sent (status 1, sent_at now) and clears the lease.
 	MarkSent(ctx context.Context, owner string, ids []int64) (int64, error)
 	// MarkRetry records failures: retry_count+1, last_error, next_retry_time
@@ -300,7 +330,9 @@ type Driver interface {
 
 	// ListFailed lists FAILED rows with id > afterID in id order.
 	ListFailed(ctx context.Context, afterID int64, limit int) ([]FailedEvent, error)
-	// Requeue makes FAILED ids pending again, due now, with retry_count 0.
+	// Requeue makes FAILED ids pending again, due now, with retry_count 0,
+	// and releases the rows held behind them (as ReleaseHeld), in one
+	// transaction.
 	Requeue(ctx context.Context, ids []int64) (int64, error)
 
 	// Stats counts pending, stale (older than staleAfter), failed and

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
 	"github.com/outboxgen/outboxgen/runtime/internal/instanceid"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
@@ -29,6 +30,9 @@ const (
 	// BreakerBackoff: 1s doubling to 1 minute, ±20%.
 	DefaultBreakerInitial = time.Second
 	DefaultBreakerMax     = time.Minute
+
+	// DefaultHoldRecheck is Config.HoldRecheck's default.
+	DefaultHoldRecheck = driver.DefaultHold
 
 	// DefaultDatabaseBackoffMax caps the pause after consecutive
 	// database errors (see Config.DatabaseBackoffMax).
@@ -145,6 +149,16 @@ type Config struct {
 	// Zero (the default) claims every claimable row.
 	OverdueAfter time.Duration
 
+	// HoldRecheck is how long a row the relay found waiting behind a
+	// FAILED row of its key is held: kept out of claims, so that a key
+	// stuck with thousands of events behind it costs the other keys
+	// nothing (default 5 minutes). A requeue of the FAILED row ends the
+	// hold at once; the recheck only matters when the row went another way
+	// (deleted by hand), or in the rare race of a claim reading the key
+	// while it is requeued. Rows behind a backing-off row are held until
+	// its next attempt, whatever HoldRecheck is.
+	HoldRecheck time.Duration
+
 	// OnFailed, if set, is called once for each row this relay marks
 	// FAILED, after the result is recorded (e.g. to alert a human). It
 	// must not block for long.
@@ -184,6 +198,9 @@ func (o *Config) setDefaults() {
 	}
 	if o.DatabaseBackoffMax == 0 {
 		o.DatabaseBackoffMax = DefaultDatabaseBackoffMax
+	}
+	if o.HoldRecheck == 0 {
+		o.HoldRecheck = DefaultHoldRecheck
 	}
 	if o.InstanceID == "" {
 		o.InstanceID = instanceid.New("", "relay")
@@ -235,6 +252,12 @@ func (o Config) Validate() error {
 	}
 	if o.OverdueAfter < 0 {
 		errs = append(errs, fmt.Errorf("relay: Config.OverdueAfter is %s: use 0 (claim every row) or a positive duration", o.OverdueAfter))
+	}
+	if o.HoldRecheck < 0 {
+		errs = append(errs, fmt.Errorf("relay: Config.HoldRecheck is %s: use a positive duration (or 0 for %s)", o.HoldRecheck, DefaultHoldRecheck))
+	}
+	if o.InstanceID == dialect.HeldOwner {
+		errs = append(errs, fmt.Errorf("relay: Config.InstanceID %q is reserved for held rows: choose another", o.InstanceID))
 	}
 	if o.InstanceID == "" || len(o.InstanceID) > MaxInstanceID {
 		errs = append(errs, fmt.Errorf("relay: Config.InstanceID %q must be 1 to %d bytes (leave it empty for hostname-pid-random)", o.InstanceID, MaxInstanceID))

@@ -72,6 +72,9 @@ type Relay struct {
 	// brk is the circuit breaker; only the goroutine holding running
 	// touches it.
 	brk breaker
+	// lastMoved is what the last claim held or moved (see full); only the
+	// goroutine holding running touches it.
+	lastMoved int
 }
 
 // ErrRunning is returned by Run and RunOnce while another Run or RunOnce
@@ -219,8 +222,8 @@ func (r *Relay) Run(ctx context.Context) error {
 				// PollInterval, e.g. when a probe found nothing to
 				// claim); notifications do not shorten the pause.
 				wait = max(time.Until(r.brk.next), r.opts.PollInterval)
-			case n >= r.opts.BatchSize:
-				continue // a full batch: more is probably waiting
+			case r.full(n):
+				continue // a full window: more is probably waiting
 			default:
 				wait, wakeable = r.opts.PollInterval, true
 			}
@@ -353,10 +356,17 @@ func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 		if err != nil {
 			return published, r.explain(err)
 		}
-		if claimed < r.opts.BatchSize {
+		if !r.full(claimed) {
 			return published, nil
 		}
 	}
+}
+
+// full reports whether the last claim used its whole window (claimed
+// rows plus rows it held or moved), so the next claim may find more at
+// once: poll again without waiting.
+func (r *Relay) full(claimed int) bool {
+	return claimed+r.lastMoved >= r.opts.BatchSize
 }
 
 // outcome is what happened to the rows of one batch. Rows whose publish
@@ -398,16 +408,21 @@ func (r *Relay) cycle(ctx context.Context) (claimed, sent int, err error) {
 		return 0, 0, nil
 	}
 	claimedAt := time.Now() // the lease starts no earlier than this
+	var res driver.ClaimResult
+	r.lastMoved = 0
 	rows, err := r.drv.Claim(ctx, driver.ClaimParams{
+		Result:       &res,
 		Owner:        r.opts.InstanceID,
 		Lease:        r.opts.LeaseDuration,
 		Limit:        r.opts.BatchSize,
 		Unordered:    r.unorderedList,
 		OverdueAfter: r.opts.OverdueAfter,
+		Hold:         r.opts.HoldRecheck,
 	})
 	if err != nil {
 		return 0, 0, err
 	}
+	r.lastMoved = res.Moved
 	if len(rows) == 0 {
 		return 0, 0, nil
 	}

@@ -375,8 +375,10 @@ func TestPoisonEvent(t *testing.T) {
 			if pub.attemptsOf(id) != 0 {
 				t.Fatalf("event %s behind the poison event was published", id)
 			}
-			if s := state(t, db, d, id); s.Status != 0 || s.RetryCount != 0 || s.LeaseOwner.Valid {
-				t.Fatalf("held-back event: %+v, want pending, untouched", s)
+			// Held: pending, never tried, out of the claims' way until the
+			// poison row is requeued.
+			if s := state(t, db, d, id); s.Status != 0 || s.RetryCount != 0 || s.LeaseOwner.String != dialect.HeldOwner {
+				t.Fatalf("held-back event: %+v, want pending, held (lease_owner %q), never tried", s, dialect.HeldOwner)
 			}
 		}
 		s := state(t, db, d, poison)

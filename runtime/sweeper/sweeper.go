@@ -63,8 +63,8 @@ type Config struct {
 	Interval time.Duration
 
 	// EventTypes, BatchSize, LeaseDuration, Concurrency, MaxAttempts,
-	// Backoff, ShutdownTimeout, PublishTimeout, BreakerBackoff and
-	// OnFailed work as in relay.Config.
+	// Backoff, ShutdownTimeout, PublishTimeout, BreakerBackoff,
+	// HoldRecheck and OnFailed work as in relay.Config.
 	EventTypes      []outbox.EventType
 	BatchSize       int
 	LeaseDuration   time.Duration
@@ -74,6 +74,7 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	PublishTimeout  time.Duration
 	BreakerBackoff  func(n int) time.Duration
+	HoldRecheck     time.Duration
 	OnFailed        func(relay.FailedEvent)
 
 	// InstanceID names the sweeper in lease_owner and logs (default
@@ -160,6 +161,7 @@ func New(drv driver.Driver, opts Config) (*Sweeper, error) {
 		ShutdownTimeout:    opts.ShutdownTimeout,
 		PublishTimeout:     opts.PublishTimeout,
 		BreakerBackoff:     opts.BreakerBackoff,
+		HoldRecheck:        opts.HoldRecheck,
 		DatabaseBackoffMax: opts.DatabaseBackoffMax,
 		InstanceID:         opts.InstanceID,
 		OverdueAfter:       opts.OverdueAfter,

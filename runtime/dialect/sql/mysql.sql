@@ -28,23 +28,17 @@ FROM /* TEMPLATE: outbox */outbox_event
 WHERE event_id = sqlc.arg(event_id);
 
 -- MySQL has no UPDATE ... RETURNING: the claim is a transaction of
--- RelayClaim (lock the candidates), RelayClaimBlocked (the locked ids an
--- older unlocked row of their key blocks) and RelayClaimLease.
+-- RelayClaim (lock a window of due candidates in due order, through the
+-- (status, next_retry_time) index), RelayClaimBlocked (the locked ids an
+-- older unlocked row of their key blocks, and which of them to hold),
+-- RelayClaimLease and RelayClaimHold (see postgres.sql).
 -- name: RelayClaim :many
 SELECT c.id, c.event_id, c.biz_type, c.biz_id, c.topic, c.payload_version, c.payload, c.headers, c.retry_count, c.created_at
 FROM /* TEMPLATE: outbox */outbox_event c
 WHERE c.status = 0
   AND c.next_retry_time <= CURRENT_TIMESTAMP(6)
   AND (c.lease_expires_at IS NULL OR c.lease_expires_at < CURRENT_TIMESTAMP(6))
-  AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */NOT EXISTS (
-    SELECT 1
-    FROM /* TEMPLATE: outbox */outbox_event o
-    WHERE o.biz_id = c.biz_id
-      AND o.id < c.id
-      AND o.status <> 1
-      /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
-      AND NOT (o.status = 0 AND o.next_retry_time <= CURRENT_TIMESTAMP(6) AND (o.lease_expires_at IS NULL OR o.lease_expires_at < CURRENT_TIMESTAMP(6)))))
-ORDER BY c.id
+ORDER BY c.next_retry_time, c.id
 LIMIT /* ARG: max_rows */?
 FOR UPDATE SKIP LOCKED;
 
@@ -55,21 +49,27 @@ WHERE c.status = 0
   AND c.next_retry_time <= CURRENT_TIMESTAMP(6)
   AND (c.lease_expires_at IS NULL OR c.lease_expires_at < CURRENT_TIMESTAMP(6))
   AND c.created_at <= CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(overdue) MICROSECOND
-  AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */NOT EXISTS (
-    SELECT 1
-    FROM /* TEMPLATE: outbox */outbox_event o
-    WHERE o.biz_id = c.biz_id
-      AND o.id < c.id
-      AND o.status <> 1
-      /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
-      AND NOT (o.status = 0 AND o.next_retry_time <= CURRENT_TIMESTAMP(6) AND (o.lease_expires_at IS NULL OR o.lease_expires_at < CURRENT_TIMESTAMP(6))
-               AND o.created_at <= CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(overdue) MICROSECOND)))
-ORDER BY c.id
+ORDER BY c.next_retry_time, c.id
 LIMIT /* ARG: max_rows */?
 FOR UPDATE SKIP LOCKED;
 
+-- The locked ids an older unsent row of their key outside ids blocks,
+-- each with hold_until: NULL (leave it alone), or the next_retry_time to
+-- give it (RelayClaimHold), from the nearest older unsent row of its key
+-- outside ids (see postgres.sql).
 -- name: RelayClaimBlocked :many
-SELECT c.id
+SELECT c.id, (
+    SELECT CASE WHEN p.status = 2 THEN CURRENT_TIMESTAMP(6) + INTERVAL sqlc.arg(hold) MICROSECOND
+                WHEN p.lease_expires_at >= CURRENT_TIMESTAMP(6) THEN NULL
+                WHEN p.next_retry_time > c.next_retry_time THEN p.next_retry_time END
+    FROM /* TEMPLATE: outbox */outbox_event p
+    WHERE p.biz_id = c.biz_id
+      AND p.id < c.id
+      AND p.status <> 1
+      /* IF unordered */AND p.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+      AND p.id NOT IN (sqlc.slice(ids))
+    ORDER BY p.id DESC
+    LIMIT 1) AS hold_until
 FROM /* TEMPLATE: outbox */outbox_event c
 WHERE c.id IN (sqlc.slice(ids))
   /* IF unordered */AND c.biz_type NOT IN (sqlc.slice(unordered)) /* END */
@@ -82,10 +82,26 @@ WHERE c.id IN (sqlc.slice(ids))
       /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
       AND o.id NOT IN (sqlc.slice(ids)));
 
+-- The ids RelayClaimBlocked returned with this hold_until (bound back as
+-- it was read).
+-- name: RelayClaimHold :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET lease_owner = CASE WHEN sqlc.arg(hold_until) > CURRENT_TIMESTAMP(6) THEN '~held' END,
+    lease_expires_at = NULL, next_retry_time = sqlc.arg(hold_until), updated_at = CURRENT_TIMESTAMP(6)
+WHERE id IN (sqlc.slice(ids));
+
 -- name: RelayClaimLease :execrows
 UPDATE /* TEMPLATE: outbox */outbox_event
 SET lease_owner = sqlc.arg(owner), lease_expires_at = CURRENT_TIMESTAMP(6) + INTERVAL sqlc.arg(lease) MICROSECOND, updated_at = CURRENT_TIMESTAMP(6)
 WHERE id IN (sqlc.slice(ids));
+
+-- The derived table lets MySQL read the table it updates.
+-- name: RelayReleaseHeld :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET lease_owner = NULL, next_retry_time = CURRENT_TIMESTAMP(6), updated_at = CURRENT_TIMESTAMP(6)
+WHERE biz_id IN (SELECT k.biz_id FROM (SELECT h.biz_id FROM /* TEMPLATE: outbox */outbox_event h WHERE h.id IN (sqlc.slice(ids))) k)
+  AND status = 0
+  AND lease_owner = '~held';
 
 -- name: RelayMarkSent :execrows
 UPDATE /* TEMPLATE: outbox */outbox_event

@@ -37,92 +37,134 @@ SELECT pg_notify(/* TEMPLATE: channel */'outbox_event_insert', '');
 -- name: RelayListen :exec
 LISTEN /* TEMPLATE: channel */outbox_event_insert;
 
--- One statement: lock candidates (SKIP LOCKED), keep those whose older
--- unsent same-key rows are all locked here too, lease them. The CTE is
--- MATERIALIZED so the lock set is computed once. OFFSET 0 keeps the planner
--- from turning a per-key NOT EXISTS into an anti-join over the whole table
--- (measured on a 100k-row backlog: 22-41 ms a claim instead of 3.4 ms).
--- The type test of the UPDATE reads the updated row, not cand: sqlc cannot
--- resolve a CTE column compared with a parameter.
+-- One statement: lock a window of due, unleased candidates (SKIP
+-- LOCKED) in the order they became due, then by id, through the due index
+-- (next_retry_time, id); then, per candidate of an ordered type: lease it
+-- when every older unsent row of its key is in the window. Otherwise the
+-- nearest older unsent row of its key outside the window (prev) decides: prev FAILED: hold
+-- the candidate (lease_owner '~held', next_retry_time now + hold; a
+-- requeue ends it, RelayReleaseHeld); prev in flight elsewhere: leave it;
+-- prev due later than the candidate (backing off, held, or behind
+-- something itself): move the candidate's next_retry_time to prev's, so
+-- it never comes before prev again (held, when that is in the future).
+-- So every key's oldest row sorts first among its rows, a claim reads at
+-- most max_rows candidates whatever the backlog, and a row behind a stuck
+-- key is read once per attempt of the key's head (FAILED: once per hold).
+-- OFFSET 0 keeps the planner from turning a per-key NOT EXISTS into an
+-- anti-join over the whole table. RETURNING lease_owner tells leased rows
+-- from the rest.
 -- name: RelayClaim :many
 WITH cand AS MATERIALIZED (
-    SELECT c.id, c.biz_id
+    SELECT c.id, c.biz_id, c.next_retry_time AS due_at, (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */false) AS unordered_type
     FROM /* TEMPLATE: outbox */outbox_event c
     WHERE c.status = 0
       AND c.next_retry_time <= now()
       AND (c.lease_expires_at IS NULL OR c.lease_expires_at < now())
-      AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */NOT EXISTS (
-        SELECT 1
-        FROM /* TEMPLATE: outbox */outbox_event o
-        WHERE o.biz_id = c.biz_id
-          AND o.id < c.id
-          AND o.status <> 1
-          /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
-          AND NOT (o.status = 0 AND o.next_retry_time <= now() AND (o.lease_expires_at IS NULL OR o.lease_expires_at < now()))
-        OFFSET 0))
-    ORDER BY c.id
+    ORDER BY c.next_retry_time, c.id
     LIMIT sqlc.arg(max_rows)
-    FOR UPDATE SKIP LOCKED)
+    FOR UPDATE SKIP LOCKED),
+checked AS MATERIALIZED (
+    SELECT cand.id, cand.biz_id, cand.due_at,
+        (cand.unordered_type OR NOT EXISTS (
+            SELECT 1
+            FROM /* TEMPLATE: outbox */outbox_event o
+            WHERE o.biz_id = cand.biz_id
+              AND o.id < cand.id
+              AND o.status <> 1
+              /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+              AND NOT EXISTS (SELECT 1 FROM cand c2 WHERE c2.id = o.id)
+            OFFSET 0)) AS claimable
+    FROM cand),
+verdict AS MATERIALIZED (
+    SELECT checked.id, checked.claimable,
+        CASE WHEN checked.claimable THEN NULL
+             WHEN prev.status = 2 THEN now() + sqlc.arg(hold) * interval '1 second'
+             WHEN prev.lease_expires_at >= now() THEN NULL
+             WHEN prev.next_retry_time > checked.due_at THEN prev.next_retry_time
+        END AS hold_until
+    FROM checked
+    LEFT JOIN LATERAL (
+        SELECT p.status, p.next_retry_time, p.lease_expires_at
+        FROM /* TEMPLATE: outbox */outbox_event p
+        WHERE p.biz_id = checked.biz_id
+          AND p.id < checked.id
+          AND p.status <> 1
+          /* IF unordered */AND p.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+          AND NOT EXISTS (SELECT 1 FROM cand c3 WHERE c3.id = p.id)
+        ORDER BY p.id DESC
+        LIMIT 1) prev ON NOT checked.claimable)
 UPDATE /* TEMPLATE: outbox */outbox_event
-SET lease_owner = sqlc.arg(owner), lease_expires_at = now() + sqlc.arg(lease) * interval '1 second', updated_at = now()
-FROM cand
-WHERE /* TEMPLATE: outbox */outbox_event.id = cand.id
-  AND (/* IF unordered */ /* TEMPLATE: outbox */outbox_event.biz_type IN (sqlc.slice(unordered)) OR /* END */NOT EXISTS (
-    SELECT 1
-    FROM /* TEMPLATE: outbox */outbox_event o
-    WHERE o.biz_id = cand.biz_id
-      AND o.id < cand.id
-      AND o.status <> 1
-      /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
-      AND NOT EXISTS (SELECT 1 FROM cand c2 WHERE c2.id = o.id)
-    OFFSET 0))
+SET lease_owner = CASE WHEN verdict.claimable THEN sqlc.arg(owner) WHEN verdict.hold_until > now() THEN '~held' END,
+    lease_expires_at = CASE WHEN verdict.claimable THEN now() + sqlc.arg(lease) * interval '1 second' END,
+    next_retry_time = CASE WHEN verdict.claimable THEN /* TEMPLATE: outbox */outbox_event.next_retry_time ELSE verdict.hold_until END,
+    updated_at = now()
+FROM verdict
+WHERE /* TEMPLATE: outbox */outbox_event.id = verdict.id
+  AND (verdict.claimable OR verdict.hold_until IS NOT NULL)
 RETURNING /* TEMPLATE: outbox */outbox_event.id, /* TEMPLATE: outbox */outbox_event.event_id,
     /* TEMPLATE: outbox */outbox_event.biz_type, /* TEMPLATE: outbox */outbox_event.biz_id,
     /* TEMPLATE: outbox */outbox_event.topic, /* TEMPLATE: outbox */outbox_event.payload_version,
     /* TEMPLATE: outbox */outbox_event.payload, /* TEMPLATE: outbox */outbox_event.headers,
-    /* TEMPLATE: outbox */outbox_event.retry_count, /* TEMPLATE: outbox */outbox_event.created_at;
+    /* TEMPLATE: outbox */outbox_event.retry_count, /* TEMPLATE: outbox */outbox_event.created_at,
+    /* TEMPLATE: outbox */outbox_event.lease_owner;
 
 -- RelayClaim restricted to rows created at least overdue ago (the
--- sweeper); an older row of the key must be overdue too.
+-- sweeper).
 -- name: RelayClaimOverdue :many
 WITH cand AS MATERIALIZED (
-    SELECT c.id, c.biz_id
+    SELECT c.id, c.biz_id, c.next_retry_time AS due_at, (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */false) AS unordered_type
     FROM /* TEMPLATE: outbox */outbox_event c
     WHERE c.status = 0
       AND c.next_retry_time <= now()
       AND (c.lease_expires_at IS NULL OR c.lease_expires_at < now())
       AND c.created_at <= now() - sqlc.arg(overdue) * interval '1 second'
-      AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */NOT EXISTS (
-        SELECT 1
-        FROM /* TEMPLATE: outbox */outbox_event o
-        WHERE o.biz_id = c.biz_id
-          AND o.id < c.id
-          AND o.status <> 1
-          /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
-          AND NOT (o.status = 0 AND o.next_retry_time <= now() AND (o.lease_expires_at IS NULL OR o.lease_expires_at < now())
-                   AND o.created_at <= now() - sqlc.arg(overdue) * interval '1 second')
-        OFFSET 0))
-    ORDER BY c.id
+    ORDER BY c.next_retry_time, c.id
     LIMIT sqlc.arg(max_rows)
-    FOR UPDATE SKIP LOCKED)
+    FOR UPDATE SKIP LOCKED),
+checked AS MATERIALIZED (
+    SELECT cand.id, cand.biz_id, cand.due_at,
+        (cand.unordered_type OR NOT EXISTS (
+            SELECT 1
+            FROM /* TEMPLATE: outbox */outbox_event o
+            WHERE o.biz_id = cand.biz_id
+              AND o.id < cand.id
+              AND o.status <> 1
+              /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+              AND NOT EXISTS (SELECT 1 FROM cand c2 WHERE c2.id = o.id)
+            OFFSET 0)) AS claimable
+    FROM cand),
+verdict AS MATERIALIZED (
+    SELECT checked.id, checked.claimable,
+        CASE WHEN checked.claimable THEN NULL
+             WHEN prev.status = 2 THEN now() + sqlc.arg(hold) * interval '1 second'
+             WHEN prev.lease_expires_at >= now() THEN NULL
+             WHEN prev.next_retry_time > checked.due_at THEN prev.next_retry_time
+        END AS hold_until
+    FROM checked
+    LEFT JOIN LATERAL (
+        SELECT p.status, p.next_retry_time, p.lease_expires_at
+        FROM /* TEMPLATE: outbox */outbox_event p
+        WHERE p.biz_id = checked.biz_id
+          AND p.id < checked.id
+          AND p.status <> 1
+          /* IF unordered */AND p.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+          AND NOT EXISTS (SELECT 1 FROM cand c3 WHERE c3.id = p.id)
+        ORDER BY p.id DESC
+        LIMIT 1) prev ON NOT checked.claimable)
 UPDATE /* TEMPLATE: outbox */outbox_event
-SET lease_owner = sqlc.arg(owner), lease_expires_at = now() + sqlc.arg(lease) * interval '1 second', updated_at = now()
-FROM cand
-WHERE /* TEMPLATE: outbox */outbox_event.id = cand.id
-  AND (/* IF unordered */ /* TEMPLATE: outbox */outbox_event.biz_type IN (sqlc.slice(unordered)) OR /* END */NOT EXISTS (
-    SELECT 1
-    FROM /* TEMPLATE: outbox */outbox_event o
-    WHERE o.biz_id = cand.biz_id
-      AND o.id < cand.id
-      AND o.status <> 1
-      /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
-      AND NOT EXISTS (SELECT 1 FROM cand c2 WHERE c2.id = o.id)
-    OFFSET 0))
+SET lease_owner = CASE WHEN verdict.claimable THEN sqlc.arg(owner) WHEN verdict.hold_until > now() THEN '~held' END,
+    lease_expires_at = CASE WHEN verdict.claimable THEN now() + sqlc.arg(lease) * interval '1 second' END,
+    next_retry_time = CASE WHEN verdict.claimable THEN /* TEMPLATE: outbox */outbox_event.next_retry_time ELSE verdict.hold_until END,
+    updated_at = now()
+FROM verdict
+WHERE /* TEMPLATE: outbox */outbox_event.id = verdict.id
+  AND (verdict.claimable OR verdict.hold_until IS NOT NULL)
 RETURNING /* TEMPLATE: outbox */outbox_event.id, /* TEMPLATE: outbox */outbox_event.event_id,
     /* TEMPLATE: outbox */outbox_event.biz_type, /* TEMPLATE: outbox */outbox_event.biz_id,
     /* TEMPLATE: outbox */outbox_event.topic, /* TEMPLATE: outbox */outbox_event.payload_version,
     /* TEMPLATE: outbox */outbox_event.payload, /* TEMPLATE: outbox */outbox_event.headers,
-    /* TEMPLATE: outbox */outbox_event.retry_count, /* TEMPLATE: outbox */outbox_event.created_at;
+    /* TEMPLATE: outbox */outbox_event.retry_count, /* TEMPLATE: outbox */outbox_event.created_at,
+    /* TEMPLATE: outbox */outbox_event.lease_owner;
 
 -- name: RelayMarkSent :execrows
 UPDATE /* TEMPLATE: outbox */outbox_event
@@ -173,6 +215,15 @@ WHERE id IN (sqlc.slice(ids))
 
 -- The *Array statements bind the id list as one bigint[] (RelayQueries.ArrayIDs):
 -- their text does not depend on the list length.
+
+-- The held rows of the keys of ids back in the due range: the row that
+-- held them (one of ids) was requeued.
+-- name: RelayReleaseHeld :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET lease_owner = NULL, next_retry_time = now(), updated_at = now()
+WHERE biz_id IN (SELECT h.biz_id FROM /* TEMPLATE: outbox */outbox_event h WHERE h.id IN (sqlc.slice(ids)))
+  AND status = 0
+  AND lease_owner = '~held';
 
 -- name: RelayMarkSentArray :execrows
 UPDATE /* TEMPLATE: outbox */outbox_event

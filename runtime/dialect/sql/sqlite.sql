@@ -24,33 +24,32 @@ SELECT biz_type, biz_id, topic
 FROM /* TEMPLATE: outbox */outbox_event
 WHERE event_id = sqlc.arg(event_id);
 
--- One statement: SQLite takes the write lock when the statement starts, so
--- the candidate SELECT and the UPDATE see one state.
+-- The claim is a transaction, as on MySQL (see mysql.sql): RelayClaim
+-- reads a window of due candidates in due order (the due index),
+-- RelayClaimBlocked finds those an older unsent row of their key outside
+-- the window blocks (and which of them to hold), RelayClaimLease and
+-- RelayClaimHold write. SQLite has one writer: the transaction (BEGIN
+-- IMMEDIATE) holds the write lock throughout, so no SKIP LOCKED is needed.
+-- The window is read by a no-op UPDATE (lease_owner = lease_owner) so
+-- that the transaction takes SQLite's write lock with its first statement,
+-- whatever the DSN's _txlock: a read first would fail to upgrade when
+-- another connection writes (SQLITE_BUSY, no busy wait).
 -- name: RelayClaim :many
 UPDATE /* TEMPLATE: outbox */outbox_event
-SET lease_owner = sqlc.arg(owner), lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', sqlc.arg(lease)), updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+SET lease_owner = lease_owner
 WHERE id IN (
     SELECT c.id
     FROM /* TEMPLATE: outbox */outbox_event c
     WHERE c.status = 0
       AND c.next_retry_time <= strftime('%Y-%m-%d %H:%M:%f', 'now')
       AND (c.lease_expires_at IS NULL OR c.lease_expires_at < strftime('%Y-%m-%d %H:%M:%f', 'now'))
-      AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */NOT EXISTS (
-        SELECT 1
-        FROM /* TEMPLATE: outbox */outbox_event o
-        WHERE o.biz_id = c.biz_id
-          AND o.id < c.id
-          AND o.status <> 1
-          /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
-          AND NOT (o.status = 0 AND o.next_retry_time <= strftime('%Y-%m-%d %H:%M:%f', 'now')
-                   AND (o.lease_expires_at IS NULL OR o.lease_expires_at < strftime('%Y-%m-%d %H:%M:%f', 'now')))))
-    ORDER BY c.id
+    ORDER BY c.next_retry_time, c.id
     LIMIT sqlc.arg(max_rows))
 RETURNING id, event_id, biz_type, biz_id, topic, payload_version, payload, headers, retry_count, created_at;
 
 -- name: RelayClaimOverdue :many
 UPDATE /* TEMPLATE: outbox */outbox_event
-SET lease_owner = sqlc.arg(owner), lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', sqlc.arg(lease)), updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+SET lease_owner = lease_owner
 WHERE id IN (
     SELECT c.id
     FROM /* TEMPLATE: outbox */outbox_event c
@@ -58,19 +57,54 @@ WHERE id IN (
       AND c.next_retry_time <= strftime('%Y-%m-%d %H:%M:%f', 'now')
       AND (c.lease_expires_at IS NULL OR c.lease_expires_at < strftime('%Y-%m-%d %H:%M:%f', 'now'))
       AND c.created_at <= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(overdue))
-      AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */NOT EXISTS (
-        SELECT 1
-        FROM /* TEMPLATE: outbox */outbox_event o
-        WHERE o.biz_id = c.biz_id
-          AND o.id < c.id
-          AND o.status <> 1
-          /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
-          AND NOT (o.status = 0 AND o.next_retry_time <= strftime('%Y-%m-%d %H:%M:%f', 'now')
-                   AND (o.lease_expires_at IS NULL OR o.lease_expires_at < strftime('%Y-%m-%d %H:%M:%f', 'now'))
-                   AND o.created_at <= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(overdue)))))
-    ORDER BY c.id
+    ORDER BY c.next_retry_time, c.id
     LIMIT sqlc.arg(max_rows))
 RETURNING id, event_id, biz_type, biz_id, topic, payload_version, payload, headers, retry_count, created_at;
+
+-- name: RelayClaimBlocked :many
+SELECT c.id, (
+    SELECT CASE WHEN p.status = 2 THEN strftime('%Y-%m-%d %H:%M:%f', 'now', sqlc.arg(hold))
+                WHEN p.lease_expires_at >= strftime('%Y-%m-%d %H:%M:%f', 'now') THEN NULL
+                WHEN p.next_retry_time > c.next_retry_time THEN p.next_retry_time END
+    FROM /* TEMPLATE: outbox */outbox_event p
+    WHERE p.biz_id = c.biz_id
+      AND p.id < c.id
+      AND p.status <> 1
+      /* IF unordered */AND p.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+      AND p.id NOT IN (sqlc.slice(ids))
+    ORDER BY p.id DESC
+    LIMIT 1) AS hold_until
+FROM /* TEMPLATE: outbox */outbox_event c
+WHERE c.id IN (sqlc.slice(ids))
+  /* IF unordered */AND c.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+  AND EXISTS (
+    SELECT 1
+    FROM /* TEMPLATE: outbox */outbox_event o
+    WHERE o.biz_id = c.biz_id
+      AND o.id < c.id
+      AND o.status <> 1
+      /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+      AND o.id NOT IN (sqlc.slice(ids)));
+
+-- name: RelayClaimLease :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET lease_owner = sqlc.arg(owner), lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', sqlc.arg(lease)), updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+WHERE id IN (sqlc.slice(ids));
+
+-- The ids RelayClaimBlocked returned with this hold_until (bound back as
+-- it was read).
+-- name: RelayClaimHold :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET lease_owner = CASE WHEN sqlc.arg(hold_until) > strftime('%Y-%m-%d %H:%M:%f', 'now') THEN '~held' END,
+    lease_expires_at = NULL, next_retry_time = sqlc.arg(hold_until), updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+WHERE id IN (sqlc.slice(ids));
+
+-- name: RelayReleaseHeld :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET lease_owner = NULL, next_retry_time = strftime('%Y-%m-%d %H:%M:%f', 'now'), updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+WHERE biz_id IN (SELECT h.biz_id FROM /* TEMPLATE: outbox */outbox_event h WHERE h.id IN (sqlc.slice(ids)))
+  AND status = 0
+  AND lease_owner = '~held';
 
 -- name: RelayMarkSent :execrows
 UPDATE /* TEMPLATE: outbox */outbox_event

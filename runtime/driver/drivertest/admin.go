@@ -371,7 +371,7 @@ func adminTestOverview(t *testing.T, env Env) {
 		// a pending row with retries that is due (not backing off).
 		"biz_type = 'ord', biz_id = 'kdue', topic = 't1', retry_count = 1, next_retry_time = " + OpsAgo(d, time.Minute),
 		// a sent row behind the FAILED head of kf: not held back.
-		"biz_type = 'ord', biz_id = 'kf', topic = 't1', " + sent(30*time.Minute),
+		"biz_type = 'ord', biz_id = 'kf', topic = 't1', " + sent(30*time.Minute+30*time.Second),
 	}
 	if len(sets) != len(ids) {
 		t.Fatalf("fixture: %d rows, %d shapes", len(ids), len(sets))

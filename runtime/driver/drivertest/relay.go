@@ -62,6 +62,7 @@ func Run(t *testing.T, open func(t *testing.T) Env) {
 		{"LongIDLists", testLongIDLists},
 		{"ConcurrentClaims", testConcurrentClaims},
 	}
+	tests = append(tests, heldTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ev := open(t)

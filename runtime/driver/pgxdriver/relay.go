@@ -24,9 +24,10 @@ var (
 	_ driver.Notifier = (*Driver)(nil)
 )
 
-// Claim leases up to p.Limit claimable rows to p.Owner in one statement
-// (SELECT ... FOR UPDATE SKIP LOCKED feeding an UPDATE ... RETURNING) and
-// returns them in id order.
+// Claim leases up to p.Limit claimable rows to p.Owner, and holds the
+// rows of the window waiting behind a failing row of their key, in one
+// statement (SELECT ... FOR UPDATE SKIP LOCKED feeding an UPDATE ...
+// RETURNING), and returns the leased rows in id order.
 func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
 	if err := driverutil.CheckClaim("pgxdriver", p); err != nil {
 		return nil, err
@@ -42,10 +43,16 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 	}
 	defer rs.Close()
 	var out []driver.Row
+	moved := 0
 	for rs.Next() {
 		var r driver.Row
-		if err := rs.Scan(&r.ID, &r.EventID, &r.Type, &r.Key, &r.Topic, &r.Version, &r.Payload, &r.Headers, &r.RetryCount, &r.CreatedAt); err != nil {
+		var leaseOwner *string
+		if err := rs.Scan(&r.ID, &r.EventID, &r.Type, &r.Key, &r.Topic, &r.Version, &r.Payload, &r.Headers, &r.RetryCount, &r.CreatedAt, &leaseOwner); err != nil {
 			return nil, fmt.Errorf("pgxdriver: claim: scan: %w", err)
+		}
+		if leaseOwner == nil || *leaseOwner != p.Owner {
+			moved++ // held, or moved back behind an older row of its key
+			continue
 		}
 		r.EventID = strings.ToLower(r.EventID)
 		r.CreatedAt = r.CreatedAt.UTC()
@@ -53,6 +60,9 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 	}
 	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("pgxdriver: claim: %w", err)
+	}
+	if p.Result != nil {
+		p.Result.Moved = moved
 	}
 	driverutil.SortRows(out) // RETURNING has no order
 	return out, nil
@@ -90,9 +100,46 @@ func (x *Driver) ExtendLease(ctx context.Context, owner string, ids []int64, lea
 	return x.execIDs(ctx, "extend lease", ids, func(q *dialect.RelayQueries) (string, []any) { return q.ExtendLease(owner, ids, lease) })
 }
 
-// Requeue makes FAILED ids pending again.
+// Requeue makes FAILED ids pending again and releases the rows held
+// behind them: one pgx batch (one implicit transaction) per chunk of ids.
 func (x *Driver) Requeue(ctx context.Context, ids []int64) (int64, error) {
-	return x.execIDs(ctx, "requeue", ids, func(q *dialect.RelayQueries) (string, []any) { return q.Requeue(ids) })
+	q, err := x.relayQ.Get(nil)
+	if err != nil {
+		return 0, fmt.Errorf("pgxdriver: requeue: %w", err)
+	}
+	var total int64
+	err = driverutil.Chunks(ids, func(part []int64) error {
+		b := &pgx.Batch{}
+		query, args := q.Requeue(part)
+		b.Queue(query, args...)
+		query, args = q.ReleaseHeld(part)
+		b.Queue(query, args...)
+		br := x.pool.SendBatch(ctx, b)
+		tag, err := br.Exec()
+		if err == nil {
+			_, err = br.Exec()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("pgxdriver: requeue: %w", err)
+		}
+		total += tag.RowsAffected()
+		return nil
+	})
+	return total, err
+}
+
+// ReleaseHeld makes the held rows of the keys of ids due again.
+func (x *Driver) ReleaseHeld(ctx context.Context, ids []int64) (int64, error) {
+	var total int64
+	err := driverutil.Chunks(ids, func(part []int64) error {
+		n, err := x.execIDs(ctx, "release held rows", part, func(q *dialect.RelayQueries) (string, []any) { return q.ReleaseHeld(part) })
+		total += n
+		return err
+	})
+	return total, err
 }
 
 // MarkRetry writes each failure with its own fenced UPDATE (each row has

@@ -36,21 +36,31 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 	}
 	query, args := driverutil.Claim(q, p)
 	if !q.ClaimInTransaction() {
+		// PostgreSQL: one statement; held rows come back with lease_owner
+		// dialect.HeldOwner.
 		rs, err := x.db.QueryContext(ctx, query, args...)
 		if err != nil {
 			return nil, fmt.Errorf("sqldriver: claim: %w", err)
 		}
-		rows, err := scanRows(rs)
+		rows, moved, err := scanRows(rs, p.Owner)
 		if err != nil {
 			return nil, err
+		}
+		if p.Result != nil {
+			p.Result.Moved = moved
 		}
 		driverutil.SortRows(rows) // RETURNING has no order
 		return rows, nil
 	}
-	// MySQL/MariaDB: lock, filter, lease, commit. READ COMMITTED: the
-	// blocked-check must see rows committed after the locking read, and it
-	// takes no gap locks.
-	tx, err := x.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	// MySQL/MariaDB and SQLite: lock, filter, lease, hold, commit. MySQL
+	// runs it READ COMMITTED: the blocked-check must see rows committed
+	// after the locking read, and it takes no gap locks. SQLite's
+	// transaction (BEGIN IMMEDIATE) holds the write lock throughout.
+	var opts *sql.TxOptions
+	if x.d == dialect.MySQL {
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	tx, err := x.db.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("sqldriver: claim: begin: %w", err)
 	}
@@ -59,7 +69,7 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 	if err != nil {
 		return nil, fmt.Errorf("sqldriver: claim: %w", err)
 	}
-	rows, err := scanRows(rs)
+	rows, _, err := scanRows(rs, "")
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
@@ -67,19 +77,27 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 	for i, r := range rows {
 		ids[i] = r.ID
 	}
-	query, args = q.ClaimBlocked(ids)
+	query, args = q.ClaimBlocked(ids, driverutil.HoldOf(p))
 	brs, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqldriver: claim: per-key check: %w", err)
 	}
+	type hold struct {
+		id    int64
+		until any // as read, bound back as read
+	}
 	blocked := map[int64]bool{}
+	var held []hold
 	for brs.Next() {
-		var id int64
-		if err := brs.Scan(&id); err != nil {
+		var h hold
+		if err := brs.Scan(&h.id, &h.until); err != nil {
 			brs.Close()
 			return nil, fmt.Errorf("sqldriver: claim: per-key check: %w", err)
 		}
-		blocked[id] = true
+		blocked[h.id] = true
+		if h.until != nil {
+			held = append(held, h)
+		}
 	}
 	if err := brs.Close(); err != nil {
 		return nil, fmt.Errorf("sqldriver: claim: per-key check: %w", err)
@@ -98,36 +116,72 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		}
 		rows = kept
 	}
-	if len(rows) == 0 {
+	// One statement per distinct hold_until (the rows behind FAILED rows
+	// share one: the statement's clock).
+	groups := map[string][]int64{}
+	var order []string
+	until := map[string]any{}
+	for _, h := range held {
+		k := fmt.Sprint(h.until)
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+			until[k] = h.until
+		}
+		groups[k] = append(groups[k], h.id)
+	}
+	for _, k := range order {
+		query, args = q.ClaimHold(until[k], groups[k])
+		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
+			return nil, fmt.Errorf("sqldriver: claim: hold: %w", err)
+		}
+	}
+	if len(rows) == 0 && len(held) == 0 {
 		return nil, nil // rollback releases the locks
 	}
-	query, args = q.ClaimLease(p.Owner, p.Lease, ids)
-	if _, err := tx.ExecContext(ctx, query, args...); err != nil {
-		return nil, fmt.Errorf("sqldriver: claim: lease: %w", err)
+	if len(rows) > 0 {
+		query, args = q.ClaimLease(p.Owner, p.Lease, ids)
+		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
+			return nil, fmt.Errorf("sqldriver: claim: lease: %w", err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("sqldriver: claim: commit: %w", err)
 	}
-	return rows, nil // ORDER BY id
+	if p.Result != nil {
+		p.Result.Moved = len(held)
+	}
+	driverutil.SortRows(rows) // the window is in due order
+	return rows, nil
 }
 
-func scanRows(rs *sql.Rows) ([]driver.Row, error) {
+// scanRows scans claimed rows (dialect.RelayColumns). With owner set, the
+// statement also returns lease_owner (dialect.ClaimColumns), and rows whose
+// lease_owner is not owner (held or moved rows) are left out and counted.
+func scanRows(rs *sql.Rows, owner string) (out []driver.Row, moved int, err error) {
 	defer rs.Close()
-	var out []driver.Row
 	for rs.Next() {
 		var r driver.Row
 		var created driverutil.Time
-		if err := rs.Scan(&r.ID, &r.EventID, &r.Type, &r.Key, &r.Topic, &r.Version, &r.Payload, &r.Headers, &r.RetryCount, &created); err != nil {
-			return nil, fmt.Errorf("sqldriver: claim: scan: %w", err)
+		dest := []any{&r.ID, &r.EventID, &r.Type, &r.Key, &r.Topic, &r.Version, &r.Payload, &r.Headers, &r.RetryCount, &created}
+		var leaseOwner sql.NullString
+		if owner != "" {
+			dest = append(dest, &leaseOwner)
+		}
+		if err := rs.Scan(dest...); err != nil {
+			return nil, 0, fmt.Errorf("sqldriver: claim: scan: %w", err)
+		}
+		if owner != "" && leaseOwner.String != owner {
+			moved++ // held, or moved back behind an older row of its key
+			continue
 		}
 		r.EventID = strings.ToLower(r.EventID)
 		r.CreatedAt = created.T
 		out = append(out, r)
 	}
 	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("sqldriver: claim: %w", err)
+		return nil, 0, fmt.Errorf("sqldriver: claim: %w", err)
 	}
-	return out, nil
+	return out, moved, nil
 }
 
 func (x *Driver) execIDs(ctx context.Context, what string, ids []int64, build func(q *dialect.RelayQueries, part []int64) (string, []any)) (int64, error) {
@@ -170,9 +224,45 @@ func (x *Driver) ExtendLease(ctx context.Context, owner string, ids []int64, lea
 	})
 }
 
-// Requeue makes FAILED ids pending again.
+// Requeue makes FAILED ids pending again and releases the rows held
+// behind them, one transaction per chunk of ids.
 func (x *Driver) Requeue(ctx context.Context, ids []int64) (int64, error) {
-	return x.execIDs(ctx, "requeue", ids, (*dialect.RelayQueries).Requeue)
+	q, err := x.relayQ.Get(nil)
+	if err != nil {
+		return 0, fmt.Errorf("sqldriver: requeue: %w", err)
+	}
+	var total int64
+	err = driverutil.Chunks(ids, func(part []int64) error {
+		tx, err := x.db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("sqldriver: requeue: begin: %w", err)
+		}
+		defer tx.Rollback() //nolint:errcheck // no-op after Commit
+		query, args := q.Requeue(part)
+		res, err := tx.ExecContext(ctx, query, args...)
+		if err != nil {
+			return fmt.Errorf("sqldriver: requeue: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("sqldriver: requeue: rows affected: %w", err)
+		}
+		query, args = q.ReleaseHeld(part)
+		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
+			return fmt.Errorf("sqldriver: requeue: release held rows: %w", err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("sqldriver: requeue: commit: %w", err)
+		}
+		total += n
+		return nil
+	})
+	return total, err
+}
+
+// ReleaseHeld makes the held rows of the keys of ids due again.
+func (x *Driver) ReleaseHeld(ctx context.Context, ids []int64) (int64, error) {
+	return x.execIDs(ctx, "release held rows", ids, (*dialect.RelayQueries).ReleaseHeld)
 }
 
 // MarkRetry writes each failure with its own fenced UPDATE (each row has

@@ -73,10 +73,19 @@ func (r *RelayQueries) Get(unordered []string) (*dialect.RelayQueries, error) {
 
 // Claim returns the claim statement for p (Claim or ClaimOverdue).
 func Claim(q *dialect.RelayQueries, p driver.ClaimParams) (string, []any) {
+	hold := HoldOf(p)
 	if p.OverdueAfter > 0 {
-		return q.ClaimOverdue(p.Owner, p.Lease, p.Limit, p.OverdueAfter)
+		return q.ClaimOverdue(p.Owner, p.Lease, p.Limit, hold, p.OverdueAfter)
 	}
-	return q.Claim(p.Owner, p.Lease, p.Limit)
+	return q.Claim(p.Owner, p.Lease, p.Limit, hold)
+}
+
+// HoldOf returns p.Hold, or driver.DefaultHold when it is zero.
+func HoldOf(p driver.ClaimParams) time.Duration {
+	if p.Hold <= 0 {
+		return driver.DefaultHold
+	}
+	return p.Hold
 }
 
 // CheckClaim validates claim parameters; what prefixes the error.
@@ -90,6 +99,10 @@ func CheckClaim(what string, p driver.ClaimParams) error {
 		return fmt.Errorf("%s: claim: Limit is %d: use 1 to %d", what, p.Limit, dialect.MaxInList)
 	case p.OverdueAfter < 0:
 		return fmt.Errorf("%s: claim: OverdueAfter is %s: use 0 (no restriction) or a positive duration", what, p.OverdueAfter)
+	case p.Hold < 0:
+		return fmt.Errorf("%s: claim: Hold is %s: use 0 (the default) or a positive duration", what, p.Hold)
+	case p.Owner == dialect.HeldOwner:
+		return fmt.Errorf("%s: claim: Owner %q is reserved for held rows: use another instance id", what, p.Owner)
 	}
 	return nil
 }

@@ -1,0 +1,133 @@
+package drivertest
+
+// Held rows: what a claim does with the rows of its window that wait
+// behind a FAILED, backing-off or held row of their key (see
+// dialect.RelayQueries.ClaimInTransaction).
+
+import (
+	"testing"
+	"time"
+
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/driver"
+)
+
+var heldTests = []struct {
+	name string
+	f    func(t *testing.T, e *env)
+}{
+	{"HeldBehindFailed", testHeldBehindFailed},
+	{"HeldBehindBackoff", testHeldBehindBackoff},
+	{"MovedBehindLaterHead", testMovedBehindLaterHead},
+	{"NotHeldBehindInFlight", testNotHeldBehindInFlight},
+	{"HeldUnordered", testHeldUnordered},
+}
+
+// heldState is lease owner and due-ness of a row.
+func (e *env) heldState(t *testing.T, id int64) (owner string, due bool) {
+	t.Helper()
+	s := e.state(t, id)
+	return s.Owner.String, s.Due
+}
+
+// testHeldBehindFailed: rows behind a FAILED row are held (out of every
+// later claim, whatever its window) until the FAILED row is requeued,
+// which releases them: then the key goes out in order.
+func testHeldBehindFailed(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "p"}, seedEv{Key: "p"}, seedEv{Key: "p"}, seedEv{Key: "q"})
+	e.set(t, "status = 2, retry_count = 5", ids[0])
+	var res driver.ClaimResult
+	p := claimP("r1", 10)
+	p.Result = &res
+	wantIDs(t, "claim with p's head FAILED", e.claim(t, p), ids[3:])
+	if res.Moved != 2 {
+		t.Fatalf("ClaimResult.Moved = %d, want 2 (p's two rows held)", res.Moved)
+	}
+	for _, id := range ids[1:3] {
+		if owner, due := e.heldState(t, id); owner != dialect.HeldOwner || due {
+			t.Fatalf("row %d behind the FAILED row: owner %q due %v, want held (%q, not due)", id, owner, due, dialect.HeldOwner)
+		}
+		if s := e.state(t, id); s.Status != 0 || s.RetryCount != 0 {
+			t.Fatalf("held row %d: %+v, want pending and never tried", id, s)
+		}
+	}
+	res = driver.ClaimResult{}
+	wantIDs(t, "claim while held", e.claim(t, p), nil)
+	if res.Moved != 0 {
+		t.Fatalf("a later claim read the held rows again (Moved %d)", res.Moved)
+	}
+	// New rows of p are held as they arrive.
+	late := e.insert(t, seedEv{Key: "p"})
+	wantIDs(t, "claim of a late row of p", e.claim(t, claimP("r1", 10)), nil)
+	if owner, _ := e.heldState(t, late[0]); owner != dialect.HeldOwner {
+		t.Fatalf("late row of p: owner %q, want held", owner)
+	}
+	if n, err := e.Driver.Requeue(e.ctx, ids[:1]); err != nil || n != 1 {
+		t.Fatalf("Requeue = %d, %v", n, err)
+	}
+	for _, id := range append(ids[1:3], late[0]) {
+		if owner, due := e.heldState(t, id); owner != "" || !due {
+			t.Fatalf("row %d after the requeue: owner %q due %v, want released and due", id, owner, due)
+		}
+	}
+	wantIDs(t, "claim after the requeue", e.claim(t, claimP("r1", 10)), []int64{ids[0], ids[1], ids[2], late[0]})
+}
+
+// testHeldBehindBackoff: rows behind a backing-off row are held until its
+// next attempt, then claimed with it, in order.
+func testHeldBehindBackoff(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "b"}, seedEv{Key: "b"})
+	e.set(t, "retry_count = 1, next_retry_time = "+OpsAgo(e.d, -2*time.Second), ids[0])
+	wantIDs(t, "claim while b backs off", e.claim(t, claimP("r1", 10)), nil)
+	if owner, due := e.heldState(t, ids[1]); owner != dialect.HeldOwner || due {
+		t.Fatalf("row behind the backing-off row: owner %q due %v, want held", owner, due)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	wantIDs(t, "claim once b is due", e.claim(t, claimP("r1", 10)), ids)
+}
+
+// testMovedBehindLaterHead: a key's head due later than its successors
+// (it backed off while they waited) must not be starved by them: a claim
+// whose window holds only successors moves them behind the head, and the
+// head is claimed within a few claims, before any successor.
+func testMovedBehindLaterHead(t *testing.T, e *env) {
+	var evs []seedEv
+	for range 8 {
+		evs = append(evs, seedEv{Key: "s"})
+	}
+	ids := e.insert(t, evs...)
+	// The head failed once and is due now, but later than its successors
+	// became due.
+	e.set(t, "retry_count = 1, next_retry_time = "+OpsAgo(e.d, time.Millisecond), ids[0])
+	e.set(t, "next_retry_time = "+OpsAgo(e.d, time.Hour), ids[1:]...)
+	var got []int64
+	for i := 0; i < 10 && len(got) == 0; i++ {
+		got = e.claim(t, claimP("r1", 3))
+	}
+	if len(got) == 0 || got[0] != ids[0] {
+		t.Fatalf("claims with a window of 3 returned %v, want the head %d first", got, ids[0])
+	}
+}
+
+// testNotHeldBehindInFlight: a row behind a row another owner is
+// publishing is left alone (neither leased nor held).
+func testNotHeldBehindInFlight(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "f"}, seedEv{Key: "f"})
+	wantIDs(t, "r1 claims the head only", e.claim(t, claimP("r1", 1)), ids[:1])
+	var res driver.ClaimResult
+	p := claimP("r2", 10)
+	p.Result = &res
+	wantIDs(t, "r2 while the head is in flight", e.claim(t, p), nil)
+	if owner, due := e.heldState(t, ids[1]); owner != "" || !due || res.Moved != 0 {
+		t.Fatalf("row behind a row in flight: owner %q due %v moved %d, want untouched", owner, due, res.Moved)
+	}
+}
+
+// testHeldUnordered: unordered types are never held.
+func testHeldUnordered(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Type: "AUDIT", Key: "u"}, seedEv{Type: "AUDIT", Key: "u"})
+	e.set(t, "status = 2, retry_count = 5", ids[0])
+	p := claimP("r1", 10)
+	p.Unordered = []string{"AUDIT"}
+	wantIDs(t, "unordered row behind a FAILED one", e.claim(t, p), ids[1:])
+}
