@@ -56,20 +56,29 @@ FOR UPDATE SKIP LOCKED;
 -- The locked ids an older unsent row of their key outside ids blocks,
 -- each with hold_until: NULL (leave it alone), or the next_retry_time to
 -- give it (RelayClaimHold), from the nearest older unsent row of its key
--- outside ids (see postgres.sql).
+-- outside ids (see postgres.sql): the larger of the nearest pending and
+-- the nearest FAILED one, each a backward read of the (biz_id, status, id)
+-- index (one read of both statuses could not use its order).
 -- name: RelayClaimBlocked :many
 SELECT c.id, (
     SELECT CASE WHEN p.status = 2 THEN CURRENT_TIMESTAMP(6) + INTERVAL sqlc.arg(hold) MICROSECOND
                 WHEN p.lease_expires_at >= CURRENT_TIMESTAMP(6) THEN NULL
                 WHEN p.next_retry_time > c.next_retry_time THEN p.next_retry_time END
     FROM /* TEMPLATE: outbox */outbox_event p
-    WHERE p.biz_id = c.biz_id
-      AND p.id < c.id
-      AND p.status <> 1
-      /* IF unordered */AND p.biz_type NOT IN (sqlc.slice(unordered)) /* END */
-      AND p.id NOT IN (sqlc.slice(ids))
-    ORDER BY p.id DESC
-    LIMIT 1) AS hold_until
+    WHERE p.id = GREATEST(
+        COALESCE((SELECT MAX(p0.id)
+                  FROM /* TEMPLATE: outbox */outbox_event p0
+                  WHERE p0.biz_id = c.biz_id
+                    AND p0.status = 0
+                    AND p0.id < c.id
+                    /* IF unordered */AND p0.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+                    AND p0.id NOT IN (sqlc.slice(ids))), 0),
+        COALESCE((SELECT MAX(p2.id)
+                  FROM /* TEMPLATE: outbox */outbox_event p2
+                  WHERE p2.biz_id = c.biz_id
+                    AND p2.status = 2
+                    AND p2.id < c.id
+                    /* IF unordered */AND p2.biz_type NOT IN (sqlc.slice(unordered)) /* END */), 0))) AS hold_until
 FROM /* TEMPLATE: outbox */outbox_event c
 WHERE c.id IN (sqlc.slice(ids))
   /* IF unordered */AND c.biz_type NOT IN (sqlc.slice(unordered)) /* END */
