@@ -53,6 +53,7 @@ fuzz: ## a short fuzz run of the events.yaml parser
 bench: ## benchmarks on real databases: micro-benchmarks, then the side-by-side relay benchmark (~10 min; prints the README table)
 	$(TESTDB) && $(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) $$($(GO) list ./... | grep -v '/bench$$')
 	$(TESTDB) && $(GO) test ./bench -run='^$$' -bench='^BenchmarkOutbox$$' -benchtime=1x -timeout=60m -args $(BENCHFLAGS)
+	$(TESTDB) && $(GO) test ./bench -run='^$$' -bench='^Benchmark(HeldBack|ClaimBacklog)$$' -benchtime=1x -timeout=60m
 
 demo: ## run the example service on the embedded default (SQLite file + in-process broker)
 	$(GO) run ./examples/orderpaid
