@@ -38,14 +38,15 @@ CREATE TABLE outbox_event (
     PRIMARY KEY (id),
     -- Idempotent emission: ON DUPLICATE KEY UPDATE id = id.
     UNIQUE KEY outbox_event_event_id_key (event_id),
-    -- Claim: WHERE status = 0 ... ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED
-    -- (no partial indexes in MySQL). Also failed listing (status = 2) and
-    -- the janitor (status = 1 AND sent_at < cutoff ORDER BY id LIMIT n).
+    -- Rows of one status in id order (no partial indexes in MySQL): counts,
+    -- failed listing (status = 2) and the janitor (status = 1 AND sent_at <
+    -- cutoff ORDER BY id LIMIT n).
     KEY outbox_event_claim_idx (status, id),
     -- Per-key order: "does an older unsent event exist for this biz_id?"
     -- (biz_id = ? AND status <> 1 AND id < ?).
     KEY outbox_event_biz_id_idx (biz_id, status, id),
-    -- Sweeper and backoff: due rows (status = 0 AND next_retry_time <= now).
+    -- The claim: due rows (status = 0 AND next_retry_time <= now) in the
+    -- order they became due, then by id (InnoDB appends the primary key).
     KEY outbox_event_due_idx (status, next_retry_time)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 

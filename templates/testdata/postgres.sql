@@ -36,22 +36,24 @@ CREATE TABLE outbox_event (
     CONSTRAINT outbox_event_event_id_key UNIQUE (event_id) -- idempotent emission: ON CONFLICT (event_id)
 );
 
--- Claim: WHERE status = 0 ... ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED.
--- Holds pending rows only, so a claim costs the same however many sent rows
--- the table keeps (1M-row backlog: 5.7k rows/s on the primary key alone,
--- 24k rows/s with this index). Also serves the stale-row monitor
--- (status = 0 AND created_at < cutoff).
+-- Pending rows in id order: counts, the stale-row monitor (status = 0 AND
+-- created_at < cutoff), operators' listings. Holds pending rows only, so
+-- these cost the same however many sent rows the table keeps.
 CREATE INDEX outbox_event_claim_idx ON outbox_event (id) WHERE status = 0;
 
 -- Per-key order: "does an older unsent event exist for this biz_id?"
 -- (biz_id = $1 AND id < $2 AND status <> 1). Sent rows are left out.
 CREATE INDEX outbox_event_biz_id_idx ON outbox_event (biz_id, id) WHERE status <> 1;
 
--- Sweeper and backoff: pending rows that are due (status = 0 AND
--- next_retry_time <= now()). Partial rather than the article's
+-- The claim: pending rows that are due (status = 0 AND next_retry_time <=
+-- now()), in the order they became due, then by id (ORDER BY
+-- next_retry_time, id LIMIT n FOR UPDATE SKIP LOCKED). Rows backing off or
+-- held behind a stuck row of their key are due later, so a claim never
+-- reads them. id makes the order total: rows inserted by one transaction
+-- share next_retry_time. Partial rather than the article's
 -- (status, next_retry_time): sent rows, the bulk of the table, are never
 -- entered, so marking a row sent adds no entry and the index stays small.
-CREATE INDEX outbox_event_due_idx ON outbox_event (next_retry_time) WHERE status = 0;
+CREATE INDEX outbox_event_due_idx ON outbox_event (next_retry_time, id) WHERE status = 0;
 
 -- Failed rows for operators (list, alert, requeue): WHERE status = 2 ORDER BY id.
 -- Tiny. The janitor (status = 1 AND sent_at < cutoff, in id order) walks

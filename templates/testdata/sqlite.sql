@@ -41,18 +41,20 @@ CREATE TABLE outbox_event (
 -- Idempotent emission: ON CONFLICT (event_id) DO NOTHING.
 CREATE UNIQUE INDEX outbox_event_event_id_key ON outbox_event (event_id);
 
--- Claim: WHERE status = 0 ... ORDER BY id LIMIT n. Holds pending rows only,
--- so a claim costs the same however many sent rows the table keeps. Also
--- serves the stale-row monitor (status = 0 AND created_at < cutoff).
+-- Pending rows in id order: counts, the stale-row monitor (status = 0 AND
+-- created_at < cutoff), operators' listings. Holds pending rows only.
 CREATE INDEX outbox_event_claim_idx ON outbox_event (id) WHERE status = 0;
 
 -- Per-key order: "does an older unsent event exist for this biz_id?"
 -- (biz_id = ? AND id < ? AND status <> 1). Sent rows are left out.
 CREATE INDEX outbox_event_biz_id_idx ON outbox_event (biz_id, id) WHERE status <> 1;
 
--- Sweeper and backoff: pending rows that are due (status = 0 AND
--- next_retry_time <= now). Partial rather than (status, next_retry_time):
--- sent rows, the bulk of the table, are never entered.
+-- The claim: pending rows that are due (status = 0 AND next_retry_time <=
+-- now), in the order they became due, then by id (the rowid every SQLite
+-- index ends with). Rows backing off or held behind a stuck row of their
+-- key are due later, so a claim never reads them. Partial rather than
+-- (status, next_retry_time): sent rows, the bulk of the table, are never
+-- entered.
 CREATE INDEX outbox_event_due_idx ON outbox_event (next_retry_time) WHERE status = 0;
 
 -- Failed rows for operators (list, alert, requeue): WHERE status = 2 ORDER BY id.
