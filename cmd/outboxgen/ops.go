@@ -22,6 +22,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxgen/outboxgen/runtime/admin"
+	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
 )
 
@@ -475,9 +476,14 @@ func printEvent(w io.Writer, e driver.Event) {
 	case driver.Sent:
 		row("sent", stamp(e.SentAt))
 	case driver.Pending:
-		row("next attempt", stamp(e.NextRetryAt))
-		if e.LeaseOwner != "" {
+		switch {
+		case e.LeaseOwner == dialect.HeldOwner:
+			row("held back", "behind an older event of its key until "+stamp(e.NextRetryAt)+" (a requeue of that event releases it)")
+		case e.LeaseOwner != "" && !e.LeaseExpiresAt.IsZero():
+			row("next attempt", stamp(e.NextRetryAt))
 			row("leased by", clean(e.LeaseOwner, 0)+" until "+stamp(e.LeaseExpiresAt))
+		default:
+			row("next attempt", stamp(e.NextRetryAt))
 		}
 	}
 	if e.LastError != "" {

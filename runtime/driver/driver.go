@@ -298,7 +298,9 @@ type Driver interface {
 	Check(ctx context.Context, t Table) error
 
 	// Claim reads a window of at most p.Limit due (next_retry_time
-	// passed), unleased pending rows in the order they became due, leases
+	// passed), unleased pending rows in the order they became due (rows
+	// of a key whose oldest unsent row another owner is publishing are
+	// passed over), leases
 	// to p.Owner those that are claimable and returns them in id order.
 	// Claimable: of an unordered type, or every older unsent row of the
 	// same key is in the window too. A row of the window waiting behind a
@@ -309,9 +311,9 @@ type Driver interface {
 	// only for its own short transaction: no broker I/O happens while they
 	// are held.
 	Claim(ctx context.Context, p ClaimParams) ([]Row, error)
-	// ReleaseHeld makes the held rows of the keys of ids due again: call
-	// it after marking ids sent when any of them had failed before (it
-	// may have held its key back). Requeue does it itself.
+	// ReleaseHeld makes the held rows of the keys of ids due again, for
+	// an operator who resolved the rows holding them back some other way
+	// than Requeue (which releases them itself).
 	ReleaseHeld(ctx context.Context, ids []int64) (int64, error)
 	// MarkSent marks ids sent (status 1, sent_at now) and clears the lease.
 	MarkSent(ctx context.Context, owner string, ids []int64) (int64, error)

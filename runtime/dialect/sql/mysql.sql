@@ -38,6 +38,19 @@ FROM /* TEMPLATE: outbox */outbox_event c
 WHERE c.status = 0
   AND c.next_retry_time <= CURRENT_TIMESTAMP(6)
   AND (c.lease_expires_at IS NULL OR c.lease_expires_at < CURRENT_TIMESTAMP(6))
+  -- Not behind a row of its key another instance is publishing: it
+  -- could not be leased, and would take a place in the window of every
+  -- claim until that row is sent (one O(1) read: the key's oldest
+  -- unsent row).
+  AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */COALESCE((
+    SELECT CASE WHEN f.lease_expires_at >= CURRENT_TIMESTAMP(6) THEN 1 ELSE 0 END
+    FROM /* TEMPLATE: outbox */outbox_event f
+    WHERE f.biz_id = c.biz_id
+      AND f.id < c.id
+      AND f.status <> 1
+      /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+    ORDER BY f.id
+    LIMIT 1), 0) = 0)
 ORDER BY c.next_retry_time, c.id
 LIMIT /* ARG: max_rows */?
 FOR UPDATE SKIP LOCKED;
@@ -48,6 +61,19 @@ FROM /* TEMPLATE: outbox */outbox_event c
 WHERE c.status = 0
   AND c.next_retry_time <= CURRENT_TIMESTAMP(6)
   AND (c.lease_expires_at IS NULL OR c.lease_expires_at < CURRENT_TIMESTAMP(6))
+  -- Not behind a row of its key another instance is publishing: it
+  -- could not be leased, and would take a place in the window of every
+  -- claim until that row is sent (one O(1) read: the key's oldest
+  -- unsent row).
+  AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */COALESCE((
+    SELECT CASE WHEN f.lease_expires_at >= CURRENT_TIMESTAMP(6) THEN 1 ELSE 0 END
+    FROM /* TEMPLATE: outbox */outbox_event f
+    WHERE f.biz_id = c.biz_id
+      AND f.id < c.id
+      AND f.status <> 1
+      /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+    ORDER BY f.id
+    LIMIT 1), 0) = 0)
   AND c.created_at <= CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(overdue) MICROSECOND
 ORDER BY c.next_retry_time, c.id
 LIMIT /* ARG: max_rows */?
@@ -58,7 +84,9 @@ FOR UPDATE SKIP LOCKED;
 -- give it (RelayClaimHold), from the nearest older unsent row of its key
 -- outside ids (see postgres.sql): the larger of the nearest pending and
 -- the nearest FAILED one, each a backward read of the (biz_id, status, id)
--- index (one read of both statuses could not use its order).
+-- index (one read of both statuses could not use its order; ORDER BY ...
+-- DESC LIMIT 1, since MariaDB reads the whole range for a MAX() with a
+-- NOT IN list: 298 ms against 2.8 ms with 20k rows of one key).
 -- name: RelayClaimBlocked :many
 SELECT c.id, (
     SELECT CASE WHEN p.status = 2 THEN CURRENT_TIMESTAMP(6) + INTERVAL sqlc.arg(hold) MICROSECOND
@@ -66,19 +94,23 @@ SELECT c.id, (
                 WHEN p.next_retry_time > c.next_retry_time THEN p.next_retry_time END
     FROM /* TEMPLATE: outbox */outbox_event p
     WHERE p.id = GREATEST(
-        COALESCE((SELECT MAX(p0.id)
+        COALESCE((SELECT p0.id
                   FROM /* TEMPLATE: outbox */outbox_event p0
                   WHERE p0.biz_id = c.biz_id
                     AND p0.status = 0
                     AND p0.id < c.id
                     /* IF unordered */AND p0.biz_type NOT IN (sqlc.slice(unordered)) /* END */
-                    AND p0.id NOT IN (sqlc.slice(ids))), 0),
-        COALESCE((SELECT MAX(p2.id)
+                    AND p0.id NOT IN (sqlc.slice(ids))
+                  ORDER BY p0.id DESC
+                  LIMIT 1), 0),
+        COALESCE((SELECT p2.id
                   FROM /* TEMPLATE: outbox */outbox_event p2
                   WHERE p2.biz_id = c.biz_id
                     AND p2.status = 2
                     AND p2.id < c.id
-                    /* IF unordered */AND p2.biz_type NOT IN (sqlc.slice(unordered)) /* END */), 0))) AS hold_until
+                    /* IF unordered */AND p2.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+                  ORDER BY p2.id DESC
+                  LIMIT 1), 0))) AS hold_until
 FROM /* TEMPLATE: outbox */outbox_event c
 WHERE c.id IN (sqlc.slice(ids))
   /* IF unordered */AND c.biz_type NOT IN (sqlc.slice(unordered)) /* END */

@@ -60,6 +60,19 @@ WITH cand AS MATERIALIZED (
     WHERE c.status = 0
       AND c.next_retry_time <= now()
       AND (c.lease_expires_at IS NULL OR c.lease_expires_at < now())
+      -- Not behind a row of its key another instance is publishing: it
+      -- could not be leased, and would take a place in the window of every
+      -- claim until that row is sent (one O(1) read: the key's oldest
+      -- unsent row).
+      AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */COALESCE((
+        SELECT CASE WHEN f.lease_expires_at >= now() THEN 1 ELSE 0 END
+        FROM /* TEMPLATE: outbox */outbox_event f
+        WHERE f.biz_id = c.biz_id
+          AND f.id < c.id
+          AND f.status <> 1
+          /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+        ORDER BY f.id
+        LIMIT 1), 0) = 0)
     ORDER BY c.next_retry_time, c.id
     LIMIT sqlc.arg(max_rows)
     FOR UPDATE SKIP LOCKED),
@@ -117,6 +130,19 @@ WITH cand AS MATERIALIZED (
     WHERE c.status = 0
       AND c.next_retry_time <= now()
       AND (c.lease_expires_at IS NULL OR c.lease_expires_at < now())
+      -- Not behind a row of its key another instance is publishing: it
+      -- could not be leased, and would take a place in the window of every
+      -- claim until that row is sent (one O(1) read: the key's oldest
+      -- unsent row).
+      AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */COALESCE((
+        SELECT CASE WHEN f.lease_expires_at >= now() THEN 1 ELSE 0 END
+        FROM /* TEMPLATE: outbox */outbox_event f
+        WHERE f.biz_id = c.biz_id
+          AND f.id < c.id
+          AND f.status <> 1
+          /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+        ORDER BY f.id
+        LIMIT 1), 0) = 0)
       AND c.created_at <= now() - sqlc.arg(overdue) * interval '1 second'
     ORDER BY c.next_retry_time, c.id
     LIMIT sqlc.arg(max_rows)
