@@ -47,6 +47,10 @@ LISTEN /* TEMPLATE: channel */outbox_event_insert;
 -- prev due later than the candidate (backing off, held, or behind
 -- something itself): move the candidate's next_retry_time to prev's, so
 -- it never comes before prev again (held, when that is in the future).
+-- prev is share-locked (SKIP LOCKED: a claim never waits), so a requeue
+-- of a FAILED prev either waits for this claim and then releases what it
+-- held, or is under way and makes prev skipped (the candidate is left
+-- alone): a requeue never misses a hold made at the same moment.
 -- So every key's oldest row sorts first among its rows, a claim reads at
 -- most max_rows candidates whatever the backlog, and a row behind a stuck
 -- key is read once per attempt of the key's head (FAILED: once per hold).
@@ -105,7 +109,8 @@ verdict AS MATERIALIZED (
           /* IF unordered */AND p.biz_type NOT IN (sqlc.slice(unordered)) /* END */
           AND NOT EXISTS (SELECT 1 FROM cand c3 WHERE c3.id = p.id)
         ORDER BY p.id DESC
-        LIMIT 1) prev ON NOT checked.claimable)
+        LIMIT 1
+        FOR SHARE SKIP LOCKED) prev ON NOT checked.claimable)
 UPDATE /* TEMPLATE: outbox */outbox_event
 SET lease_owner = CASE WHEN verdict.claimable THEN sqlc.arg(owner) WHEN verdict.hold_until > now() THEN '~held' END,
     lease_expires_at = CASE WHEN verdict.claimable THEN now() + sqlc.arg(lease) * interval '1 second' END,
@@ -176,7 +181,8 @@ verdict AS MATERIALIZED (
           /* IF unordered */AND p.biz_type NOT IN (sqlc.slice(unordered)) /* END */
           AND NOT EXISTS (SELECT 1 FROM cand c3 WHERE c3.id = p.id)
         ORDER BY p.id DESC
-        LIMIT 1) prev ON NOT checked.claimable)
+        LIMIT 1
+        FOR SHARE SKIP LOCKED) prev ON NOT checked.claimable)
 UPDATE /* TEMPLATE: outbox */outbox_event
 SET lease_owner = CASE WHEN verdict.claimable THEN sqlc.arg(owner) WHEN verdict.hold_until > now() THEN '~held' END,
     lease_expires_at = CASE WHEN verdict.claimable THEN now() + sqlc.arg(lease) * interval '1 second' END,
