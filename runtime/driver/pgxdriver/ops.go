@@ -10,6 +10,7 @@ import (
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/driver/internal/driverutil"
 )
 
 func (x *Driver) opsQueries() (*dialect.OpsQueries, error) {
@@ -31,9 +32,7 @@ func (x *Driver) Stats(ctx context.Context, staleAfter time.Duration) (driver.St
 	if err := x.pool.QueryRow(ctx, query, args...).Scan(&st.Pending, &age, &st.Stale, &st.Failed, &st.ExpiredLeases); err != nil {
 		return driver.Stats{}, fmt.Errorf("pgxdriver: stats: %w", err)
 	}
-	if age > 0 { // now() is the transaction start: clamp "younger than zero"
-		st.OldestPendingAge = time.Duration(age * float64(time.Second))
-	}
+	st.OldestPendingAge = driverutil.Seconds(age)
 	return st, nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/driver/internal/driverutil"
 )
 
 func (x *Driver) opsQueries() (*dialect.OpsQueries, error) {
@@ -32,18 +33,8 @@ func (x *Driver) Stats(ctx context.Context, staleAfter time.Duration) (driver.St
 	if err := x.db.QueryRowContext(ctx, query, args...).Scan(&st.Pending, &age, &st.Stale, &st.Failed, &st.ExpiredLeases); err != nil {
 		return driver.Stats{}, fmt.Errorf("sqldriver: stats: %w", err)
 	}
-	st.OldestPendingAge = opsSeconds(age)
+	st.OldestPendingAge = driverutil.Seconds(age)
 	return st, nil
-}
-
-// opsSeconds converts an age in seconds, clamped at 0 (PostgreSQL's
-// now() is the transaction start, so a row committed a moment later looks
-// younger than zero).
-func opsSeconds(s float64) time.Duration {
-	if s <= 0 {
-		return 0
-	}
-	return time.Duration(s * float64(time.Second))
 }
 
 // DeleteSent deletes at most limit sent rows whose sent_at is older than
