@@ -27,6 +27,11 @@ SELECT biz_type, biz_id, topic
 FROM /* TEMPLATE: outbox */outbox_event
 WHERE event_id = sqlc.arg(event_id);
 
+-- "status IN (0, 2)" rather than "status <> 1" (they are the same: the
+-- status is 0, 1 or 2): with two equal values MySQL reads
+-- (biz_id, status, id) as two ranges bounded by id, where a range on
+-- status would read every pending row of the key (a claim on a 1M-row
+-- backlog took 19 ms instead of 7 ms at 100k).
 -- MySQL has no UPDATE ... RETURNING: the claim is a transaction of
 -- RelayClaim (lock a window of due candidates in due order, through the
 -- (status, next_retry_time) index), RelayClaimBlocked (the locked ids an
@@ -47,7 +52,7 @@ WHERE c.status = 0
     FROM /* TEMPLATE: outbox */outbox_event f
     WHERE f.biz_id = c.biz_id
       AND f.id < c.id
-      AND f.status <> 1
+      AND f.status IN (0, 2)
       /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
     ORDER BY f.id
     LIMIT 1), 0) = 0)
@@ -70,7 +75,7 @@ WHERE c.status = 0
     FROM /* TEMPLATE: outbox */outbox_event f
     WHERE f.biz_id = c.biz_id
       AND f.id < c.id
-      AND f.status <> 1
+      AND f.status IN (0, 2)
       /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
     ORDER BY f.id
     LIMIT 1), 0) = 0)
@@ -119,7 +124,7 @@ WHERE c.id IN (sqlc.slice(ids))
     FROM /* TEMPLATE: outbox */outbox_event o
     WHERE o.biz_id = c.biz_id
       AND o.id < c.id
-      AND o.status <> 1
+      AND o.status IN (0, 2)
       /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
       AND o.id NOT IN (sqlc.slice(ids)));
 
