@@ -95,7 +95,6 @@ func a1Batch(b *testing.B, ctx context.Context, db *sql.DB, d string, batch int)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var ids []int64
 	var ph []string
 	var args []any
 	for rs.Next() {
@@ -103,7 +102,6 @@ func a1Batch(b *testing.B, ctx context.Context, db *sql.DB, d string, batch int)
 		if err := rs.Scan(&id); err != nil {
 			b.Fatal(err)
 		}
-		ids = append(ids, id)
 		args = append(args, id)
 		if d == "mysql" {
 			ph = append(ph, "?")
