@@ -16,9 +16,11 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -417,7 +419,7 @@ func (a *Admin) resolve(ctx context.Context, want driver.RowStatus, action strin
 	if len(res.Refused) > 0 {
 		return nil, fmt.Errorf("%s: %w", action, ErrRefused)
 	}
-	sortByID(out)
+	slices.SortFunc(out, func(a, b driver.Event) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
@@ -433,14 +435,6 @@ func refusal(action string, e driver.Event) string {
 		return fmt.Sprintf("row %d is pending, not sent yet: the relay will publish it", e.ID)
 	}
 	return fmt.Sprintf("row %d is %s", e.ID, e.Status)
-}
-
-func sortByID(evs []driver.Event) {
-	for i := 1; i < len(evs); i++ {
-		for j := i; j > 0 && evs[j].ID < evs[j-1].ID; j-- {
-			evs[j], evs[j-1] = evs[j-1], evs[j]
-		}
-	}
 }
 
 // InboxSelection names the inbox rows of one consumer that ForgetInbox
