@@ -56,8 +56,10 @@ type RelayQueries struct {
 // The relay's statements (see sql/<dialect>.sql), with their arguments in
 // the order the methods below pass them.
 var (
-	sClaim        = define(nil, "RelayClaim", "owner", "lease", "max_rows", "hold").withFixed("unordered").mayOmit("owner", "lease", "hold")
-	sClaimOverdue = define(nil, "RelayClaimOverdue", "owner", "lease", "max_rows", "hold", "overdue").withFixed("unordered").mayOmit("owner", "lease", "hold")
+	// One statement for Claim and ClaimOverdue: the overdue_on section
+	// adds the created_at cutoff.
+	sClaim = define(nil, "RelayClaim", "owner", "lease", "max_rows", "hold", "overdue").
+		withFixed("unordered", "overdue_on").mayOmit("owner", "lease", "hold", "overdue")
 	sClaimBlocked = define(needClaimInTx, "RelayClaimBlocked", "ids", "hold").withFixed("unordered")
 	sClaimLease   = define(needClaimInTx, "RelayClaimLease", "owner", "lease", "ids")
 	sClaimHold    = define(needClaimInTx, "RelayClaimHold", "hold_until", "ids")
@@ -112,11 +114,11 @@ func (s *spec) claims(tb tables, unordered []string) *claimSet {
 	if v, ok := claimSets.Load(k); ok {
 		return v.(*claimSet)
 	}
-	fixed := map[string][]string{"unordered": unordered}
 	c := &claimSet{
-		claim:   s.mustPrepare(sClaim, tb, fixed),
-		overdue: s.mustPrepare(sClaimOverdue, tb, fixed),
+		claim:   s.mustPrepare(sClaim, tb, map[string][]string{"unordered": unordered}),
+		overdue: s.mustPrepare(sClaim, tb, map[string][]string{"unordered": unordered, "overdue_on": {"1"}}),
 	}
+	fixed := map[string][]string{"unordered": unordered}
 	if s.claimInTx {
 		c.blocked = s.mustPrepare(sClaimBlocked, tb, fixed)
 	}
@@ -188,7 +190,7 @@ var ClaimColumns = append(append([]string(nil), RelayColumns...), "lease_owner")
 // limit candidates, holding blocked rows for hold; see ClaimInTransaction
 // for how to run it.
 func (q *RelayQueries) Claim(owner string, lease time.Duration, limit int, hold time.Duration) (string, []any) {
-	return q.claim.render(owner, lease, limit, hold)
+	return q.claim.render(owner, lease, limit, hold, time.Duration(0))
 }
 
 // ClaimOverdue is Claim restricted to rows created at least overdueAfter

@@ -55,30 +55,7 @@ WHERE c.status = 0
       /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
     ORDER BY f.id
     LIMIT 1), 0) = 0)
-ORDER BY c.next_retry_time, c.id
-LIMIT /* ARG: max_rows */?
-FOR UPDATE SKIP LOCKED;
-
--- name: RelayClaimOverdue :many
-SELECT c.id, c.event_id, c.biz_type, c.biz_id, c.topic, c.payload_version, c.payload, c.headers, c.retry_count, c.created_at
-FROM /* TEMPLATE: outbox */outbox_event c
-WHERE c.status = 0
-  AND c.next_retry_time <= CURRENT_TIMESTAMP(6)
-  AND (c.lease_expires_at IS NULL OR c.lease_expires_at < CURRENT_TIMESTAMP(6))
-  -- Not behind a row of its key another instance is publishing: it
-  -- could not be leased, and would take a place in the window of every
-  -- claim until that row is sent (one O(1) read: the key's oldest
-  -- unsent row).
-  AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */COALESCE((
-    SELECT CASE WHEN f.lease_expires_at >= CURRENT_TIMESTAMP(6) THEN 1 ELSE 0 END
-    FROM /* TEMPLATE: outbox */outbox_event f
-    WHERE f.biz_id = c.biz_id
-      AND f.id < c.id
-      AND f.status IN (0, 2)
-      /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
-    ORDER BY f.id
-    LIMIT 1), 0) = 0)
-  AND c.created_at <= CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(overdue) MICROSECOND
+  /* IF overdue_on */AND c.created_at <= CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(overdue) MICROSECOND /* END */
 ORDER BY c.next_retry_time, c.id
 LIMIT /* ARG: max_rows */?
 FOR UPDATE SKIP LOCKED;

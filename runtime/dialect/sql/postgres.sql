@@ -77,6 +77,7 @@ WITH cand AS MATERIALIZED (
           /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
         ORDER BY f.id
         LIMIT 1), 0) = 0)
+      /* IF overdue_on */AND c.created_at <= now() - sqlc.arg(overdue) * interval '1 second' /* END */
     ORDER BY c.next_retry_time, c.id
     LIMIT sqlc.arg(max_rows)
     FOR UPDATE SKIP LOCKED),
@@ -126,77 +127,6 @@ RETURNING /* TEMPLATE: outbox */outbox_event.id, /* TEMPLATE: outbox */outbox_ev
     /* TEMPLATE: outbox */outbox_event.retry_count, /* TEMPLATE: outbox */outbox_event.created_at,
     /* TEMPLATE: outbox */outbox_event.lease_owner;
 
--- RelayClaim restricted to rows created at least overdue ago (the
--- sweeper).
--- name: RelayClaimOverdue :many
-WITH cand AS MATERIALIZED (
-    SELECT c.id, c.biz_id, c.next_retry_time AS due_at, (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */false) AS unordered_type
-    FROM /* TEMPLATE: outbox */outbox_event c
-    WHERE c.status = 0
-      AND c.next_retry_time <= now()
-      AND (c.lease_expires_at IS NULL OR c.lease_expires_at < now())
-      -- Not behind a row of its key another instance is publishing: it
-      -- could not be leased, and would take a place in the window of every
-      -- claim until that row is sent (one O(1) read: the key's oldest
-      -- unsent row).
-      AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */COALESCE((
-        SELECT CASE WHEN f.lease_expires_at >= now() THEN 1 ELSE 0 END
-        FROM /* TEMPLATE: outbox */outbox_event f
-        WHERE f.biz_id = c.biz_id
-          AND f.id < c.id
-          AND f.status <> 1
-          /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
-        ORDER BY f.id
-        LIMIT 1), 0) = 0)
-      AND c.created_at <= now() - sqlc.arg(overdue) * interval '1 second'
-    ORDER BY c.next_retry_time, c.id
-    LIMIT sqlc.arg(max_rows)
-    FOR UPDATE SKIP LOCKED),
-checked AS MATERIALIZED (
-    SELECT cand.id, cand.biz_id, cand.due_at,
-        (cand.unordered_type OR NOT EXISTS (
-            SELECT 1
-            FROM /* TEMPLATE: outbox */outbox_event o
-            WHERE o.biz_id = cand.biz_id
-              AND o.id < cand.id
-              AND o.status <> 1
-              /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
-              AND NOT EXISTS (SELECT 1 FROM cand c2 WHERE c2.id = o.id)
-            OFFSET 0)) AS claimable
-    FROM cand),
-verdict AS MATERIALIZED (
-    SELECT checked.id, checked.claimable,
-        CASE WHEN checked.claimable THEN NULL
-             WHEN prev.status = 2 THEN now() + sqlc.arg(hold) * interval '1 second'
-             WHEN prev.lease_expires_at >= now() THEN NULL
-             WHEN prev.next_retry_time > checked.due_at THEN prev.next_retry_time
-        END AS hold_until
-    FROM checked
-    LEFT JOIN LATERAL (
-        SELECT p.status, p.next_retry_time, p.lease_expires_at
-        FROM /* TEMPLATE: outbox */outbox_event p
-        WHERE p.biz_id = checked.biz_id
-          AND p.id < checked.id
-          AND p.status <> 1
-          /* IF unordered */AND p.biz_type NOT IN (sqlc.slice(unordered)) /* END */
-          AND NOT EXISTS (SELECT 1 FROM cand c3 WHERE c3.id = p.id)
-        ORDER BY p.id DESC
-        LIMIT 1
-        FOR SHARE SKIP LOCKED) prev ON NOT checked.claimable)
-UPDATE /* TEMPLATE: outbox */outbox_event
-SET lease_owner = CASE WHEN verdict.claimable THEN sqlc.arg(owner) WHEN verdict.hold_until > now() THEN '~held' END,
-    lease_expires_at = CASE WHEN verdict.claimable THEN now() + sqlc.arg(lease) * interval '1 second' END,
-    next_retry_time = CASE WHEN verdict.claimable THEN /* TEMPLATE: outbox */outbox_event.next_retry_time ELSE verdict.hold_until END,
-    updated_at = now()
-FROM verdict
-WHERE /* TEMPLATE: outbox */outbox_event.id = verdict.id
-  AND (verdict.claimable OR verdict.hold_until IS NOT NULL)
-RETURNING /* TEMPLATE: outbox */outbox_event.id, /* TEMPLATE: outbox */outbox_event.event_id,
-    /* TEMPLATE: outbox */outbox_event.biz_type, /* TEMPLATE: outbox */outbox_event.biz_id,
-    /* TEMPLATE: outbox */outbox_event.topic, /* TEMPLATE: outbox */outbox_event.payload_version,
-    /* TEMPLATE: outbox */outbox_event.payload, /* TEMPLATE: outbox */outbox_event.headers,
-    /* TEMPLATE: outbox */outbox_event.retry_count, /* TEMPLATE: outbox */outbox_event.created_at,
-    /* TEMPLATE: outbox */outbox_event.lease_owner;
 
 -- name: RelayMarkSent :execrows
 UPDATE /* TEMPLATE: outbox */outbox_event

@@ -56,33 +56,7 @@ WHERE id IN (
           /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
         ORDER BY f.id
         LIMIT 1), 0) = 0)
-    ORDER BY c.next_retry_time, c.id
-    LIMIT sqlc.arg(max_rows))
-RETURNING id, event_id, biz_type, biz_id, topic, payload_version, payload, headers, retry_count, created_at;
-
--- name: RelayClaimOverdue :many
-UPDATE /* TEMPLATE: outbox */outbox_event
-SET lease_owner = lease_owner
-WHERE id IN (
-    SELECT c.id
-    FROM /* TEMPLATE: outbox */outbox_event c
-    WHERE c.status = 0
-      AND c.next_retry_time <= strftime('%Y-%m-%d %H:%M:%f', 'now')
-      AND (c.lease_expires_at IS NULL OR c.lease_expires_at < strftime('%Y-%m-%d %H:%M:%f', 'now'))
-      -- Not behind a row of its key another instance is publishing: it
-      -- could not be leased, and would take a place in the window of every
-      -- claim until that row is sent (one O(1) read: the key's oldest
-      -- unsent row).
-      AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */COALESCE((
-        SELECT CASE WHEN f.lease_expires_at >= strftime('%Y-%m-%d %H:%M:%f', 'now') THEN 1 ELSE 0 END
-        FROM /* TEMPLATE: outbox */outbox_event f
-        WHERE f.biz_id = c.biz_id
-          AND f.id < c.id
-          AND f.status <> 1
-          /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
-        ORDER BY f.id
-        LIMIT 1), 0) = 0)
-      AND c.created_at <= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(overdue))
+      /* IF overdue_on */AND c.created_at <= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(overdue)) /* END */
     ORDER BY c.next_retry_time, c.id
     LIMIT sqlc.arg(max_rows))
 RETURNING id, event_id, biz_type, biz_id, topic, payload_version, payload, headers, retry_count, created_at;
