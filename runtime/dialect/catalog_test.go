@@ -133,8 +133,6 @@ func catalog(t *testing.T, d Dialect) []rendered {
 	}
 	s, a := rq.MarkRetry(catalogOwner, 101, "broker down", 2*time.Second, 10)
 	add("RelayMarkRetry", "", s, a)
-	s, a = rq.ListFailed(0, 100)
-	add("RelayListFailed", "", s, a)
 
 	iq, err := NewInboxQueries(d, tb.Inbox)
 	must(err)

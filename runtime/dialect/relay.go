@@ -18,9 +18,6 @@ import (
 // RelayColumns are the columns every claim returns, in scan order.
 var RelayColumns = []string{"id", "event_id", "biz_type", "biz_id", "topic", "payload_version", "payload", "headers", "retry_count", "created_at"}
 
-// FailedColumns are the columns ListFailed returns, in scan order.
-var FailedColumns = []string{"id", "event_id", "biz_type", "biz_id", "topic", "retry_count", "last_error", "created_at", "updated_at"}
-
 // HeldOwner is the lease_owner of a held row: a pending row of an ordered
 // type that a claim found waiting behind a FAILED, backing-off or held row
 // of its key. Its next_retry_time is pushed past now, so claims (which read
@@ -69,7 +66,6 @@ var (
 	sMarkRetry   = define(nil, "RelayMarkRetry", "owner", "id", "last_error", "delay", "max_attempts")
 	sRelease     = define(nil, "RelayRelease", "owner", "ids")
 	sExtendLease = define(nil, "RelayExtendLease", "owner", "ids", "lease")
-	sListFailed  = define(nil, "RelayListFailed", "after_id", "max_rows")
 	sRequeue     = define(nil, "RelayRequeue", "ids")
 
 	sMarkSentArray    = define(needArrayIDs, "RelayMarkSentArray", "owner", "ids")
@@ -264,12 +260,6 @@ func (q *RelayQueries) Release(owner string, ids []int64) (string, []any) {
 // are left alone. The rows-affected count tells how many are still owned.
 func (q *RelayQueries) ExtendLease(owner string, ids []int64, lease time.Duration) (string, []any) {
 	return q.idStmt(sExtendLease, sExtendLeaseArray).render(owner, ids, lease)
-}
-
-// ListFailed returns failed rows (status 2) with id > afterID in id order,
-// at most limit. It returns FailedColumns.
-func (q *RelayQueries) ListFailed(afterID int64, limit int) (string, []any) {
-	return q.set.get(sListFailed).render(afterID, limit)
 }
 
 // Requeue makes failed rows pending again: status 0, retry_count 0, due

@@ -39,8 +39,6 @@ func TestRelayQueriesBindAllMarkers(t *testing.T) {
 			add("extend", s, a)
 			s, a = q.Requeue([]int64{1})
 			add("requeue", s, a)
-			s, a = q.ListFailed(0, 5)
-			add("list", s, a)
 			for name, sa := range stmts {
 				s, args := sa[0].(string), sa[1].([]any)
 				for _, m := range []string{":owner", ":lease", ":limit", ":ids", ":u)", ":overdue"} {

@@ -330,8 +330,6 @@ type Driver interface {
 	// recorded, are left alone; it returns how many rows it extended.
 	ExtendLease(ctx context.Context, owner string, ids []int64, lease time.Duration) (int64, error)
 
-	// ListFailed lists FAILED rows with id > afterID in id order.
-	ListFailed(ctx context.Context, afterID int64, limit int) ([]FailedEvent, error)
 	// Requeue makes FAILED ids pending again, due now, with retry_count 0,
 	// and releases the rows held behind them (as ReleaseHeld), in one
 	// transaction.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
 )
 
@@ -28,7 +29,23 @@ func (r *Relay) ListFailedAfter(ctx context.Context, afterID int64, limit int) (
 	if limit < 1 || limit > MaxListFailed {
 		return nil, fmt.Errorf("relay: ListFailed limit is %d: use 1 to %d", limit, MaxListFailed)
 	}
-	return r.drv.ListFailed(ctx, afterID, limit)
+	var out []FailedEvent
+	for len(out) < limit {
+		n := min(limit-len(out), dialect.MaxInList)
+		evs, err := r.drv.FindEvents(ctx, driver.EventFilter{Status: int(driver.Failed), AfterID: afterID, Limit: n})
+		if err != nil {
+			return out, err
+		}
+		for _, e := range evs {
+			out = append(out, FailedEvent{ID: e.ID, EventID: e.EventID, Type: e.Type, Key: e.Key, Topic: e.Topic,
+				RetryCount: e.RetryCount, LastError: e.LastError, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt})
+		}
+		if len(evs) < n {
+			break
+		}
+		afterID = evs[len(evs)-1].ID
+	}
+	return out, nil
 }
 
 // Requeue makes the given FAILED rows pending again: status 0, retry_count

@@ -160,12 +160,6 @@ func (o observed) ExtendLease(ctx context.Context, owner string, ids []int64, le
 	return n, err
 }
 
-func (o observed) ListFailed(ctx context.Context, afterID int64, limit int) ([]driver.FailedEvent, error) {
-	fs, err := o.Driver.ListFailed(ctx, afterID, limit)
-	o.done(ctx, "list_failed", err)
-	return fs, err
-}
-
 func (o observed) Requeue(ctx context.Context, ids []int64) (int64, error) {
 	n, err := o.Driver.Requeue(ctx, ids)
 	o.done(ctx, "requeue", err)

@@ -421,7 +421,7 @@ func (r *Runner) ready(ctx context.Context) error {
 	defer cancel()
 	// The cheapest read of the outbox table that proves it answers: an
 	// index range past every id. Needs only SELECT, as the monitor does.
-	_, perr := r.drv.ListFailed(pctx, 1<<62, 1)
+	_, perr := r.drv.FindEvents(pctx, driver.EventFilter{Status: int(driver.Failed), AfterID: 1 << 62, Limit: 1})
 	r.probedAt, r.probeErr = time.Now(), nil
 	if perr != nil {
 		r.probeErr = fmt.Errorf("database probe failed: %s", redact.String(perr.Error()))

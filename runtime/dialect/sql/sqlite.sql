@@ -139,14 +139,6 @@ WHERE id IN (sqlc.slice(ids))
   AND lease_owner = sqlc.arg(owner)
   AND status = 0;
 
--- name: RelayListFailed :many
-SELECT id, event_id, biz_type, biz_id, topic, retry_count, last_error, created_at, updated_at
-FROM /* TEMPLATE: outbox */outbox_event
-WHERE status = 2
-  AND id > sqlc.arg(after_id)
-ORDER BY id
-LIMIT sqlc.arg(max_rows);
-
 -- name: RelayRequeue :execrows
 UPDATE /* TEMPLATE: outbox */outbox_event
 SET status = 0, retry_count = 0, next_retry_time = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_owner = NULL, lease_expires_at = NULL,

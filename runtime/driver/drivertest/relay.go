@@ -7,7 +7,7 @@
 //	}
 //
 // Run covers every method: the relay's (Claim, MarkSent, MarkRetry,
-// Release, ExtendLease, ListFailed, Requeue) and the monitor's and
+// Release, ExtendLease, Requeue) and the monitor's and
 // janitor's (Stats, DeleteSent, ArchiveSent, DeleteInbox).
 package drivertest
 
@@ -56,7 +56,7 @@ func Run(t *testing.T, open func(t *testing.T) Env) {
 		{"Unordered", testUnordered},
 		{"Backoff", testBackoff},
 		{"FailedAtMaxAttempts", testFailedAtMaxAttempts},
-		{"ListFailedPaging", testListFailedPaging},
+		{"FailedPaging", testFailedPaging},
 		{"Requeue", testRequeue},
 		{"OverdueAfter", testOverdueAfter},
 		{"LongIDLists", testLongIDLists},
@@ -252,8 +252,8 @@ func testClaimParamsChecked(t *testing.T, e *env) {
 			t.Errorf("%s: Claim(%+v) succeeded", name, p)
 		}
 	}
-	if _, err := e.Driver.ListFailed(e.ctx, 0, 0); err == nil {
-		t.Error("ListFailed with limit 0 succeeded")
+	if _, err := e.Driver.FindEvents(e.ctx, driver.EventFilter{Status: int(driver.Failed), Limit: 0}); err == nil {
+		t.Error("FindEvents with limit 0 succeeded")
 	}
 }
 
@@ -511,8 +511,9 @@ func testFailedAtMaxAttempts(t *testing.T, e *env) {
 	wantIDs(t, "FAILED rows are not claimed", e.claim(t, claimP("b", 10)), ids[1:])
 }
 
-// ListFailed pages through FAILED rows only, in id order.
-func testListFailedPaging(t *testing.T, e *env) {
+// FindEvents with status FAILED pages through FAILED rows only, in id
+// order (what relay.ListFailed and outboxgen failed list read).
+func testFailedPaging(t *testing.T, e *env) {
 	ids := e.insert(t, seedEv{Key: "a"}, seedEv{Key: "b"}, seedEv{Key: "c"}, seedEv{Key: "d"}, seedEv{Key: "e"}, seedEv{Key: "f"})
 	failedIDs := []int64{ids[0], ids[2], ids[3], ids[4], ids[5]}
 	e.set(t, "status = 2, retry_count = 5, last_error = 'boom', updated_at = "+e.d.Now(), failedIDs...)
@@ -520,7 +521,7 @@ func testListFailedPaging(t *testing.T, e *env) {
 	var got []int64
 	after := int64(0)
 	for page := 0; ; page++ {
-		fs, err := e.Driver.ListFailed(e.ctx, after, 2)
+		fs, err := e.Driver.FindEvents(e.ctx, driver.EventFilter{Status: int(driver.Failed), AfterID: after, Limit: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -533,16 +534,16 @@ func testListFailedPaging(t *testing.T, e *env) {
 		for _, f := range fs {
 			if f.RetryCount != 5 || f.LastError != "boom" || f.Type != "ORDER_PAID" || f.Topic != "topic."+f.Key ||
 				len(f.EventID) != 36 || f.CreatedAt.IsZero() || f.UpdatedAt.IsZero() {
-				t.Fatalf("FailedEvent %+v", f)
+				t.Fatalf("FAILED event %+v", f)
 			}
 			got = append(got, f.ID)
 		}
 		after = fs[len(fs)-1].ID
 	}
 	wantIDs(t, "pages", got, failedIDs)
-	fs, err := e.Driver.ListFailed(e.ctx, ids[3], 100)
+	fs, err := e.Driver.FindEvents(e.ctx, driver.EventFilter{Status: int(driver.Failed), AfterID: ids[3], Limit: 100})
 	if err != nil || len(fs) != 2 || fs[0].ID != ids[4] || fs[0].Key != "e" {
-		t.Fatalf("ListFailed after %d: %+v %v", ids[3], fs, err)
+		t.Fatalf("FindEvents of FAILED rows after %d: %+v %v", ids[3], fs, err)
 	}
 }
 

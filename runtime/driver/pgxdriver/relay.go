@@ -1,7 +1,7 @@
 package pgxdriver
 
 // The relay's methods: Claim, MarkSent, MarkRetry, Release, ExtendLease,
-// ListFailed and Requeue, running package dialect's PostgreSQL statements.
+// and Requeue, running package dialect's PostgreSQL statements.
 // Id lists are bound as one bigint[] (dialect.RelayQueries.ArrayIDs), so
 // every statement text is fixed and pgx prepares it once per connection;
 // the failures of a batch go out as one pgx batch.
@@ -177,39 +177,4 @@ func (x *Driver) MarkRetry(ctx context.Context, owner string, fs []driver.Failur
 		return 0, nil, fmt.Errorf("pgxdriver: record failures: %w", err)
 	}
 	return changed, failed, nil
-}
-
-// ListFailed lists FAILED rows with id > afterID in id order.
-func (x *Driver) ListFailed(ctx context.Context, afterID int64, limit int) ([]driver.FailedEvent, error) {
-	if limit < 1 {
-		return nil, fmt.Errorf("pgxdriver: list failed: limit is %d: use at least 1", limit)
-	}
-	q, err := x.relayQ.Get(nil)
-	if err != nil {
-		return nil, fmt.Errorf("pgxdriver: list failed: %w", err)
-	}
-	query, args := q.ListFailed(afterID, limit)
-	rs, err := x.pool.Query(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("pgxdriver: list failed: %w", err)
-	}
-	defer rs.Close()
-	var out []driver.FailedEvent
-	for rs.Next() {
-		var f driver.FailedEvent
-		var lastErr *string
-		if err := rs.Scan(&f.ID, &f.EventID, &f.Type, &f.Key, &f.Topic, &f.RetryCount, &lastErr, &f.CreatedAt, &f.UpdatedAt); err != nil {
-			return nil, fmt.Errorf("pgxdriver: list failed: scan: %w", err)
-		}
-		f.EventID = strings.ToLower(f.EventID)
-		if lastErr != nil {
-			f.LastError = *lastErr
-		}
-		f.CreatedAt, f.UpdatedAt = f.CreatedAt.UTC(), f.UpdatedAt.UTC()
-		out = append(out, f)
-	}
-	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("pgxdriver: list failed: %w", err)
-	}
-	return out, nil
 }

@@ -1,7 +1,7 @@
 package sqldriver
 
 // The relay's methods: Claim, MarkSent, MarkRetry, Release, ExtendLease,
-// ListFailed and Requeue. Their SQL lives in package dialect (relay.go).
+// and Requeue. Their SQL lives in package dialect (relay.go).
 
 import (
 	"context"
@@ -302,40 +302,6 @@ func (x *Driver) MarkRetry(ctx context.Context, owner string, fs []driver.Failur
 		return 0, nil, fmt.Errorf("sqldriver: record failures: commit: %w", err)
 	}
 	return changed, failed, nil
-}
-
-// ListFailed lists FAILED rows with id > afterID in id order.
-func (x *Driver) ListFailed(ctx context.Context, afterID int64, limit int) ([]driver.FailedEvent, error) {
-	if limit < 1 {
-		return nil, fmt.Errorf("sqldriver: list failed: limit is %d: use at least 1", limit)
-	}
-	q, err := x.relayQ.Get(nil)
-	if err != nil {
-		return nil, fmt.Errorf("sqldriver: list failed: %w", err)
-	}
-	query, args := q.ListFailed(afterID, limit)
-	rs, err := x.db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("sqldriver: list failed: %w", err)
-	}
-	defer rs.Close()
-	var out []driver.FailedEvent
-	for rs.Next() {
-		var f driver.FailedEvent
-		var lastErr sql.NullString
-		var created, updated driverutil.Time
-		if err := rs.Scan(&f.ID, &f.EventID, &f.Type, &f.Key, &f.Topic, &f.RetryCount, &lastErr, &created, &updated); err != nil {
-			return nil, fmt.Errorf("sqldriver: list failed: scan: %w", err)
-		}
-		f.EventID = strings.ToLower(f.EventID)
-		f.LastError = lastErr.String
-		f.CreatedAt, f.UpdatedAt = created.T, updated.T
-		out = append(out, f)
-	}
-	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("sqldriver: list failed: %w", err)
-	}
-	return out, nil
 }
 
 // Notify wakes the relays listening (package pgxdriver's Notifier) on the
