@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -23,11 +22,11 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outboxgen/outboxgen/runtime/brokers/brokerurl"
 	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/dsn"
 	"github.com/outboxgen/outboxgen/runtime/janitor"
 	"github.com/outboxgen/outboxgen/runtime/monitor"
 	"github.com/outboxgen/outboxgen/runtime/redact"
@@ -270,7 +269,7 @@ func (p *procFlags) logger(w io.Writer) *slog.Logger {
 		}
 		return a
 	}})
-	return slog.New(redact.NewHandler(h, append(urlSecrets(p.db.db), urlSecrets(p.broker)...)...)).
+	return slog.New(redact.NewHandler(h, p.secrets()...)).
 		With(slog.String("process", "outboxgen "+p.cmd))
 }
 
@@ -281,28 +280,14 @@ func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
 	r.l.WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
 
-// urlSecrets returns the password of a URL or MySQL DSN, for redaction by
-// name where a pattern might miss it (an error quoting it alone).
-func urlSecrets(s string) []string {
-	if s == "" {
-		return nil
-	}
+// secrets are the passwords of the database DSN and the broker URL, masked
+// by name in every log line and error besides redact's patterns.
+func (p *procFlags) secrets() []string {
 	var out []string
-	for _, part := range strings.Split(s, ",") {
-		if u, err := url.Parse(part); err == nil && u.User != nil {
-			if pw, ok := u.User.Password(); ok {
-				out = append(out, pw)
-			}
-		}
+	if src, err := dsn.Parse(p.db.db, ""); err == nil {
+		out = append(out, src.Secrets...)
 	}
-	rest := s
-	if i := strings.Index(rest, "://"); i >= 0 && (strings.HasPrefix(rest, "mysql") || strings.HasPrefix(rest, "mariadb")) {
-		rest = rest[i+3:]
-	}
-	if c, err := mysql.ParseDSN(rest); err == nil && c.Passwd != "" {
-		out = append(out, c.Passwd)
-	}
-	return out
+	return append(out, brokerurl.Secrets(p.broker)...)
 }
 
 // oneLine joins the lines of err's text: main prints errors as one line.
@@ -313,7 +298,7 @@ func oneLine(err error) string {
 // failf is the command's error: one line, credentials masked.
 func (p *procFlags) failf(format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
-	msg = redact.StringWith(msg, append(urlSecrets(p.db.db), urlSecrets(p.broker)...)...)
+	msg = redact.StringWith(msg, p.secrets()...)
 	return fmt.Errorf("outboxgen %s: %s", p.cmd, oneLine(errors.New(msg)))
 }
 

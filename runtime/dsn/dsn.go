@@ -22,6 +22,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -48,6 +49,9 @@ type Source struct {
 	Where string
 	// Path is the SQLite file ("" for the other dialects).
 	Path string
+	// Secrets are the passwords the connection string holds, for masking
+	// by name wherever text might quote them (redact.StringWith).
+	Secrets []string
 }
 
 // Parse works out the dialect and the database/sql DSN of s (see the
@@ -87,7 +91,13 @@ func Parse(s, driverName string) (Source, error) {
 	case dialect.Postgres:
 		// Never the DSN itself: it may hold a password (also one that
 		// net/url cannot parse, or a password=... keyword).
-		return Source{Dialect: d, DriverName: "pgx", DSN: s, Where: redact.URL(s) + " (PostgreSQL)"}, nil
+		src := Source{Dialect: d, DriverName: "pgx", DSN: s, Where: redact.URL(s) + " (PostgreSQL)"}
+		if u, err := url.Parse(s); err == nil && u.User != nil {
+			if pw, ok := u.User.Password(); ok && pw != "" {
+				src.Secrets = []string{pw}
+			}
+		}
+		return src, nil
 	case dialect.MySQL:
 		cfg, err := mysql.ParseDSN(s)
 		if err != nil {
@@ -101,7 +111,11 @@ func Parse(s, driverName string) (Source, error) {
 			cfg.Params["time_zone"] = "'+00:00'"
 		}
 		where := fmt.Sprintf("%s@%s(%s)/%s (MySQL/MariaDB)", cfg.User, cfg.Net, cfg.Addr, cfg.DBName)
-		return Source{Dialect: d, DriverName: "mysql", DSN: cfg.FormatDSN(), Where: where}, nil
+		src := Source{Dialect: d, DriverName: "mysql", DSN: cfg.FormatDSN(), Where: where}
+		if cfg.Passwd != "" {
+			src.Secrets = []string{cfg.Passwd}
+		}
+		return src, nil
 	case dialect.SQLite:
 		path, query, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(s, "sqlite:"), "file:"), "?")
 		if path == "" {

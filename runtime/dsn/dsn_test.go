@@ -181,3 +181,16 @@ func TestSQLiteParametersKept(t *testing.T) {
 		t.Errorf("insert through mode=ro: %v, want a read-only error", err)
 	}
 }
+
+// TestSecrets: the passwords Parse finds, for masking by name.
+func TestSecrets(t *testing.T) {
+	for _, s := range []string{"postgres://app:s3cret@db:5432/shop", "mysql://app:s3cret@tcp(db:3306)/shop", "mariadb://app:s3cret@tcp(db:3306)/shop"} {
+		src, err := dsn.Parse(s, "")
+		if err != nil || len(src.Secrets) != 1 || src.Secrets[0] != "s3cret" {
+			t.Errorf("Parse(%q).Secrets = %q, %v; want [s3cret]", s, src.Secrets, err)
+		}
+	}
+	if src, _ := dsn.Parse("sqlite:app.db", ""); len(src.Secrets) != 0 {
+		t.Errorf("a SQLite file has secrets: %q", src.Secrets)
+	}
+}

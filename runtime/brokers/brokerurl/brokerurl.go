@@ -315,7 +315,7 @@ type brokerURL struct {
 // The query is split off by hand: a NATS or Kafka URL lists several
 // hosts, which net/url does not take.
 func parse(rawURL string) (*brokerURL, error) {
-	u := &brokerURL{raw: rawURL, secrets: urlSecrets(rawURL, strings.HasPrefix(strings.ToLower(rawURL), SchemeNATS+":"))}
+	u := &brokerURL{raw: rawURL, secrets: Secrets(rawURL)}
 	u.safe = redact.StringWith(rawURL, u.secrets...)
 	if strings.TrimSpace(rawURL) == "" {
 		return nil, errors.New("brokerurl: the broker URL is empty (give one like " + schemeHelp + ")")
@@ -458,6 +458,13 @@ func (u *brokerURL) hosts() []string {
 		}
 	}
 	return hs
+}
+
+// Secrets returns the secrets rawURL holds (passwords, and a NATS token
+// written as a user), for masking by name wherever text might quote them
+// (redact.StringWith, redact.NewHandler).
+func Secrets(rawURL string) []string {
+	return urlSecrets(rawURL, strings.HasPrefix(strings.ToLower(rawURL), SchemeNATS+":"))
 }
 
 // urlSecrets returns the secrets of a URL with one or more comma-separated
