@@ -13,7 +13,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -405,5 +404,4 @@ func TestOperationsBadInput(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, `table "outbox_event"`) || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
 		t.Errorf("status on an empty database: exit %d: %s", code, errs)
 	}
-	_ = fmt.Sprint
 }

@@ -56,7 +56,8 @@ LISTEN /* TEMPLATE: channel */outbox_event_insert;
 -- key is read once per attempt of the key's head (FAILED: once per hold).
 -- OFFSET 0 keeps the planner from turning a per-key NOT EXISTS into an
 -- anti-join over the whole table. RETURNING lease_owner tells leased rows
--- from the rest.
+-- from the rest. The overdue_on section (ClaimOverdue, the sweeper) keeps
+-- only rows created at least overdue ago.
 -- name: RelayClaim :many
 WITH cand AS MATERIALIZED (
     SELECT c.id, c.biz_id, c.next_retry_time AS due_at, (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */false) AS unordered_type
