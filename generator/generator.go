@@ -45,6 +45,12 @@ type File struct {
 // the directory as its `schema:` next to the application's own DDL.
 const SchemaFileName = "outbox.sql"
 
+// MigrationsDir is the directory of the numbered migration files, in
+// <sql.out>/<dialect>/ (templates.RenderMigrations): the same tables as
+// outbox.sql, one NNNN_name.up.sql file per version, for `outboxgen
+// migrate` and migration tools. sqlc does not read subdirectories.
+const MigrationsDir = "migrations"
+
 // Files renders every file s describes, sorted by path. Output directories
 // in s are relative to the directory of s.File. Each file's header names
 // the spec file (s.SourceName(), its base name) and version, the outboxgen
@@ -74,6 +80,13 @@ func Files(s *spec.Spec, version string) ([]File, error) {
 				return nil, err
 			}
 			files = append(files, File{Path: filepath.Join(base, s.SQL.Out, string(d), SchemaFileName), Content: ddl})
+			migrations, err := templates.RenderMigrations(string(d), Tables(s), templates.Header{Source: s.SourceName(), Version: version})
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s migrations: %w", s.File, d, err)
+			}
+			for _, m := range migrations {
+				files = append(files, File{Path: filepath.Join(base, s.SQL.Out, string(d), MigrationsDir, m.FileName()), Content: m.SQL})
+			}
 		}
 	}
 	for i := range files {
@@ -118,6 +131,11 @@ func staleFiles(s *spec.Spec, root string, want []File) ([]File, error) {
 		if err != nil {
 			return nil, err
 		}
+		migrationFiles, err := filepath.Glob(filepath.Join(base, s.SQL.Out, "*", MigrationsDir, "*.up.sql"))
+		if err != nil {
+			return nil, err
+		}
+		sqlFiles = append(sqlFiles, migrationFiles...)
 		candidates = append(candidates, sqlFiles...)
 	}
 	var out []File

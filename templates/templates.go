@@ -1,10 +1,12 @@
 // Package templates holds the SQL layout of outboxgen's tables, the one
 // source every generated migration, sqlc schema and test database uses.
 //
-// There is one text/template per dialect (postgres, mysql, sqlite); Render
-// fills in the table names. The output is plain CREATE TABLE / CREATE INDEX
-// statements, each ending with ";" at the end of a line, with no ";"
-// anywhere else, so a script runner may split on ";\n".
+// There is one text/template file per dialect (postgres, mysql, sqlite)
+// holding that dialect's numbered migrations (see RenderMigrations); the
+// DDL file (Render, RenderFile) is their concatenation. The output is plain
+// SQL statements (CREATE TABLE / CREATE INDEX, and the INSERT recording a
+// migration in the version table), each ending with ";" at the end of a
+// line, with no ";" anywhere else, so a script runner may split on ";\n".
 //
 // This package depends on neither the runtime nor the generator.
 package templates
@@ -86,7 +88,7 @@ const (
 // names (the primary key constraint, the identity sequence) are included so
 // that nothing is silently truncated.
 var (
-	outboxSuffixes  = []string{"_pkey", "_id_seq", "_event_id_key", "_claim_idx", "_biz_id_idx", "_due_idx", "_failed_idx"}
+	outboxSuffixes  = []string{"_pkey", "_id_seq", "_event_id_key", "_claim_idx", "_biz_id_idx", "_due_idx", "_failed_idx", VersionSuffix, VersionSuffix + "_pkey"}
 	inboxSuffixes   = []string{"_pkey", "_processed_at_idx", "_key", "_key_pkey"}
 	archiveSuffixes = []string{"_pkey", "_event_id_idx", "_archived_at_idx"}
 )
@@ -213,12 +215,6 @@ func (h Header) check() error {
 	return nil
 }
 
-// fileData is what the DDL templates are executed with.
-type fileData struct {
-	Tables
-	Header
-}
-
 // Render returns the DDL of the outbox and inbox tables for dialect d
 // ("postgres", "mysql" or "sqlite"). The output is deterministic and ends
 // with a newline.
@@ -227,26 +223,11 @@ func Render(d string, t Tables) ([]byte, error) {
 }
 
 // RenderFile is Render with h's lines in the header: the DDL file outboxgen
-// writes for a spec, or prints for `outboxgen schema`.
+// writes for a spec, or prints for `outboxgen schema`. It is every
+// migration (RenderMigrations) in order, each followed by the statements
+// recording it in the version table.
 func RenderFile(d string, t Tables, h Header) ([]byte, error) {
-	if !slices.Contains(dialects, d) {
-		return nil, errUnknownDialect(d)
-	}
-	if err := t.Validate(); err != nil {
-		return nil, err
-	}
-	if err := h.check(); err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	if err := tmpl.ExecuteTemplate(&buf, d+".sql.tmpl", fileData{t, h}); err != nil {
-		return nil, fmt.Errorf("render the %s DDL: %w", d, err)
-	}
-	out := buf.Bytes()
-	if len(out) == 0 || out[len(out)-1] != '\n' {
-		out = append(out, '\n')
-	}
-	return out, nil
+	return builtinSet.File(d, t, h)
 }
 
 // RenderArchive returns only the DDL of t.Archive for dialect d: for adding

@@ -65,6 +65,7 @@ Commands:
   check      validate events.yaml; say "up to date", or fail with a diff when generated files are stale
   schema     print the outbox and inbox DDL for one dialect
   grants     print the GRANT script giving each component's role exactly what it needs
+  export     export asyncapi: an AsyncAPI 3.0 document; export jsonschema: a JSON Schema per event version
   version    print the version
 
 Operations (database by -db DSN or $OUTBOXGEN_DB):
@@ -76,6 +77,7 @@ Operations (database by -db DSN or $OUTBOXGEN_DB):
   relay           run the relay (with sweeper, monitor and janitor) as a process
   sweep -once     one sweeper pass (for a CronJob)
   janitor -once   one janitor pass (for a CronJob)
+  migrate [up]    the tables' schema version and pending migrations; up applies them
 
 Run "outboxgen <command> -h" for a command's flags.
 Exit codes: 0 success, 1 failure, 2 bad command line.
@@ -99,6 +101,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdSchema(args, stdout, stderr)
 	case "grants":
 		err = cmdGrants(args, stdout, stderr)
+	case "export":
+		err = cmdExport(args, stdout, stderr)
 	case "status":
 		err = cmdStatus(args, stdout, stderr)
 	case "failed":
@@ -115,6 +119,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdSweep(args, stdout, stderr)
 	case "janitor":
 		err = cmdJanitor(args, stdout, stderr)
+	case "migrate":
+		err = cmdMigrate(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "outboxgen", version())
 	case "-h", "-help", "--help", "help":
@@ -227,10 +233,21 @@ func cmdGenerate(args []string, stdout, stderr io.Writer) error {
 }
 
 func cmdCheck(args []string, stdout, stderr io.Writer) error {
-	fl := newFlags("check", "check [-f events.yaml]", stderr)
+	fl := newFlags("check", "check [-f events.yaml] [-against BASE [-allow RULE,...]]", stderr)
 	file := fl.String("f", defaultSpec, "path of events.yaml")
+	against := fl.String("against", "", "also fail on breaking changes to the event contract of BASE: a file, or git:REV for the -f file at git revision REV (e.g. git:origin/main)")
+	allowFlag := fl.String("allow", "", "with -against: rules to accept this time, comma-separated (e.g. PREVIOUS_VERSION_REMOVED)")
 	if err := parseFlags(fl, args); err != nil {
 		return err
+	}
+	allow, err := parseAllow(*allowFlag)
+	if err != nil || (*allowFlag != "" && *against == "") {
+		if err == nil {
+			err = errors.New("-allow needs -against")
+		}
+		fmt.Fprintf(stderr, "outboxgen check: %v\n", err)
+		fl.Usage()
+		return errUsage
 	}
 	files, err := load(*file)
 	if err != nil {
@@ -240,8 +257,16 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("outboxgen check: %w", err)
 	}
+	var compatible string
+	var contract error
+	if *against != "" {
+		compatible, contract = checkAgainst(*file, *against, allow)
+	}
 	if diff != "" {
 		fmt.Fprint(stdout, diff)
+		if contract != nil {
+			fmt.Fprintln(stderr, contract)
+		}
 		fmt.Fprintf(stderr, "outboxgen check: generated files are out of date; run: outboxgen generate -f %s\n", *file)
 		return errStale
 	}
@@ -252,7 +277,8 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stdout, "%s: up to date (%d %s)\n", *file, n, plural(n, "file", "files"))
-	return nil
+	fmt.Fprint(stdout, compatible)
+	return contract
 }
 
 // plural returns one when n is 1, else many.

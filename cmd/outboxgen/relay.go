@@ -54,6 +54,7 @@ type procFlags struct {
 
 	// relay.Config (the publishing ones are shared with the sweeper)
 	batchSize, concurrency, maxAttempts          int
+	maxInFlight                                  int
 	pollInterval, lease, shutdown, publish       time.Duration
 	dbBackoffMax                                 time.Duration
 	holdRecheck                                  time.Duration
@@ -115,11 +116,12 @@ func newProcFlags(cmd, synopsis string, groups int, stderr io.Writer) *procFlags
 	if groups&groupRelay != 0 {
 		p.hasRelay = true
 		fl.DurationVar(&p.pollInterval, "poll-interval", relay.DefaultPollInterval, "relay: delay between the end of one poll and the next")
+		fl.IntVar(&p.maxInFlight, "max-in-flight", 0, "relay: most rows leased and not yet recorded at once; the next batch is claimed while slow publishes run, up to it (0: 4 × -batch-size)")
 		fl.StringVar(&p.instanceID, "instance-id", "", "relay: lease owner name, unique among the relays of a table, at most 64 bytes (default hostname-pid-random)")
 	}
 	if groups&groupPublish != 0 {
 		fl.IntVar(&p.batchSize, "batch-size", relay.DefaultBatchSize, fmt.Sprintf("most rows claimed per poll (1 to %d)", relay.MaxBatchSize))
-		fl.IntVar(&p.concurrency, "concurrency", relay.DefaultConcurrency, "keys published at once (a key's events are always one at a time)")
+		fl.IntVar(&p.concurrency, "concurrency", relay.DefaultConcurrency, "keys published at once (a key's events are always one at a time; a publish running past 250ms frees its slot)")
 		fl.IntVar(&p.maxAttempts, "max-attempts", relay.DefaultMaxAttempts, "failed publishes after which a row is marked FAILED")
 		fl.DurationVar(&p.lease, "lease-duration", relay.DefaultLeaseDuration, "how long claimed rows stay reserved (extended while publishing); also how long a crashed instance's rows wait")
 		fl.DurationVar(&p.shutdown, "shutdown-timeout", relay.DefaultShutdownTimeout, "on SIGTERM, keep publishing the batch in hand this long (shorter than -lease-duration)")
@@ -391,7 +393,7 @@ func (p *procFlags) runnerConfig(db *opsDB, log *slog.Logger) (runner.Config, er
 			return cfg, fmt.Errorf("-backoff-jitter is %v: use 0 to less than 1", jitter)
 		}
 		cfg.Relay = &relay.Config{
-			BatchSize: p.batchSize, PollInterval: p.pollInterval, LeaseDuration: p.lease, Concurrency: p.concurrency,
+			BatchSize: p.batchSize, MaxInFlight: p.maxInFlight, PollInterval: p.pollInterval, LeaseDuration: p.lease, Concurrency: p.concurrency,
 			MaxAttempts: p.maxAttempts, Backoff: retry, PublishTimeout: p.publish, BreakerBackoff: breaker,
 			DatabaseBackoffMax: p.dbBackoffMax, ShutdownTimeout: p.shutdown, InstanceID: p.instanceID,
 			HoldRecheck: p.holdRecheck,

@@ -84,7 +84,9 @@ var moduleLine = regexp.MustCompile(`(?m)^module\s+\S+\s*$`)
 
 // writeModule lays out a module example.com/gen in a temporary directory:
 // the generated package in <package>/, a use_test.go that calls every
-// InsertX and DecodeX with typed values, and any testdata/<name>/*_test.go.txt.
+// InsertX and DecodeX with typed values, and any testdata/<name>/*.go.txt
+// (hand-written files, such as the upgrade functions of previous versions,
+// and tests).
 func writeModule(t *testing.T, root, name string, s *spec.Spec) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -117,7 +119,7 @@ func writeModule(t *testing.T, root, name string, s *spec.Spec) string {
 	if len(s.Consumers) > 0 {
 		writeFile(t, filepath.Join(pkgDir, "consumers_use_test.go"), consumersUseTest(s))
 	}
-	extra, err := filepath.Glob(filepath.Join("testdata", name, "*_test.go.txt"))
+	extra, err := filepath.Glob(filepath.Join("testdata", name, "*.go.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package gocode
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/dave/jennifer/jen"
@@ -75,6 +76,13 @@ func (g *gen) consumer(f *jen.File, c *spec.Consumer, pgx bool) {
 			methods = append(methods, jen.Line())
 		}
 		d := fmt.Sprintf("Handle%s handles %s %s event (topic %s); m holds its event id, key, outbox sequence and headers.", e.GoName, article(e.Name), e.Name, e.Topic)
+		if len(e.Previous) > 0 {
+			var vs []string
+			for _, pv := range e.Previous {
+				vs = append(vs, strconv.Itoa(pv.Version))
+			}
+			d += fmt.Sprintf(" Events of the earlier versions declared under previous: (%s) arrive upgraded to %s by Decode%s.", strings.Join(vs, ", "), e.GoName, e.GoName)
+		}
 		var extra string
 		if c.IsLatestOnly(e) {
 			extra = fmt.Sprintf("Stale guard (latest_only): %s %s event whose outbox sequence is not newer than the newest one already applied for its key is skipped without calling this method. That is right for state events, where each event carries the whole new state and the last writer wins; it is wrong for deltas (an increment, a line added), where skipping an older event loses its change.", article(e.Name), e.Name)

@@ -185,63 +185,121 @@ func (g *gen) event(f *jen.File, e *spec.Event) error {
 	f.Add(doc(validateDoc))
 	f.Func().Params(jen.Id("e").Id(name)).Id("Validate").Params().Error().Block(body...)
 
+	for _, pv := range e.Previous {
+		if err := g.previousVersion(f, e, pv); err != nil {
+			return err
+		}
+	}
+
 	// DecodeX.
 	f.Line()
-	decodeDoc := fmt.Sprintf("Decode%s decodes %s %s payload of the given version (from the message metadata), for consumers. Versions 1 to %sVersion are accepted; errors match outbox.ErrUndecodable or, for a payload that decodes but does not validate, outbox.ErrInvalidEvent.", name, article(e.Name), e.Name, name)
-	decodeBody := []jen.Code{
-		jen.Var().Id("e").Id(name),
-		jen.If(jen.Err().Op(":=").Qual(pathOutbox, "DecodePayload").Call(
-			typeConst, jen.Id("payload"), jen.Id("version"), jen.Id(name+"Version"), jen.Op("&").Id("e"),
-		), jen.Err().Op("!=").Nil()).Block(
-			jen.Return(jen.Id(name).Values(), jen.Err()),
-		),
-	}
-	if e.Version > 1 {
-		// An older payload may lack fields added since, which Validate
-		// would refuse (an empty required enum, say): check the key only.
-		decodeDoc += fmt.Sprintf(" A payload of an older version than %sVersion is checked for its key only, not with Validate: fields added since that version may be missing (zero), so check the ones you use.", name)
-		old := []jen.Code{}
-		for _, c := range keyConds(e) {
-			old = append(old, jen.If(c.cond).Block(jen.Return(jen.Id(name).Values(), c.err)))
-		}
-		old = append(old, jen.Return(jen.Id("e"), jen.Nil()))
-		decodeBody = append(decodeBody, jen.If(jen.Id("version").Op("<").Id(name+"Version")).Block(old...))
-	}
-	decodeBody = append(decodeBody,
-		jen.If(jen.Err().Op(":=").Id("e").Dot("Validate").Call(), jen.Err().Op("!=").Nil()).Block(
-			jen.Return(jen.Id(name).Values(), jen.Err()),
-		),
-		jen.Return(jen.Id("e"), jen.Nil()),
-	)
-	f.Add(doc(decodeDoc))
-	f.Func().Id("Decode"+name).Params(jen.Id("payload").Index().Byte(), jen.Id("version").Int()).Params(jen.Id(name), jen.Error()).Block(decodeBody...)
+	f.Add(doc(decodeDoc(e)))
+	f.Func().Id("Decode"+name).Params(jen.Id("payload").Index().Byte(), jen.Id("version").Int()).Params(jen.Id(name), jen.Error()).Block(decodeBody(e)...)
 	return nil
 }
 
-// keyCond is one check of an event's key: cond true means the key is
-// unusable, and err is the error to return.
-type keyCond struct {
-	cond, err jen.Code
+// previousVersion renders the struct of an earlier version of e, declared
+// under previous:, and the compile-time check that its hand-written
+// upgrade function exists with the right signature.
+func (g *gen) previousVersion(f *jen.File, e *spec.Event, pv *spec.EventVersion) error {
+	name := e.GoName
+	fn, to := e.Upgrader(pv)
+	next := e.Version
+	if n := nextPrevious(e, pv); n != 0 {
+		next = n
+	}
+	f.Line()
+	f.Add(doc(
+		fmt.Sprintf("%s is version %d of the %s payload, declared under previous: in %s: Decode%s still decodes it, for events written before version %d, and upgrades it with %s.", pv.GoName, pv.Version, e.Name, g.specName(), name, next, fn),
+		pv.Description,
+	))
+	fields, err := structFields(pv.Fields, g.specName())
+	if err != nil {
+		return fmt.Errorf("version %d: %w", pv.Version, err)
+	}
+	f.Type().Id(pv.GoName).Struct(fields...)
+	f.Line()
+	f.Add(doc(
+		fmt.Sprintf("%s turns a version %d %s payload into version %d (%s). Write it by hand, in a file of package %s that outboxgen does not generate: Decode%s calls it for version %d payloads still in outboxes, on brokers and in replays, so that handlers only ever see %s; an error it returns sends the event to the poison topic. This declaration makes the package fail to compile until it exists with this signature.", fn, pv.Version, e.Name, next, to, g.s.Go.Package, name, pv.Version, name),
+	))
+	f.Var().Id("_").Func().Params(jen.Id(pv.GoName)).Params(jen.Id(to), jen.Error()).Op("=").Id(fn)
+	return nil
 }
 
-// keyConds returns every check of e's key: that it is set (keyCheck) and,
-// for an enum key, that it is a declared value (which Validate checks with
-// the other fields).
-func keyConds(e *spec.Event) []keyCond {
-	k := e.Key
-	var out []keyCond
-	if c, reason := keyUnset(e); c != nil {
-		out = append(out, keyCond{c, jen.Qual(pathOutbox, "Invalid").Call(jen.Id(e.GoName+"Type"), jen.Lit(k.Name), jen.Lit(reason))})
+// nextPrevious returns the version of the previous version of e declared
+// after pv, or 0 when pv is the last one.
+func nextPrevious(e *spec.Event, pv *spec.EventVersion) int {
+	for i, x := range e.Previous {
+		if x == pv && i+1 < len(e.Previous) {
+			return e.Previous[i+1].Version
+		}
 	}
-	if k.Type.GoType == nil && k.Type.Kind == spec.KindNamed && k.Type.Named.IsEnum() {
-		val := jen.Id("e").Dot(k.GoName)
-		out = append(out, keyCond{
-			jen.Op("!").Add(val.Clone()).Dot("Valid").Call(),
-			jen.Qual(pathOutbox, "Invalid").Call(jen.Id(e.GoName+"Type"), jen.Lit(k.Name),
-				jen.Qual(pathFmt, "Sprintf").Call(jen.Lit("unknown "+k.Type.Named.Name+" %q"), val.Clone())),
-		})
+	return 0
+}
+
+// decodeDoc is the doc comment of DecodeX.
+func decodeDoc(e *spec.Event) string {
+	name := e.GoName
+	d := fmt.Sprintf("Decode%s decodes %s %s payload of the given version (from the message metadata), for consumers, and validates it. ", name, article(e.Name), e.Name)
+	if len(e.Previous) == 0 {
+		d += fmt.Sprintf("It decodes version %sVersion only: any other version is refused. ", name)
+	} else {
+		var versions, fns []string
+		for _, pv := range e.Previous {
+			versions = append(versions, strconv.Itoa(pv.Version))
+			fn, _ := e.Upgrader(pv)
+			fns = append(fns, fn)
+		}
+		d += fmt.Sprintf("It decodes version %sVersion and the earlier versions declared under previous: (%s), which it upgrades to %s with %s; any other version is refused. ", name, strings.Join(versions, ", "), name, strings.Join(fns, ", then "))
 	}
-	return out
+	return d + "Errors match outbox.ErrUndecodable or, for a payload that decodes but does not validate, outbox.ErrInvalidEvent."
+}
+
+// decodeBody is the body of DecodeX: a switch on the version, decoding the
+// current struct or a previous one and upgrading it step by step, then
+// Validate.
+func decodeBody(e *spec.Event) []jen.Code {
+	name := e.GoName
+	typeConst := jen.Id(name + "Type")
+	fail := func(err jen.Code) jen.Code { return jen.Return(jen.Id(name).Values(), err) }
+	unmarshal := func(into string) jen.Code {
+		return jen.If(jen.Err().Op(":=").Qual(pathOutbox, "UnmarshalPayload").Call(
+			typeConst.Clone(), jen.Id("payload"), jen.Op("&").Id(into),
+		), jen.Err().Op("!=").Nil()).Block(fail(jen.Err()))
+	}
+	cases := []jen.Code{jen.Case(jen.Id(name + "Version")).Block(unmarshal("e"))}
+	var declared []jen.Code
+	for i, pv := range e.Previous {
+		declared = append(declared, jen.Lit(pv.Version))
+		v := fmt.Sprintf("v%d", pv.Version)
+		body := []jen.Code{jen.Var().Id(v).Id(pv.GoName), unmarshal(v)}
+		cur := v
+		for j := i; j < len(e.Previous); j++ {
+			step := e.Previous[j]
+			fn, _ := e.Upgrader(step)
+			from, to := jen.Lit(step.Version), jen.Code(jen.Id(name+"Version"))
+			next := "up"
+			if j+1 < len(e.Previous) {
+				to = jen.Lit(e.Previous[j+1].Version)
+				next = fmt.Sprintf("v%d", e.Previous[j+1].Version)
+			}
+			body = append(body,
+				jen.List(jen.Id(next), jen.Err()).Op(":=").Id(fn).Call(jen.Id(cur)),
+				jen.If(jen.Err().Op("!=").Nil()).Block(fail(jen.Qual(pathOutbox, "UpgradeFailed").Call(typeConst.Clone(), from, to, jen.Err()))),
+			)
+			cur = next
+		}
+		body = append(body, jen.Id("e").Op("=").Id(cur))
+		cases = append(cases, jen.Case(jen.Lit(pv.Version)).Block(body...))
+	}
+	unknown := append([]jen.Code{typeConst.Clone(), jen.Id("version"), jen.Id(name + "Version")}, declared...)
+	cases = append(cases, jen.Default().Block(fail(jen.Qual(pathOutbox, "UnknownVersion").Call(unknown...))))
+	return []jen.Code{
+		jen.Var().Id("e").Id(name),
+		jen.Switch(jen.Id("version")).Block(cases...),
+		jen.If(jen.Err().Op(":=").Id("e").Dot("Validate").Call(), jen.Err().Op("!=").Nil()).Block(fail(jen.Err())),
+		jen.Return(jen.Id("e"), jen.Nil()),
+	}
 }
 
 // keyUnset returns the condition under which e's key is unset, and why, or

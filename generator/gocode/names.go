@@ -63,6 +63,17 @@ func checkNames(s *spec.Spec) error {
 		if err := checkFields(e.Fields, what); err != nil {
 			return err
 		}
+		for _, pv := range e.Previous {
+			vwhat := fmt.Sprintf("version %d of %s", pv.Version, what)
+			if pv.GoName == "" {
+				return fmt.Errorf("%s: %s has no Go name", position(s, pv.Pos), vwhat)
+			}
+			for _, name := range []string{pv.GoName, "Upgrade" + pv.GoName} {
+				if err := claim(pv.Pos, name, vwhat); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	return nil
 }

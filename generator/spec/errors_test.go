@@ -134,7 +134,7 @@ events:
 testdata.yaml:7:3: unknown key "dialect" in sql; did you mean "dialects"?
 testdata.yaml:7:3: sql is missing required key "dialects"; add dialects: [postgres] (or mysql, sqlite)
 testdata.yaml:8:1: unknown key "evnts" in the top-level mapping; did you mean "events"?
-testdata.yaml:13:5: unknown key "partition" in event A; allowed keys are name, description, topic, key, version, ordered, fields
+testdata.yaml:13:5: unknown key "partition" in event A; allowed keys are name, description, topic, key, version, ordered, fields, previous
 testdata.yaml:14:39: unknown key "optinal" in field id of event A; did you mean "optional"?`,
 	},
 	{

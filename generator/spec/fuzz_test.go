@@ -50,6 +50,10 @@ func FuzzParse(f *testing.F) {
 	for _, tc := range errorCases {
 		f.Add([]byte(tc.src))
 	}
+	for _, tc := range previousErrorCases {
+		f.Add([]byte(tc.src))
+	}
+	f.Add([]byte(previousHead + "  - &e {name: A, topic: a, key: id, version: 3, fields: [{name: id, type: string}], previous: [{version: 1, fields: [{name: id, type: string}]}, {version: 2, fields: *e}]}\n"))
 	// The inputs of issue 8 that exhausted memory, at a size that still
 	// crosses each limit.
 	f.Add([]byte(aliasBomb(300)))

@@ -54,6 +54,9 @@ type Spec struct {
 	Types []*Type
 	// Events are the declared events, in file order.
 	Events []*Event
+	// EventsPos is the position of the events: list (the compatibility
+	// check places findings about removed events there).
+	EventsPos Pos
 	// Consumers are the declared consumers, in file order.
 	Consumers []*Consumer
 }
@@ -83,6 +86,11 @@ type SQLOutput struct {
 	// ArchiveTable, when set, adds an archive table to the DDL: the janitor
 	// can move sent rows there instead of deleting them.
 	ArchiveTable string
+	// Pos is the position of the sql: mapping; OutboxTablePos,
+	// InboxTablePos and ArchiveTablePos those of the table names when
+	// written (zero when defaulted).
+	Pos                                            Pos
+	OutboxTablePos, InboxTablePos, ArchiveTablePos Pos
 }
 
 // Type is a named, reusable type: an object (Fields) or an enum (Values).
@@ -129,8 +137,76 @@ type Event struct {
 	// Ordered asks the relay to publish events with the same key in id
 	// order (default true).
 	Ordered bool
-	Fields  []*Field
-	Pos     Pos
+	// Fields are the fields of the current version (Version).
+	Fields []*Field
+	// Previous are the earlier versions consumers still decode (the
+	// event's previous: list), in ascending version order. A version below
+	// Version that is not listed is not decodable.
+	Previous []*EventVersion
+	Pos      Pos
+}
+
+// EventVersion is an earlier version of an event's payload, declared under
+// the event's previous: list so that payloads written before a version bump
+// stay decodable.
+type EventVersion struct {
+	// Version is the payload version, at least 1 and below the event's
+	// Version; unique within the event.
+	Version int
+	// GoName is the Go struct name: the event's GoName, "V" and the
+	// version, e.g. OrderPaidV1.
+	GoName      string
+	Description string
+	// Fields are that version's payload fields, resolved as the current
+	// version's are.
+	Fields []*Field
+	Pos    Pos
+}
+
+// Versions returns the payload versions consumers of e decode: the
+// previous ones in ascending order, then the current one.
+func (e *Event) Versions() []int {
+	out := make([]int, 0, len(e.Previous)+1)
+	for _, v := range e.Previous {
+		out = append(out, v.Version)
+	}
+	return append(out, e.Version)
+}
+
+// VersionFields returns the fields of payload version v of e (the current
+// or a previous one), or nil when e does not declare v.
+func (e *Event) VersionFields(v int) []*Field {
+	if v == e.Version {
+		return e.Fields
+	}
+	if pv := e.PreviousVersion(v); pv != nil {
+		return pv.Fields
+	}
+	return nil
+}
+
+// PreviousVersion returns the declared previous version v of e, or nil.
+func (e *Event) PreviousVersion(v int) *EventVersion {
+	for _, pv := range e.Previous {
+		if pv.Version == v {
+			return pv
+		}
+	}
+	return nil
+}
+
+// Upgrader returns the name of the hand-written function that turns a
+// payload of previous version pv into the next declared version (the next
+// previous one, or the current one): "Upgrade" + pv.GoName, and that next
+// version's Go type.
+func (e *Event) Upgrader(pv *EventVersion) (fn, to string) {
+	to = e.GoName
+	for i, x := range e.Previous {
+		if x == pv && i+1 < len(e.Previous) {
+			to = e.Previous[i+1].GoName
+		}
+	}
+	return "Upgrade" + pv.GoName, to
 }
 
 // Field is one field of an event or object type.

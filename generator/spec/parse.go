@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -194,6 +195,17 @@ type eventDecl struct {
 	fields  []*fieldDecl
 	keyNode *yaml.Node
 	dup     bool // a later duplicate, kept only to check its contents
+	// previous are the earlier versions under previous:, in file order.
+	previous []*versionDecl
+	// versionNode is the event's version value, if given.
+	versionNode *yaml.Node
+}
+
+// versionDecl is an earlier version of an event, declared under previous:.
+type versionDecl struct {
+	v           *EventVersion
+	fields      []*fieldDecl
+	versionNode *yaml.Node
 }
 
 // consumerDecl is a declared consumer.
@@ -500,7 +512,8 @@ var (
 	goKeys       = []string{"package", "out", "driver", "initialisms", "rename"}
 	sqlKeys      = []string{"dialects", "out", "outbox_table", "inbox_table", "archive_table"}
 	typeKeys     = []string{"name", "description", "fields", "enum"}
-	eventKeys    = []string{"name", "description", "topic", "key", "version", "ordered", "fields"}
+	eventKeys    = []string{"name", "description", "topic", "key", "version", "ordered", "fields", "previous"}
+	previousKeys = []string{"version", "description", "fields"}
 	fieldKeys    = []string{"name", "type", "optional", "description", "go_type"}
 	goTypeKeys   = []string{"import", "type", "pointer"}
 	consumerKeys = []string{"name", "description", "events", "latest_only"}
@@ -542,6 +555,7 @@ func (p *parser) parseRoot(root *yaml.Node) {
 		p.parseTypes(v)
 	}
 	if v := p.require(m, ctx, "events", "declare at least one event under events:"); v != nil {
+		p.spec.EventsPos = posOf(v)
 		p.parseEvents(v)
 	}
 	if v := m.get("consumers"); v != nil {
@@ -755,6 +769,7 @@ func (p *parser) parseSQL(n *yaml.Node) {
 		return
 	}
 	p.checkKeys(m, "sql", sqlKeys)
+	p.spec.SQL.Pos = posOf(m.node)
 	if v := p.require(m, "sql", "dialects", "add dialects: [postgres] (or mysql, sqlite)"); v != nil {
 		p.parseDialects(v)
 	}
@@ -770,6 +785,7 @@ func (p *parser) parseSQL(n *yaml.Node) {
 		var s string
 		if s, outboxOK = p.tableName(v, "sql.outbox_table", templates.MaxOutboxName, "_event_id_key"); outboxOK {
 			p.spec.SQL.OutboxTable = s
+			p.spec.SQL.OutboxTablePos = posOf(v)
 		}
 	}
 	inboxNode := m.get("inbox_table")
@@ -777,6 +793,7 @@ func (p *parser) parseSQL(n *yaml.Node) {
 		var s string
 		if s, inboxOK = p.tableName(v, "sql.inbox_table", templates.MaxInboxName, "_processed_at_idx"); inboxOK {
 			p.spec.SQL.InboxTable = s
+			p.spec.SQL.InboxTablePos = posOf(v)
 			if s == p.spec.SQL.OutboxTable {
 				where := "the default outbox table name"
 				if outboxNode != nil {
@@ -792,6 +809,7 @@ func (p *parser) parseSQL(n *yaml.Node) {
 		var s string
 		if s, archiveOK = p.tableName(archiveNode, "sql.archive_table", templates.MaxArchiveName, "_archived_at_idx"); archiveOK {
 			p.spec.SQL.ArchiveTable = s
+			p.spec.SQL.ArchiveTablePos = posOf(archiveNode)
 		}
 	}
 	// The DDL derives index and constraint names from the table names;
@@ -1214,6 +1232,7 @@ func (p *parser) parseEvent(n *yaml.Node, i int) {
 		}
 	}
 	if v := m.get("version"); v != nil {
+		d.versionNode = v
 		if n, ok := p.integer(v, "version of "+ctx); ok {
 			if n < 1 {
 				p.errorf(v, "version of %s must be at least 1, got %d", ctx, n)
@@ -1231,6 +1250,9 @@ func (p *parser) parseEvent(n *yaml.Node, i int) {
 			e.Fields = append(e.Fields, f.f)
 		}
 	}
+	if v := m.get("previous"); v != nil {
+		p.parsePrevious(v, d)
+	}
 	if nameOK {
 		p.eventByName[e.Name] = d
 	}
@@ -1238,6 +1260,72 @@ func (p *parser) parseEvent(n *yaml.Node, i int) {
 	if !d.dup {
 		p.spec.Events = append(p.spec.Events, e)
 	}
+}
+
+// parsePrevious reads an event's previous: list, the earlier versions of
+// its payload that consumers still decode: each with its version (below the
+// event's current one, each listed once) and its fields.
+func (p *parser) parsePrevious(n *yaml.Node, d *eventDecl) {
+	e := d.e
+	items, ok := p.list(n, "previous of "+d.ctx)
+	if !ok || !p.declare(n, len(items)) {
+		return
+	}
+	first := map[int]int{}
+	for i, it := range items {
+		index := fmt.Sprintf("previous[%d] of %s", i, d.ctx)
+		m := p.mapping(it, index)
+		if m == nil {
+			continue
+		}
+		pv := &EventVersion{Pos: posOf(m.node)}
+		vd := &versionDecl{v: pv}
+		versionOK := false
+		if v := m.get("version"); v != nil {
+			vd.versionNode = v
+			pv.Version, versionOK = p.integer(v, "version of "+index)
+		}
+		vctx := index
+		if versionOK && pv.Version > 0 {
+			vctx = fmt.Sprintf("version %d of %s", pv.Version, d.ctx)
+		}
+		p.checkKeys(m, vctx, previousKeys)
+		valid := false
+		if v := p.require(m, vctx, "version", "add version: the earlier payload version these fields describe, e.g. 1"); v != nil && versionOK {
+			switch line, dup := first[pv.Version]; {
+			case pv.Version < 1:
+				p.errorf(v, "version of %s must be at least 1, got %d", index, pv.Version)
+			case pv.Version >= e.Version:
+				hint := fmt.Sprintf("bump the version of %s above %d", d.ctx, pv.Version)
+				if d.versionNode == nil {
+					hint = fmt.Sprintf("set version: %d (or higher) on %s, whose version defaults to 1", pv.Version+1, d.ctx)
+				}
+				p.errorf(v, "previous version %d of %s is not below its current version %d; previous: lists earlier versions only, so %s", pv.Version, d.ctx, e.Version, hint)
+			case dup:
+				p.errorf(v, "duplicate previous version %d of %s (first at line %d); remove one", pv.Version, d.ctx, line)
+			default:
+				first[pv.Version] = v.Line
+				valid = true
+			}
+		}
+		if v := m.get("description"); v != nil {
+			pv.Description = p.description(v, "description of "+vctx)
+		}
+		if v := p.require(m, vctx, "fields", "add fields: the payload fields of that version"); v != nil {
+			vd.fields = p.parseFields(v, vctx)
+			for _, f := range vd.fields {
+				pv.Fields = append(pv.Fields, f.f)
+			}
+		}
+		if e.GoName != "" && valid {
+			pv.GoName = fmt.Sprintf("%sV%d", e.GoName, pv.Version)
+		}
+		d.previous = append(d.previous, vd)
+		if valid {
+			e.Previous = append(e.Previous, pv)
+		}
+	}
+	slices.SortStableFunc(e.Previous, func(a, b *EventVersion) int { return a.Version - b.Version })
 }
 
 func (p *parser) parseConsumers(n *yaml.Node) {

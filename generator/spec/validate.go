@@ -27,6 +27,11 @@ func (p *parser) validate() {
 		for _, f := range d.fields {
 			p.resolveField(f)
 		}
+		for _, v := range d.previous {
+			for _, f := range v.fields {
+				p.resolveField(f)
+			}
+		}
 		p.checkKey(d)
 	}
 	p.checkCycles()
@@ -70,6 +75,11 @@ func (p *parser) checkRenames() {
 		add(splitWords(d.e.Name))
 		for _, f := range d.fields {
 			add(splitWords(f.f.Name))
+		}
+		for _, v := range d.previous {
+			for _, f := range v.fields {
+				add(splitWords(f.f.Name))
+			}
 		}
 	}
 	for _, d := range p.consumers {
@@ -316,6 +326,16 @@ func (p *parser) checkCollisions() {
 			ident{x + "Topic", fmt.Sprintf("constant %sTopic of event %s", x, e.Name), owner, e.Pos, e},
 			ident{x + "Version", fmt.Sprintf("constant %sVersion of event %s", x, e.Name), owner, e.Pos, e},
 		)
+		for _, v := range e.Previous {
+			if v.GoName == "" {
+				continue
+			}
+			vowner := fmt.Sprintf("%s version %d", owner, v.Version)
+			ids = append(ids,
+				ident{v.GoName, fmt.Sprintf("Go type %s of version %d of event %s", v.GoName, v.Version, e.Name), vowner, v.Pos, e},
+				ident{"Upgrade" + v.GoName, fmt.Sprintf("upgrade function Upgrade%s of version %d of event %s", v.GoName, v.Version, e.Name), vowner, v.Pos, e},
+			)
+		}
 	}
 	for _, c := range p.spec.Consumers {
 		if c.GoName == "" {

@@ -209,6 +209,17 @@ func catalog(t *testing.T, d Dialect) []rendered {
 	add("AdminFindInbox", "all filters", s, a)
 	s, a = aq.ForgetInbox("billing", []string{"e1", "e2"})
 	add("AdminForgetInbox", "", s, a)
+
+	vq, err := NewVersionQueries(d, tb.Outbox)
+	must(err)
+	add("SchemaVersion", "", vq.Current(), nil)
+	add("SchemaVersions", "", vq.Applied(), nil)
+	if s, a, ok := vq.Lock(5); ok {
+		add("MigrateLock", "", s, a)
+	}
+	if s, a, ok := vq.Unlock(); ok {
+		add("MigrateUnlock", "", s, a)
+	}
 	return es
 }
 

@@ -2,7 +2,8 @@ package dialect
 
 // This file holds the statements of the start-up check (driver.Driver's
 // Check): which database the server is, and whether a table has the
-// columns the runtime uses. They change nothing and need only SELECT.
+// columns the runtime uses. They change nothing and need only SELECT. The
+// check of the schema version is in schemaversion.go.
 
 import (
 	"context"

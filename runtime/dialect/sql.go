@@ -13,7 +13,8 @@ package dialect
 //	                                    follows it (a word or a quoted
 //	                                    literal) become the configured name
 //	                                    (outbox, inbox, inbox_key, archive,
-//	                                    channel); a literal stays quoted
+//	                                    channel, version); a literal stays
+//	                                    quoted
 //	sqlc.arg(name)                      one bind parameter
 //	/* ARG: name */?                    the same, where the engine's parser
 //	                                    refuses sqlc.arg (MySQL's LIMIT)
@@ -223,6 +224,10 @@ func (tb tables) value(t string) (string, error) {
 	case "channel":
 		if tb.outbox != "" {
 			v = NotifyChannel(tb.outbox)
+		}
+	case "version":
+		if tb.outbox != "" {
+			v = VersionTable(tb.outbox)
 		}
 	default:
 		return "", fmt.Errorf("unknown template %q", t)

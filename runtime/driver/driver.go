@@ -73,6 +73,42 @@ type ClaimParams struct {
 	Hold time.Duration
 	// Result, when not nil, receives what the claim did besides leasing.
 	Result *ClaimResult
+	// Record, when not nil, holds results of earlier claims of Owner:
+	// they are written first, in the claim's own transaction, so a relay
+	// records one batch and claims the next with one commit (and, on
+	// pgxdriver, one round trip). The claim sees what they changed: a key
+	// whose head was just marked sent may have its next rows claimed.
+	// What they changed is in Result.Recorded; if the call fails, none
+	// of it happened.
+	Record *Results
+}
+
+// Results is what a relay learned about rows it leased, to record in one
+// transaction: Claim (ClaimParams.Record) or Record. Every write is fenced
+// by the owner's lease: rows another instance took over are left alone.
+type Results struct {
+	// Sent rows were published: status sent, sent_at now, lease cleared.
+	Sent []int64
+	// Failures are failed publishes (see MarkRetry).
+	Failures []Failure
+	// MaxAttempts is the attempt limit the failures are judged by.
+	MaxAttempts int
+	// Release rows go back unpublished: the lease is cleared.
+	Release []int64
+}
+
+// Empty reports whether r holds nothing to record.
+func (r *Results) Empty() bool {
+	return r == nil || len(r.Sent)+len(r.Failures)+len(r.Release) == 0
+}
+
+// Recorded is what recording Results changed.
+type Recorded struct {
+	// Sent, Retried and Released count the rows each part changed; fewer
+	// than asked means the lease of the others was lost.
+	Sent, Retried, Released int64
+	// Failed lists the rows that became FAILED.
+	Failed []int64
 }
 
 // ClaimResult is what a claim did besides leasing rows.
@@ -82,6 +118,8 @@ type ClaimResult struct {
 	// the window, so a claim that leased fewer than Limit rows but moved
 	// some may find more claimable rows at once.
 	Moved int
+	// Recorded is what ClaimParams.Record changed.
+	Recorded Recorded
 }
 
 // DefaultHold is ClaimParams.Hold when it is zero. A hold ends early when
@@ -310,7 +348,14 @@ type Driver interface {
 	// claim is bounded by p.Limit, whatever the backlog. It holds row locks
 	// only for its own short transaction: no broker I/O happens while they
 	// are held.
+	//
+	// With p.Record set, the results are written first in the same
+	// transaction (see ClaimParams.Record).
 	Claim(ctx context.Context, p ClaimParams) ([]Row, error)
+	// Record writes the results of owner's earlier claims (sent rows,
+	// failures, releases) in one transaction: the relay's path when it has
+	// results but no room to claim more.
+	Record(ctx context.Context, owner string, r Results) (Recorded, error)
 	// ReleaseHeld makes the held rows of the keys of ids due again, for
 	// an operator who resolved the rows holding them back some other way
 	// than Requeue (which releases them itself).

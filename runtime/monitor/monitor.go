@@ -42,6 +42,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
 	"github.com/outboxgen/outboxgen/runtime/internal/schedule"
@@ -133,7 +134,7 @@ func New(src Source, opts Config) (*Monitor, error) {
 		return nil, err
 	}
 	kv := make([]attribute.KeyValue, 0, len(opts.Attributes)+1)
-	need := dberr.Need{Component: "monitor", Tables: "the outbox table", Privileges: "SELECT on the outbox table"}
+	need := dberr.Need{Component: "monitor", Tables: "the outbox table", Privileges: "SELECT on the outbox table and its " + dialect.VersionSuffix + " table"}
 	if t, ok := src.(interface{ Tables() driver.Tables }); ok {
 		kv = append(kv, attribute.String("outboxgen.table", t.Tables().Outbox))
 		need.Tables, need.Privileges = t.Tables().Outbox, "SELECT on "+t.Tables().Outbox

@@ -29,34 +29,34 @@ type breaker struct {
 	next  time.Time // while open: when the next probe is due
 }
 
-// judge updates the breaker with a batch's outcome (after publish, before
-// record): on an outage it moves the non-permanent failures to the
-// releases, so they are not charged. probe tells a probe batch, whose
-// failure is never charged.
-func (r *Relay) judge(out *outcome, probe bool) {
-	if len(out.sent) > 0 {
+// judge updates the breaker with a batch's outcome once every unit of it
+// has reported: sent tells whether any publish succeeded, transient are
+// its failures not marked permanent (those are charged as they come).
+// It returns the failures to charge and the rows to release uncharged: on
+// an outage, or for a probe, the failures are released. probe tells a
+// probe batch, whose failure is never charged. A batch that was in
+// flight when the breaker opened, failing the same way, is released
+// without pushing the next probe further.
+func (r *Relay) judge(sent bool, transient []driver.Failure, probe bool) (charge []driver.Failure, release []int64) {
+	if sent {
 		if r.brk.open {
 			r.log.Info("circuit breaker closed: the broker accepts events again", slog.Int("failed_probes", r.brk.trips-1))
 			r.brk = breaker{}
 		}
-		return
+		return transient, nil
 	}
-	var transient, permanent []driver.Failure
 	keys := map[string]bool{}
-	for _, f := range out.failures {
-		if f.Permanent {
-			permanent = append(permanent, f)
-			continue
-		}
-		transient = append(transient, f)
+	for _, f := range transient {
 		keys[f.Row.Key] = true
 	}
 	if len(transient) == 0 || (!probe && len(keys) < 2) {
-		return
+		return transient, nil
 	}
-	out.failures = permanent
 	for _, f := range transient {
-		out.release = append(out.release, f.Row.ID)
+		release = append(release, f.Row.ID)
+	}
+	if r.brk.open && !probe {
+		return nil, release
 	}
 	r.brk.trips++
 	wait := max(r.opts.BreakerBackoff(r.brk.trips), 0)
@@ -66,8 +66,9 @@ func (r *Relay) judge(out *outcome, probe bool) {
 		r.log.Warn("circuit breaker open: every publish of a batch failed, across several keys (broker outage?): pausing, rows released without charging an attempt",
 			slog.Int("failed", len(transient)), slog.Int("keys", len(keys)), slog.String("last_error", transient[len(transient)-1].Error),
 			slog.Duration("next_probe_in", wait))
-		return
+		return nil, release
 	}
 	r.log.Warn("circuit breaker probe failed: still paused",
 		slog.Int("failed_probes", r.brk.trips-1), slog.String("error", transient[len(transient)-1].Error), slog.Duration("next_probe_in", wait))
+	return nil, release
 }

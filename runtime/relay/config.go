@@ -47,6 +47,11 @@ const (
 	// MaxBatchSize bounds BatchSize (it is also the length of the id lists
 	// the relay binds).
 	MaxBatchSize = dialect.MaxInList
+	// MaxRowsInFlight bounds Config.MaxInFlight.
+	MaxRowsInFlight = 100 * MaxBatchSize
+	// SlowPublish is how long a publish runs before it stops counting
+	// against Config.Concurrency.
+	SlowPublish = 250 * time.Millisecond
 	// MaxInstanceID is the longest InstanceID (the lease_owner column).
 	MaxInstanceID = instanceid.Max
 )
@@ -66,8 +71,16 @@ type Config struct {
 	EventTypes []outbox.EventType
 
 	// BatchSize is the most rows claimed per poll (default 100, at most
-	// 1000). A full batch is followed by an immediate re-poll.
+	// 1000). A full batch is followed by an immediate re-poll, while
+	// MaxInFlight allows.
 	BatchSize int
+
+	// MaxInFlight bounds the rows this relay holds leased at once:
+	// claimed and not yet recorded (default 4 × BatchSize). The relay
+	// claims the next batch while the last one still publishes, as long
+	// as it stays under this bound, so a slow publish idles only its own
+	// key and never the instance. It must be at least BatchSize.
+	MaxInFlight int
 
 	// PollInterval is the delay between the end of one poll and the start
 	// of the next (fixed delay, so a slow poll never piles up; default
@@ -88,7 +101,10 @@ type Config struct {
 	LeaseDuration time.Duration
 
 	// Concurrency is the number of keys published at once (default 8).
-	// Events of one ordered key are always published one at a time.
+	// Events of one ordered key are always published one at a time. A
+	// publish still running after SlowPublish stops counting against it
+	// (it goes on, bounded by MaxInFlight), so a few slow publishes do
+	// not take every slot.
 	Concurrency int
 
 	// MaxAttempts is the number of failed publishes after which a row is
@@ -181,6 +197,9 @@ func (o *Config) setDefaults() {
 	if o.Concurrency == 0 {
 		o.Concurrency = DefaultConcurrency
 	}
+	if o.MaxInFlight == 0 && o.BatchSize > 0 {
+		o.MaxInFlight = 4 * o.BatchSize
+	}
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = DefaultMaxAttempts
 	}
@@ -220,6 +239,9 @@ func (o Config) Validate() error {
 	}
 	if o.BatchSize < 1 || o.BatchSize > MaxBatchSize {
 		errs = append(errs, fmt.Errorf("relay: Config.BatchSize is %d: use 1 to %d (or 0 for %d)", o.BatchSize, MaxBatchSize, DefaultBatchSize))
+	}
+	if o.MaxInFlight < o.BatchSize || o.MaxInFlight > MaxRowsInFlight {
+		errs = append(errs, fmt.Errorf("relay: Config.MaxInFlight is %d: use BatchSize (%d) to %d (or 0 for 4 × BatchSize)", o.MaxInFlight, o.BatchSize, MaxRowsInFlight))
 	}
 	if o.PollInterval <= 0 {
 		errs = append(errs, fmt.Errorf("relay: Config.PollInterval is %s: use a positive duration (or 0 for %s)", o.PollInterval, DefaultPollInterval))

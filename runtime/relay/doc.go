@@ -14,9 +14,15 @@
 //
 // # How a poll works
 //
-// Each poll claims up to BatchSize pending, due rows in id order and leases
-// them to this instance (lease_owner, lease_expires_at = now + LeaseDuration),
-// publishes them, then records the results in batches. PostgreSQL and
+// Each poll claims up to BatchSize pending, due rows in the order they
+// became due and leases them to this instance (lease_owner,
+// lease_expires_at = now + LeaseDuration), then publishes them. Polls are
+// pipelined: the next claim does not wait for the last batch to finish
+// publishing, only for room under MaxInFlight (rows leased and not yet
+// recorded), so a slow publish idles its own key and nothing else. Results
+// are recorded as publishes complete, in groups, with the next claim in
+// the same transaction (one commit, and on pgxdriver one round trip, for
+// both), or alone when no claim is due. PostgreSQL and
 // MySQL/MariaDB claim with SELECT ... FOR UPDATE SKIP LOCKED in one short
 // statement or transaction, so several relay instances share the work with
 // no external lock service; SQLite (one writer) claims with a single
@@ -53,8 +59,11 @@
 // and within a batch a key's rows are published one after another, stopping
 // at the key's first failure (the rest of that key is released unpublished).
 // A key whose oldest event is retrying or FAILED holds back that key only;
-// other keys keep flowing and are published concurrently (Concurrency). A
-// hot key is not limited to one event per poll.
+// other keys keep flowing and are published concurrently (Concurrency; a
+// publish still running after SlowPublish gives its slot to another key).
+// A hot key is not limited to one event per poll. Pipelining keeps this:
+// a key's rows stay leased until their results are recorded, and no claim
+// leases a row while an older unsent row of its key is leased.
 //
 // The guarantee holds when the ids of one key are committed in id order,
 // which is the case when the business transaction locks the aggregate row
@@ -88,8 +97,9 @@
 //
 // # Leases
 //
-// While a batch publishes, the relay extends its lease every
-// LeaseDuration/3, so slow publishers do not let it lapse. When the lease
+// The relay extends the lease of every row it holds (publishing, or
+// published and waiting to be recorded) every LeaseDuration/3, in one
+// statement, so slow publishers do not let it lapse. When the lease
 // cannot be extended, the batch stops a margin before the lease lapses;
 // PublishTimeout bounds a batch in any case. Broker clients often ignore
 // the message context, so bound their own timeouts (natsjs

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	mathrand "math/rand/v2"
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -72,9 +72,6 @@ type Relay struct {
 	// brk is the circuit breaker; only the goroutine holding running
 	// touches it.
 	brk breaker
-	// lastMoved is what the last claim held or moved (see full); only the
-	// goroutine holding running touches it.
-	lastMoved int
 }
 
 // ErrRunning is returned by Run and RunOnce while another Run or RunOnce
@@ -166,83 +163,19 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer r.running.Unlock()
 	r.log.InfoContext(ctx, "relay started",
 		slog.Int("batch_size", r.opts.BatchSize), slog.Duration("poll_interval", r.opts.PollInterval),
-		slog.Duration("lease", r.opts.LeaseDuration), slog.Int("concurrency", r.opts.Concurrency))
+		slog.Duration("lease", r.opts.LeaseDuration), slog.Int("concurrency", r.opts.Concurrency),
+		slog.Int("max_in_flight", r.opts.MaxInFlight))
 	if n, ok := r.drv.(driver.Notifier); ok {
 		listenCtx, stopListen := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); r.listen(listenCtx, n) }()
 		defer func() { stopListen(); <-done }()
 	}
-	dbBackoff := backoff.New(r.opts.PollInterval, r.opts.DatabaseBackoffMax)
-	started, probed := false, false
-	// Go 1.23+ timer semantics: Reset and Stop never leave a stale tick.
-	timer := time.NewTimer(r.opts.PollInterval)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		if ctx.Err() != nil {
-			r.log.Info("relay stopped")
-			return nil
-		}
-		var n int
-		var err error
-		if !probed {
-			err = r.probeTable(ctx)
-			probed = err == nil
-		}
-		if err == nil {
-			n, err = r.poll(ctx)
-		}
-		var wait time.Duration
-		wakeable := false
-		switch {
-		case err != nil && ctx.Err() != nil:
-			continue // shutting down: not the database's fault
-		case err != nil:
-			err = r.explain(err)
-			if !started && dberr.FatalAtStart(err) {
-				r.log.ErrorContext(ctx, "relay not started: the outbox table is not usable", slog.Any("error", err))
-				return err
-			}
-			wait = dbBackoff.Next()
-			if r.brk.open {
-				wait = max(wait, time.Until(r.brk.next))
-			}
-			r.log.ErrorContext(ctx, "relay poll failed", slog.Any("error", err),
-				slog.Int("consecutive_failures", dbBackoff.Failures()), slog.Duration("retry_in", wait))
-		default:
-			started = true
-			if f := dbBackoff.Failures(); f > 0 {
-				dbBackoff.Reset()
-				r.log.InfoContext(ctx, "relay poll succeeded again", slog.Int("failed_polls", f))
-			}
-			switch {
-			case r.brk.open:
-				// Broker outage: wait for the next probe (at least
-				// PollInterval, e.g. when a probe found nothing to
-				// claim); notifications do not shorten the pause.
-				wait = max(time.Until(r.brk.next), r.opts.PollInterval)
-			case r.full(n):
-				continue // a full window: more is probably waiting
-			default:
-				wait, wakeable = r.opts.PollInterval, true
-			}
-		}
-		timer.Reset(wait)
-		if wakeable {
-			select {
-			case <-ctx.Done():
-			case <-r.wake:
-			case <-timer.C:
-			}
-		} else {
-			select {
-			case <-ctx.Done():
-			case <-timer.C:
-			}
-		}
-		timer.Stop()
+	if err := r.newPipeline(ctx, modeRun).run(); err != nil {
+		return err
 	}
+	r.log.Info("relay stopped")
+	return nil
 }
 
 // errorText is a publisher's error as last_error and the log hold it:
@@ -285,7 +218,7 @@ func (r *Relay) explain(err error) error {
 	if r.opts.OverdueAfter > 0 {
 		who = "sweeper"
 	}
-	return dberr.Explain(err, dberr.Need{Component: who, Tables: t, Privileges: "SELECT and UPDATE on " + t})
+	return dberr.Explain(err, dberr.Need{Component: who, Tables: t, Privileges: "SELECT and UPDATE on " + t + ", and SELECT on " + t + dialect.VersionSuffix})
 }
 
 // listen turns the driver's notifications into Notify calls until ctx is
@@ -347,43 +280,23 @@ func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 	if err := r.probeTable(ctx); err != nil {
 		return 0, r.explain(err)
 	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return published, err
-		}
-		claimed, sent, err := r.cycle(ctx)
-		published += sent
-		if err != nil {
-			return published, r.explain(err)
-		}
-		if !r.full(claimed) {
-			return published, nil
-		}
+	p := r.newPipeline(ctx, modeOnce)
+	err = p.run()
+	if err == nil {
+		err = ctx.Err()
 	}
+	return p.published, err
 }
 
-// full reports whether the last claim used its whole window (claimed
-// rows plus rows it held or moved), so the next claim may find more at
-// once: poll again without waiting.
-func (r *Relay) full(claimed int) bool {
-	return claimed+r.lastMoved >= r.opts.BatchSize
-}
-
-// outcome is what happened to the rows of one batch. Rows whose publish
-// was abandoned at the shutdown timeout are in none of the lists: they
-// stay leased until the lease lapses.
-type outcome struct {
-	mu       sync.Mutex
-	sent     []int64
-	failures []driver.Failure
-	release  []int64
-}
-
-// poll runs one claim-publish-record cycle and returns how many rows it
-// claimed.
+// poll runs one claim, publishes what it claimed, records the results and
+// returns how many rows it claimed (tests drive the relay step by step
+// with it). While the circuit breaker is open, a poll before the next
+// probe is due does nothing, and a probe poll publishes one row of the
+// claimed batch and releases the rest.
 func (r *Relay) poll(ctx context.Context) (int, error) {
-	claimed, _, err := r.cycle(ctx)
-	return claimed, err
+	p := r.newPipeline(ctx, modeOneClaim)
+	err := p.run()
+	return p.claimed1, err
 }
 
 // Why a batch stopped publishing early (the cause of its context).
@@ -395,166 +308,11 @@ var (
 	errAbandoned      = errors.New("relay: publish abandoned at Config.ShutdownTimeout")
 )
 
-// cycle runs one claim-publish-record cycle and returns how many rows it
-// claimed and how many of them it published. Claiming uses ctx; once rows
-// are claimed they are published with a context that outlives ctx by at
-// most ShutdownTimeout and the results are always recorded. While the
-// circuit breaker is open, a cycle before the next probe is due does
-// nothing, and a probe cycle publishes one row of the claimed batch and
-// releases the rest.
-func (r *Relay) cycle(ctx context.Context) (claimed, sent int, err error) {
-	probe := r.brk.open
-	if probe && time.Now().Before(r.brk.next) {
-		return 0, 0, nil
-	}
-	claimedAt := time.Now() // the lease starts no earlier than this
-	var res driver.ClaimResult
-	r.lastMoved = 0
-	rows, err := r.drv.Claim(ctx, driver.ClaimParams{
-		Result:       &res,
-		Owner:        r.opts.InstanceID,
-		Lease:        r.opts.LeaseDuration,
-		Limit:        r.opts.BatchSize,
-		Unordered:    r.unorderedList,
-		OverdueAfter: r.opts.OverdueAfter,
-		Hold:         r.opts.HoldRecheck,
-	})
-	if err != nil {
-		return 0, 0, err
-	}
-	r.lastMoved = res.Moved
-	if len(rows) == 0 {
-		return 0, 0, nil
-	}
-	out := &outcome{}
-	units := r.groups(rows)
-	if probe {
-		// One row of a unit picked at random (a probe always trying the
-		// oldest row would never get past a poison row); the rest go back.
-		pick := mathrand.IntN(len(units))
-		for i, u := range units {
-			if i == pick {
-				out.addRelease(u[1:])
-			} else {
-				out.addRelease(u)
-			}
-		}
-		units = [][]driver.Row{units[pick][:1]}
-	}
-	r.publishBatch(ctx, rows, units, claimedAt, out)
-	r.judge(out, probe)
-
-	// Recording must happen even during shutdown; it is bounded by the
-	// lease (past it the fence would reject the writes anyway).
-	recCtx, recCancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.LeaseDuration)
-	defer recCancel()
-	return len(rows), len(out.sent), r.record(recCtx, len(rows), out)
-}
-
-// publishBatch publishes units (the claimed rows, grouped) into out. While
-// it runs, a heartbeat extends the lease of every claimed row (all of them
-// stay leased until recorded) every LeaseDuration/3. The batch stops
-// starting new publishes, and releases the rows it did not get to, when:
-//
-//   - its lease is about to lapse: the local lease deadline (a margin
-//     before the lease last secured by the claim or an extension) passes,
-//     because the database could not be reached to extend it;
-//   - an extension finds that another instance took over some of the rows;
-//   - PublishTimeout has passed since the batch started;
-//   - ShutdownTimeout has passed since ctx was done.
-//
-// Publishes under way are interrupted only through the message context
-// (if the publisher honours it) and otherwise waited for, except at the
-// shutdown timeout: then publishes still running are abandoned, so that
-// Run returns in time. Their rows are not recorded (nothing writes to out
-// after publishBatch returns) and stay leased until the lease lapses.
-func (r *Relay) publishBatch(ctx context.Context, rows []driver.Row, units [][]driver.Row, claimedAt time.Time, out *outcome) {
-	pubCtx, stop := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer stop(nil)
-	batchCtx, endBatch := context.WithCancel(context.Background())
-	defer endBatch()
-
-	timeout := time.AfterFunc(r.opts.PublishTimeout, func() { stop(errPublishTimeout) })
-	defer timeout.Stop()
-
-	// Shutdown: publishes are interrupted (through the message context) a
-	// grace period before ShutdownTimeout, and those still running at
-	// ShutdownTimeout are abandoned.
-	abandon := make(chan struct{})
-	stopShutdown := context.AfterFunc(ctx, func() {
-		grace := shutdownGrace(r.opts.ShutdownTimeout)
-		t1 := time.AfterFunc(r.opts.ShutdownTimeout-grace, func() { stop(errShutdown) })
-		t2 := time.AfterFunc(r.opts.ShutdownTimeout, func() { close(abandon) })
-		context.AfterFunc(batchCtx, func() { t1.Stop(); t2.Stop() })
-	})
-	defer stopShutdown()
-
-	ids := make([]int64, len(rows))
-	for i, rw := range rows {
-		ids[i] = rw.ID
-	}
-	hbCtx, stopHB := context.WithCancel(context.WithoutCancel(ctx))
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		r.heartbeat(hbCtx, ids, claimedAt, stop)
-	}()
-	r.publish(pubCtx, abandon, units, out)
-	timeout.Stop()
-	stopHB()
-	<-hbDone
-	if cause := context.Cause(pubCtx); cause != nil && !errors.Is(cause, context.Canceled) {
-		r.log.WarnContext(ctx, "batch stopped early: the rows not published are released", slog.Any("reason", cause),
-			slog.Int("claimed", len(rows)), slog.Int("published", len(out.sent)))
-	}
-}
-
 // shutdownGrace is how long before ShutdownTimeout a batch interrupts its
 // publishes, so that publishers honouring the message context return (and
 // their rows are released) before hung ones are abandoned.
 func shutdownGrace(timeout time.Duration) time.Duration {
 	return min(timeout/5, time.Second)
-}
-
-// heartbeat extends the lease of ids every LeaseDuration/3 until ctx is
-// done, and stops the batch (stop) when its local lease deadline passes
-// without a successful extension, or when an extension finds rows taken
-// over. The local deadline is measured from before the statement that set
-// the lease, so it never runs past the lease in the database (up to clock
-// drift, which the margin covers).
-func (r *Relay) heartbeat(ctx context.Context, ids []int64, claimedAt time.Time, stop context.CancelCauseFunc) {
-	lease := r.opts.LeaseDuration
-	keep := lease - leaseMargin(lease)
-	expire := time.AfterFunc(time.Until(claimedAt.Add(keep)), func() { stop(errLeaseDeadline) })
-	defer expire.Stop()
-	every := max(lease/3, time.Millisecond)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		at := time.Now()
-		ectx, cancel := context.WithTimeout(ctx, every)
-		n, err := r.drv.ExtendLease(ectx, r.opts.InstanceID, ids, lease)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil:
-			r.log.WarnContext(ctx, "extending the lease of a batch failed: it stops before the lease lapses unless a retry succeeds",
-				slog.Int("rows", len(ids)), slog.Any("error", err))
-		case n < int64(len(ids)):
-			r.log.WarnContext(ctx, "lease lost while publishing: stopping the batch",
-				slog.Int("rows", len(ids)), slog.Int64("still_leased", n))
-			stop(errLeaseLost)
-			return
-		default:
-			expire.Reset(time.Until(at.Add(keep)))
-		}
-	}
 }
 
 // leaseMargin is how long before its lease lapses a batch stops publishing:
@@ -586,57 +344,48 @@ func (r *Relay) groups(rows []driver.Row) [][]driver.Row {
 	return out
 }
 
-// publish publishes units with up to Concurrency units at once; a unit's
-// rows go one after another and the unit stops at its first failure. It
-// returns when every unit is done, or at once when abandon is closed
-// (units not handed out yet are released); either way no goroutine writes
-// to out after it returned.
-func (r *Relay) publish(ctx context.Context, abandon <-chan struct{}, units [][]driver.Row, out *outcome) {
-	work := make(chan []driver.Row)
-	var wg sync.WaitGroup
-	for range min(r.opts.Concurrency, len(units)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for unit := range work {
-				r.publishUnit(ctx, abandon, unit, out)
-			}
-		}()
-	}
-	fed := 0
-feed:
-	for fed < len(units) {
-		select {
-		case work <- units[fed]:
-			fed++
-		case <-abandon:
-			break feed
+// publishUnit publishes a unit's rows one after another into res, each
+// holding one of slots while it runs (see publishRow); the unit stops at
+// its first failure and gives the rest back. queued counts the unit's
+// rows until its first publish starts. When ctx is done (the batch
+// stopped) the rows not started are given back; when abandon is closed a
+// publish under way is abandoned (its row stays leased until the lease
+// lapses) and the rest given back.
+func (r *Relay) publishUnit(ctx context.Context, abandon <-chan struct{}, slots chan struct{}, queued *atomic.Int64, unit []driver.Row, res *unitResult) {
+	waiting := true
+	defer func() {
+		if waiting {
+			queued.Add(-int64(len(unit)))
 		}
-	}
-	close(work)
-	for _, u := range units[fed:] {
-		out.addRelease(u)
-	}
-	wg.Wait() // workers return promptly once abandon is closed
-}
-
-func (r *Relay) publishUnit(ctx context.Context, abandon <-chan struct{}, unit []driver.Row, out *outcome) {
+	}()
 	for i, rw := range unit {
-		if ctx.Err() != nil { // the batch stopped: give the rest back
-			out.addRelease(unit[i:])
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			res.release = rowIDsOf(unit[i:])
+			return
+		case <-abandon:
+			res.release = rowIDsOf(unit[i:])
 			return
 		}
-		err := r.publishRow(ctx, abandon, rw)
+		if waiting {
+			waiting = false
+			queued.Add(-int64(len(unit)))
+		}
+		if ctx.Err() != nil { // the batch stopped: give the rest back
+			<-slots
+			res.release = rowIDsOf(unit[i:])
+			return
+		}
+		err := r.publishRow(ctx, abandon, slots, rw)
 		if errors.Is(err, errAbandoned) {
 			r.log.WarnContext(ctx, "publish still running at the shutdown timeout: abandoned; the row stays leased until its lease lapses, then it is published again",
 				slog.Int64("id", rw.ID), slog.String("event_id", rw.EventID), slog.String("key", rw.Key), slog.String("topic", rw.Topic))
-			out.addRelease(unit[i+1:])
+			res.release = rowIDsOf(unit[i+1:])
 			return
 		}
 		if err == nil {
-			out.mu.Lock()
-			out.sent = append(out.sent, rw.ID)
-			out.mu.Unlock()
+			res.sent = append(res.sent, rw.ID)
 			continue
 		}
 		permanent := errors.Is(err, ErrPermanent)
@@ -647,7 +396,7 @@ func (r *Relay) publishUnit(ctx context.Context, abandon <-chan struct{}, unit [
 			// charged.
 			r.log.DebugContext(ctx, "publish interrupted: released",
 				slog.Int64("id", rw.ID), slog.String("event_id", rw.EventID), slog.String("error", text))
-			out.addRelease(unit[i:])
+			res.release = rowIDsOf(unit[i:])
 			return
 		}
 		attempt := rw.RetryCount + 1
@@ -659,23 +408,18 @@ func (r *Relay) publishUnit(ctx context.Context, abandon <-chan struct{}, unit [
 			slog.Int64("id", rw.ID), slog.String("event_id", rw.EventID), slog.String("type", rw.Type),
 			slog.String("key", rw.Key), slog.String("topic", rw.Topic), slog.Int("attempt", attempt),
 			slog.Duration("retry_in", delay), slog.String("error", text))
-		out.mu.Lock()
-		out.failures = append(out.failures, driver.Failure{Row: rw, Error: text, Delay: delay, Permanent: permanent})
-		out.mu.Unlock()
-		out.addRelease(unit[i+1:])
+		res.failure = &driver.Failure{Row: rw, Error: text, Delay: delay, Permanent: permanent}
+		res.release = rowIDsOf(unit[i+1:])
 		return
 	}
 }
 
-func (o *outcome) addRelease(rows []driver.Row) {
-	if len(rows) == 0 {
-		return
+func rowIDsOf(rows []driver.Row) []int64 {
+	ids := make([]int64, len(rows))
+	for i, rw := range rows {
+		ids[i] = rw.ID
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, rw := range rows {
-		o.release = append(o.release, rw.ID)
-	}
+	return ids
 }
 
 // message builds the watermill message of a row.
@@ -706,10 +450,18 @@ func (r *Relay) message(ctx context.Context, rw driver.Row) (*message.Message, e
 	return msg, nil
 }
 
-// publishRow publishes one row; a panicking publisher counts as a failure.
-// The publisher runs in its own goroutine so that a publish that never
-// returns can be abandoned (errAbandoned) when abandon is closed.
-func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, rw driver.Row) error {
+// publishRow publishes one row, holding a slot (taken by the caller) until
+// it returns or has run for SlowPublish, whichever comes first; a
+// panicking publisher counts as a failure. The publisher runs in its own
+// goroutine so that a publish that never returns can be abandoned
+// (errAbandoned) when abandon is closed.
+func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, slots chan struct{}, rw driver.Row) error {
+	held := true
+	defer func() {
+		if held {
+			<-slots
+		}
+	}()
 	msg, err := r.message(ctx, rw)
 	if err != nil {
 		return err
@@ -723,54 +475,24 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, rw driv
 		}()
 		res <- r.opts.Publisher.Publish(rw.Topic, msg)
 	}()
-	select {
-	case err := <-res:
-		return err
-	case <-abandon:
+	slow := time.NewTimer(SlowPublish)
+	defer slow.Stop()
+	for {
 		select {
-		case err := <-res: // it did finish
+		case err := <-res:
 			return err
-		default:
-			return errAbandoned
-		}
-	}
-}
-
-// record writes a batch's results: sent rows first, then failures, then
-// releases. Any order would be safe (a released row is always behind an
-// unsent row of its key that is still leased or backing off), this one
-// unblocks other instances soonest.
-func (r *Relay) record(ctx context.Context, claimed int, out *outcome) error {
-	var errs []error
-	owner := r.opts.InstanceID
-	if len(out.sent) > 0 {
-		n, err := r.drv.MarkSent(ctx, owner, out.sent)
-		if err != nil {
-			errs = append(errs, err)
-		} else if n < int64(len(out.sent)) {
-			r.log.WarnContext(ctx, "lease lost before marking rows sent: they will be published again (at-least-once)",
-				slog.Int("published", len(out.sent)), slog.Int64("marked", n))
-		}
-	}
-	if len(out.failures) > 0 {
-		n, failed, err := r.drv.MarkRetry(ctx, owner, out.failures, r.opts.MaxAttempts)
-		if err != nil {
-			errs = append(errs, err)
-		} else {
-			if n < int64(len(out.failures)) {
-				r.log.WarnContext(ctx, "lease lost before recording failures", slog.Int("failures", len(out.failures)), slog.Int64("recorded", n))
+		case <-slow.C:
+			held = false
+			<-slots // a slow publish lets another key go meanwhile
+		case <-abandon:
+			select {
+			case err := <-res: // it did finish
+				return err
+			default:
+				return errAbandoned
 			}
-			r.reportFailed(ctx, out.failures, failed)
 		}
 	}
-	if len(out.release) > 0 {
-		if _, err := r.drv.Release(ctx, owner, out.release); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	r.log.DebugContext(ctx, "batch done", slog.Int("claimed", claimed), slog.Int("sent", len(out.sent)),
-		slog.Int("failed", len(out.failures)), slog.Int("released", len(out.release)))
-	return errors.Join(errs...)
 }
 
 func (r *Relay) reportFailed(ctx context.Context, fs []driver.Failure, failed []int64) {

@@ -126,10 +126,31 @@ func (o observed) Check(ctx context.Context, t driver.Table) error {
 }
 
 func (o observed) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
+	if p.Record != nil && p.Result == nil {
+		p.Result = &driver.ClaimResult{} // to count what it recorded
+	}
 	rows, err := o.Driver.Claim(ctx, p)
 	o.done(ctx, "claim", err)
 	o.add(o.c.claimed, int64(len(rows)))
+	if err == nil && p.Record != nil {
+		o.recorded(p.Result.Recorded)
+	}
 	return rows, err
+}
+
+func (o observed) Record(ctx context.Context, owner string, r driver.Results) (driver.Recorded, error) {
+	rec, err := o.Driver.Record(ctx, owner, r)
+	o.done(ctx, "record", err)
+	o.recorded(rec)
+	return rec, err
+}
+
+// recorded counts what a recording changed.
+func (o observed) recorded(rec driver.Recorded) {
+	o.add(o.c.sent, rec.Sent)
+	o.add(o.c.retried, rec.Retried-int64(len(rec.Failed)))
+	o.add(o.c.failed, int64(len(rec.Failed)))
+	o.add(o.c.released, rec.Released)
 }
 
 func (o observed) MarkSent(ctx context.Context, owner string, ids []int64) (int64, error) {
@@ -142,8 +163,7 @@ func (o observed) MarkSent(ctx context.Context, owner string, ids []int64) (int6
 func (o observed) MarkRetry(ctx context.Context, owner string, fs []driver.Failure, maxAttempts int) (int64, []int64, error) {
 	n, failed, err := o.Driver.MarkRetry(ctx, owner, fs, maxAttempts)
 	o.done(ctx, "mark_retry", err)
-	o.add(o.c.retried, n-int64(len(failed)))
-	o.add(o.c.failed, int64(len(failed)))
+	o.recorded(driver.Recorded{Retried: n, Failed: failed})
 	return n, failed, err
 }
 

@@ -73,3 +73,16 @@ CREATE TABLE outbox_inbox_key (
     updated_at   DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
     PRIMARY KEY (consumer, biz_type, biz_id) -- ON DUPLICATE KEY UPDATE last_seq = IF(newer, ...)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- outbox_event_version: the migrations of these tables applied so far, one row
+-- each, written with the migration itself (by outboxgen migrate or any tool
+-- running the numbered files). The runtime's start-up check reads the
+-- newest: compatible_from is the oldest version a runtime must know to use
+-- the tables (an additive change keeps older runtimes working).
+CREATE TABLE IF NOT EXISTS outbox_event_version (
+    version         INT          NOT NULL, -- the migration's number (NNNN of its file)
+    compatible_from INT          NOT NULL,
+    applied_at      DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (version)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+INSERT INTO outbox_event_version (version, compatible_from) VALUES (1, 1);

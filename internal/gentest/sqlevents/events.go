@@ -70,13 +70,19 @@ func (e OrderPaid) Validate() error {
 }
 
 // DecodeOrderPaid decodes an ORDER_PAID payload of the given version (from the
-// message metadata), for consumers. Versions 1 to OrderPaidVersion are
-// accepted; errors match outbox.ErrUndecodable or, for a payload that decodes
-// but does not validate, outbox.ErrInvalidEvent.
+// message metadata), for consumers, and validates it. It decodes version
+// OrderPaidVersion only: any other version is refused. Errors match
+// outbox.ErrUndecodable or, for a payload that decodes but does not validate,
+// outbox.ErrInvalidEvent.
 func DecodeOrderPaid(payload []byte, version int) (OrderPaid, error) {
 	var e OrderPaid
-	if err := outbox.DecodePayload(OrderPaidType, payload, version, OrderPaidVersion, &e); err != nil {
-		return OrderPaid{}, err
+	switch version {
+	case OrderPaidVersion:
+		if err := outbox.UnmarshalPayload(OrderPaidType, payload, &e); err != nil {
+			return OrderPaid{}, err
+		}
+	default:
+		return OrderPaid{}, outbox.UnknownVersion(OrderPaidType, version, OrderPaidVersion)
 	}
 	if err := e.Validate(); err != nil {
 		return OrderPaid{}, err
@@ -110,19 +116,19 @@ func (e StockReserved) Validate() error {
 }
 
 // DecodeStockReserved decodes a STOCK_RESERVED payload of the given version
-// (from the message metadata), for consumers. Versions 1 to
-// StockReservedVersion are accepted; errors match outbox.ErrUndecodable or,
-// for a payload that decodes but does not validate, outbox.ErrInvalidEvent. A
-// payload of an older version than StockReservedVersion is checked for its key
-// only, not with Validate: fields added since that version may be missing
-// (zero), so check the ones you use.
+// (from the message metadata), for consumers, and validates it. It decodes
+// version StockReservedVersion only: any other version is refused. Errors
+// match outbox.ErrUndecodable or, for a payload that decodes but does not
+// validate, outbox.ErrInvalidEvent.
 func DecodeStockReserved(payload []byte, version int) (StockReserved, error) {
 	var e StockReserved
-	if err := outbox.DecodePayload(StockReservedType, payload, version, StockReservedVersion, &e); err != nil {
-		return StockReserved{}, err
-	}
-	if version < StockReservedVersion {
-		return e, nil
+	switch version {
+	case StockReservedVersion:
+		if err := outbox.UnmarshalPayload(StockReservedType, payload, &e); err != nil {
+			return StockReserved{}, err
+		}
+	default:
+		return StockReserved{}, outbox.UnknownVersion(StockReservedType, version, StockReservedVersion)
 	}
 	if err := e.Validate(); err != nil {
 		return StockReserved{}, err
@@ -158,14 +164,19 @@ func (e OrderStatusChanged) Validate() error {
 }
 
 // DecodeOrderStatusChanged decodes an ORDER_STATUS_CHANGED payload of the
-// given version (from the message metadata), for consumers. Versions 1 to
-// OrderStatusChangedVersion are accepted; errors match outbox.ErrUndecodable
-// or, for a payload that decodes but does not validate,
-// outbox.ErrInvalidEvent.
+// given version (from the message metadata), for consumers, and validates it.
+// It decodes version OrderStatusChangedVersion only: any other version is
+// refused. Errors match outbox.ErrUndecodable or, for a payload that decodes
+// but does not validate, outbox.ErrInvalidEvent.
 func DecodeOrderStatusChanged(payload []byte, version int) (OrderStatusChanged, error) {
 	var e OrderStatusChanged
-	if err := outbox.DecodePayload(OrderStatusChangedType, payload, version, OrderStatusChangedVersion, &e); err != nil {
-		return OrderStatusChanged{}, err
+	switch version {
+	case OrderStatusChangedVersion:
+		if err := outbox.UnmarshalPayload(OrderStatusChangedType, payload, &e); err != nil {
+			return OrderStatusChanged{}, err
+		}
+	default:
+		return OrderStatusChanged{}, outbox.UnknownVersion(OrderStatusChangedType, version, OrderStatusChangedVersion)
 	}
 	if err := e.Validate(); err != nil {
 		return OrderStatusChanged{}, err
@@ -203,13 +214,19 @@ func (e PointsCredited) Validate() error {
 }
 
 // DecodePointsCredited decodes a POINTS_CREDITED payload of the given version
-// (from the message metadata), for consumers. Versions 1 to
-// PointsCreditedVersion are accepted; errors match outbox.ErrUndecodable or,
-// for a payload that decodes but does not validate, outbox.ErrInvalidEvent.
+// (from the message metadata), for consumers, and validates it. It decodes
+// version PointsCreditedVersion only: any other version is refused. Errors
+// match outbox.ErrUndecodable or, for a payload that decodes but does not
+// validate, outbox.ErrInvalidEvent.
 func DecodePointsCredited(payload []byte, version int) (PointsCredited, error) {
 	var e PointsCredited
-	if err := outbox.DecodePayload(PointsCreditedType, payload, version, PointsCreditedVersion, &e); err != nil {
-		return PointsCredited{}, err
+	switch version {
+	case PointsCreditedVersion:
+		if err := outbox.UnmarshalPayload(PointsCreditedType, payload, &e); err != nil {
+			return PointsCredited{}, err
+		}
+	default:
+		return PointsCredited{}, outbox.UnknownVersion(PointsCreditedType, version, PointsCreditedVersion)
 	}
 	if err := e.Validate(); err != nil {
 		return PointsCredited{}, err

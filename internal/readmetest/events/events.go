@@ -68,13 +68,19 @@ func (e OrderPaid) Validate() error {
 }
 
 // DecodeOrderPaid decodes an ORDER_PAID payload of the given version (from the
-// message metadata), for consumers. Versions 1 to OrderPaidVersion are
-// accepted; errors match outbox.ErrUndecodable or, for a payload that decodes
-// but does not validate, outbox.ErrInvalidEvent.
+// message metadata), for consumers, and validates it. It decodes version
+// OrderPaidVersion only: any other version is refused. Errors match
+// outbox.ErrUndecodable or, for a payload that decodes but does not validate,
+// outbox.ErrInvalidEvent.
 func DecodeOrderPaid(payload []byte, version int) (OrderPaid, error) {
 	var e OrderPaid
-	if err := outbox.DecodePayload(OrderPaidType, payload, version, OrderPaidVersion, &e); err != nil {
-		return OrderPaid{}, err
+	switch version {
+	case OrderPaidVersion:
+		if err := outbox.UnmarshalPayload(OrderPaidType, payload, &e); err != nil {
+			return OrderPaid{}, err
+		}
+	default:
+		return OrderPaid{}, outbox.UnknownVersion(OrderPaidType, version, OrderPaidVersion)
 	}
 	if err := e.Validate(); err != nil {
 		return OrderPaid{}, err
@@ -111,13 +117,19 @@ func (e PointsCredited) Validate() error {
 }
 
 // DecodePointsCredited decodes a POINTS_CREDITED payload of the given version
-// (from the message metadata), for consumers. Versions 1 to
-// PointsCreditedVersion are accepted; errors match outbox.ErrUndecodable or,
-// for a payload that decodes but does not validate, outbox.ErrInvalidEvent.
+// (from the message metadata), for consumers, and validates it. It decodes
+// version PointsCreditedVersion only: any other version is refused. Errors
+// match outbox.ErrUndecodable or, for a payload that decodes but does not
+// validate, outbox.ErrInvalidEvent.
 func DecodePointsCredited(payload []byte, version int) (PointsCredited, error) {
 	var e PointsCredited
-	if err := outbox.DecodePayload(PointsCreditedType, payload, version, PointsCreditedVersion, &e); err != nil {
-		return PointsCredited{}, err
+	switch version {
+	case PointsCreditedVersion:
+		if err := outbox.UnmarshalPayload(PointsCreditedType, payload, &e); err != nil {
+			return PointsCredited{}, err
+		}
+	default:
+		return PointsCredited{}, outbox.UnknownVersion(PointsCreditedType, version, PointsCreditedVersion)
 	}
 	if err := e.Validate(); err != nil {
 		return PointsCredited{}, err

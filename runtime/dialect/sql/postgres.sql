@@ -404,3 +404,25 @@ LIMIT sqlc.arg(max_rows);
 DELETE FROM /* TEMPLATE: inbox */outbox_inbox
 WHERE consumer = sqlc.arg(consumer)
   AND event_id IN (sqlc.slice(event_ids));
+
+-- The schema version (the start-up check, outboxgen migrate): the newest
+-- migration recorded in the version table and the oldest version a
+-- runtime must know to use the tables, as the text "version
+-- compatible_from" ("0 0" for an empty table).
+-- name: SchemaVersion :one
+SELECT CAST(COALESCE(MAX(version), 0) AS text) || ' ' || CAST(COALESCE(MAX(compatible_from), 0) AS text)
+FROM /* TEMPLATE: version */outbox_event_version;
+
+-- name: SchemaVersions :many
+SELECT version, compatible_from, applied_at
+FROM /* TEMPLATE: version */outbox_event_version
+ORDER BY version;
+
+-- outboxgen migrate: one migrating session at a time per version table
+-- (a session-level advisory lock, released by MigrateUnlock or when the
+-- session ends).
+-- name: MigrateLock :exec
+SELECT pg_advisory_lock(sqlc.arg(lock_key));
+
+-- name: MigrateUnlock :exec
+SELECT pg_advisory_unlock(sqlc.arg(lock_key));

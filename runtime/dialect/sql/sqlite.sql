@@ -322,3 +322,17 @@ LIMIT sqlc.arg(max_rows);
 DELETE FROM /* TEMPLATE: inbox */outbox_inbox
 WHERE consumer = sqlc.arg(consumer)
   AND event_id IN (sqlc.slice(event_ids));
+
+-- The schema version (the start-up check, outboxgen migrate): the newest
+-- migration recorded in the version table and the oldest version a
+-- runtime must know to use the tables, as the text "version
+-- compatible_from" ("0 0" for an empty table). outboxgen migrate
+-- serializes on SQLite with BEGIN IMMEDIATE (dialect.BeginImmediate).
+-- name: SchemaVersion :one
+SELECT COALESCE(MAX(version), 0) || ' ' || COALESCE(MAX(compatible_from), 0)
+FROM /* TEMPLATE: version */outbox_event_version;
+
+-- name: SchemaVersions :many
+SELECT version, compatible_from, applied_at
+FROM /* TEMPLATE: version */outbox_event_version
+ORDER BY version;

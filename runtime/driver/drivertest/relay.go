@@ -63,6 +63,7 @@ func Run(t *testing.T, open func(t *testing.T) Env) {
 		{"ConcurrentClaims", testConcurrentClaims},
 	}
 	tests = append(tests, heldTests...)
+	tests = append(tests, recordTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ev := open(t)

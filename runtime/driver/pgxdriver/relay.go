@@ -27,7 +27,9 @@ var (
 // Claim leases up to p.Limit claimable rows to p.Owner, and holds the
 // rows of the window waiting behind a failing row of their key, in one
 // statement (SELECT ... FOR UPDATE SKIP LOCKED feeding an UPDATE ...
-// RETURNING), and returns the leased rows in id order.
+// RETURNING), and returns the leased rows in id order. With p.Record, the
+// results go first in the same pgx batch: one round trip, one implicit
+// transaction, one commit.
 func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
 	if err := driverutil.CheckClaim("pgxdriver", p); err != nil {
 		return nil, err
@@ -37,10 +39,57 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		return nil, fmt.Errorf("pgxdriver: claim: %w", err)
 	}
 	query, args := driverutil.Claim(q, p)
-	rs, err := x.pool.Query(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("pgxdriver: claim: %w", err)
+	if p.Record.Empty() {
+		rs, err := x.pool.Query(ctx, query, args...)
+		if err != nil {
+			return nil, fmt.Errorf("pgxdriver: claim: %w", err)
+		}
+		out, moved, err := scanClaimed(rs, p.Owner)
+		if err != nil {
+			return nil, err
+		}
+		if p.Result != nil {
+			p.Result.Moved = moved
+		}
+		return out, nil
 	}
+	stmts := driverutil.RecordStmts(q, p.Owner, p.Record, false)
+	b := &pgx.Batch{}
+	for _, s := range stmts {
+		b.Queue(s.Query, s.Args...)
+	}
+	b.Queue(query, args...)
+	br := x.pool.SendBatch(ctx, b)
+	rec, err := readRecorded(br, stmts, p.Record.MaxAttempts)
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	var out []driver.Row
+	var moved int
+	rs, err := br.Query()
+	if err == nil {
+		out, moved, err = scanClaimed(rs, p.Owner)
+	} else {
+		err = fmt.Errorf("pgxdriver: claim: %w", err)
+	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("pgxdriver: claim: %w", cerr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if p.Result != nil {
+		p.Result.Moved = moved
+		p.Result.Recorded = rec
+	}
+	return out, nil
+}
+
+// scanClaimed reads a claim's rows: those leased to owner in id order,
+// and how many others it held or moved back behind an older row of their
+// key. It closes rs.
+func scanClaimed(rs pgx.Rows, owner string) ([]driver.Row, int, error) {
 	defer rs.Close()
 	var out []driver.Row
 	moved := 0
@@ -48,10 +97,10 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		var r driver.Row
 		var leaseOwner *string
 		if err := rs.Scan(&r.ID, &r.EventID, &r.Type, &r.Key, &r.Topic, &r.Version, &r.Payload, &r.Headers, &r.RetryCount, &r.CreatedAt, &leaseOwner); err != nil {
-			return nil, fmt.Errorf("pgxdriver: claim: scan: %w", err)
+			return nil, 0, fmt.Errorf("pgxdriver: claim: scan: %w", err)
 		}
-		if leaseOwner == nil || *leaseOwner != p.Owner {
-			moved++ // held, or moved back behind an older row of its key
+		if leaseOwner == nil || *leaseOwner != owner {
+			moved++
 			continue
 		}
 		r.EventID = strings.ToLower(r.EventID)
@@ -59,13 +108,50 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		out = append(out, r)
 	}
 	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("pgxdriver: claim: %w", err)
-	}
-	if p.Result != nil {
-		p.Result.Moved = moved
+		return nil, 0, fmt.Errorf("pgxdriver: claim: %w", err)
 	}
 	driverutil.SortRows(out) // RETURNING has no order
-	return out, nil
+	return out, moved, nil
+}
+
+// readRecorded reads the results of the recording statements queued first
+// in a batch.
+func readRecorded(br pgx.BatchResults, stmts []driverutil.Stmt, maxAttempts int) (driver.Recorded, error) {
+	var rec driver.Recorded
+	for _, s := range stmts {
+		tag, err := br.Exec()
+		if err != nil {
+			return driver.Recorded{}, fmt.Errorf("pgxdriver: %s: %w", s.Describe(), err)
+		}
+		s.Count(&rec, tag.RowsAffected(), maxAttempts)
+	}
+	return rec, nil
+}
+
+// Record writes r in one pgx batch: one round trip, one implicit
+// transaction.
+func (x *Driver) Record(ctx context.Context, owner string, r driver.Results) (driver.Recorded, error) {
+	if err := driverutil.CheckRecord("pgxdriver", owner, &r); err != nil || r.Empty() {
+		return driver.Recorded{}, err
+	}
+	q, err := x.relayQ.Get(nil)
+	if err != nil {
+		return driver.Recorded{}, fmt.Errorf("pgxdriver: record: %w", err)
+	}
+	stmts := driverutil.RecordStmts(q, owner, &r, false)
+	b := &pgx.Batch{}
+	for _, s := range stmts {
+		b.Queue(s.Query, s.Args...)
+	}
+	br := x.pool.SendBatch(ctx, b)
+	rec, err := readRecorded(br, stmts, r.MaxAttempts)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("pgxdriver: record: %w", cerr)
+	}
+	if err != nil {
+		return driver.Recorded{}, err
+	}
+	return rec, nil
 }
 
 func (x *Driver) execIDs(ctx context.Context, what string, ids []int64, build func(q *dialect.RelayQueries) (string, []any)) (int64, error) {
@@ -146,35 +232,6 @@ func (x *Driver) ReleaseHeld(ctx context.Context, ids []int64) (int64, error) {
 // its own error text and delay), sent as one pgx batch: one round trip and
 // one implicit transaction, so the batch is recorded entirely or not at all.
 func (x *Driver) MarkRetry(ctx context.Context, owner string, fs []driver.Failure, maxAttempts int) (int64, []int64, error) {
-	if len(fs) == 0 {
-		return 0, nil, nil
-	}
-	q, err := x.relayQ.Get(nil)
-	if err != nil {
-		return 0, nil, fmt.Errorf("pgxdriver: record failures: %w", err)
-	}
-	b := &pgx.Batch{}
-	for _, f := range fs {
-		query, args := q.MarkRetry(owner, f.Row.ID, f.Error, f.Delay, f.MaxAttempts(maxAttempts))
-		b.Queue(query, args...)
-	}
-	br := x.pool.SendBatch(ctx, b)
-	var changed int64
-	var failed []int64
-	for _, f := range fs {
-		tag, err := br.Exec()
-		if err != nil {
-			br.Close()
-			return 0, nil, fmt.Errorf("pgxdriver: record failure of row %d: %w", f.Row.ID, err)
-		}
-		n := tag.RowsAffected()
-		changed += n
-		if driverutil.FailedID(f, n > 0, f.MaxAttempts(maxAttempts)) {
-			failed = append(failed, f.Row.ID)
-		}
-	}
-	if err := br.Close(); err != nil {
-		return 0, nil, fmt.Errorf("pgxdriver: record failures: %w", err)
-	}
-	return changed, failed, nil
+	rec, err := x.Record(ctx, owner, driver.Results{Failures: fs, MaxAttempts: maxAttempts})
+	return rec.Retried, rec.Failed, err
 }

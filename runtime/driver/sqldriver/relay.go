@@ -14,6 +14,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/driver/internal/driverutil"
+	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
 )
 
 var _ driver.Driver = (*Driver)(nil)
@@ -22,7 +23,8 @@ var _ driver.Driver = (*Driver)(nil)
 // id order. PostgreSQL and SQLite claim in one statement; MySQL/MariaDB
 // (no UPDATE ... RETURNING) in one short READ COMMITTED transaction:
 // SELECT ... FOR UPDATE SKIP LOCKED, drop the rows whose older same-key
-// rows another instance holds, lease the rest, commit.
+// rows another instance holds, lease the rest, commit. With p.Record, the
+// results are written first in the same transaction: one commit.
 func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
 	if err := driverutil.CheckClaim("sqldriver", p); err != nil {
 		return nil, err
@@ -35,7 +37,7 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		return nil, fmt.Errorf("sqldriver: claim: %w", err)
 	}
 	query, args := driverutil.Claim(q, p)
-	if !q.ClaimInTransaction() {
+	if !q.ClaimInTransaction() && p.Record.Empty() {
 		// PostgreSQL: one statement; held rows come back with lease_owner
 		// dialect.HeldOwner.
 		rs, err := x.db.QueryContext(ctx, query, args...)
@@ -52,26 +54,89 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		driverutil.SortRows(rows) // RETURNING has no order
 		return rows, nil
 	}
-	// MySQL/MariaDB and SQLite: lock, filter, lease, hold, commit. MySQL
-	// runs it READ COMMITTED: the blocked-check must see rows committed
-	// after the locking read, and it takes no gap locks. SQLite's
-	// transaction (BEGIN IMMEDIATE) holds the write lock throughout.
-	var opts *sql.TxOptions
-	if x.d == dialect.MySQL {
-		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	// MySQL/MariaDB may pick a claim as a deadlock victim (concurrent
+	// claims moving rows in the due index): the transaction was rolled
+	// back whole, so it runs again, a few times, before the relay hears
+	// of it.
+	for attempt := 1; ; attempt++ {
+		rows, err := x.claimTx(ctx, q, p, query, args)
+		if err == nil || attempt == conflictRetries || !dberr.Conflict(err) || ctx.Err() != nil {
+			return rows, err
+		}
 	}
-	tx, err := x.db.BeginTx(ctx, opts)
+}
+
+// conflictRetries is how many times a claim runs when the database
+// rolls it back as a deadlock victim.
+const conflictRetries = 3
+
+// claimTx runs a claim (with p.Record written first) in one transaction.
+func (x *Driver) claimTx(ctx context.Context, q *dialect.RelayQueries, p driver.ClaimParams, query string, args []any) ([]driver.Row, error) {
+	tx, err := x.beginRelayTx(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sqldriver: claim: begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	var rec driver.Recorded
+	if !p.Record.Empty() {
+		if rec, err = x.record(ctx, tx, q, p.Owner, p.Record); err != nil {
+			return nil, err
+		}
+	}
+	var rows []driver.Row
+	var moved int
+	if q.ClaimInTransaction() {
+		rows, moved, err = claimSteps(ctx, tx, q, p, query, args)
+	} else {
+		var rs *sql.Rows
+		if rs, err = tx.QueryContext(ctx, query, args...); err != nil {
+			err = fmt.Errorf("sqldriver: claim: %w", err)
+		} else {
+			rows, moved, err = scanRows(rs, p.Owner)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 && moved == 0 && p.Record.Empty() {
+		return nil, nil // rollback releases the locks
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("sqldriver: claim: commit: %w", err)
+	}
+	if p.Result != nil {
+		p.Result.Moved = moved
+		p.Result.Recorded = rec
+	}
+	driverutil.SortRows(rows)
+	return rows, nil
+}
+
+// beginRelayTx starts the transaction of a claim or a recording. MySQL
+// runs it READ COMMITTED: the claim's blocked-check must see rows
+// committed after its locking read, and it takes no gap locks. SQLite's
+// transaction (BEGIN IMMEDIATE, see runtime/dsn) holds the write lock
+// throughout.
+func (x *Driver) beginRelayTx(ctx context.Context) (*sql.Tx, error) {
+	var opts *sql.TxOptions
+	if x.d == dialect.MySQL {
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	return x.db.BeginTx(ctx, opts)
+}
+
+// claimSteps claims in tx on MySQL/MariaDB and SQLite: lock the window,
+// find the rows that must wait (ClaimBlocked), hold or move those, lease
+// the rest. It returns the leased rows (in due order) and how many rows it
+// held or moved.
+func claimSteps(ctx context.Context, tx *sql.Tx, q *dialect.RelayQueries, p driver.ClaimParams, query string, args []any) ([]driver.Row, int, error) {
 	rs, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("sqldriver: claim: %w", err)
+		return nil, 0, fmt.Errorf("sqldriver: claim: %w", err)
 	}
 	rows, _, err := scanRows(rs, "")
 	if err != nil || len(rows) == 0 {
-		return nil, err
+		return nil, 0, err
 	}
 	ids := make([]int64, len(rows))
 	for i, r := range rows {
@@ -80,7 +145,7 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 	query, args = q.ClaimBlocked(ids, driverutil.HoldOf(p))
 	brs, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("sqldriver: claim: per-key check: %w", err)
+		return nil, 0, fmt.Errorf("sqldriver: claim: per-key check: %w", err)
 	}
 	type hold struct {
 		id    int64
@@ -92,7 +157,7 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		var h hold
 		if err := brs.Scan(&h.id, &h.until); err != nil {
 			brs.Close()
-			return nil, fmt.Errorf("sqldriver: claim: per-key check: %w", err)
+			return nil, 0, fmt.Errorf("sqldriver: claim: per-key check: %w", err)
 		}
 		blocked[h.id] = true
 		if h.until != nil {
@@ -100,10 +165,10 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		}
 	}
 	if err := brs.Close(); err != nil {
-		return nil, fmt.Errorf("sqldriver: claim: per-key check: %w", err)
+		return nil, 0, fmt.Errorf("sqldriver: claim: per-key check: %w", err)
 	}
 	if err := brs.Err(); err != nil {
-		return nil, fmt.Errorf("sqldriver: claim: per-key check: %w", err)
+		return nil, 0, fmt.Errorf("sqldriver: claim: per-key check: %w", err)
 	}
 	if len(blocked) > 0 {
 		kept := rows[:0]
@@ -132,26 +197,57 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 	for _, k := range order {
 		query, args = q.ClaimHold(until[k], groups[k])
 		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
-			return nil, fmt.Errorf("sqldriver: claim: hold: %w", err)
+			return nil, 0, fmt.Errorf("sqldriver: claim: hold: %w", err)
 		}
-	}
-	if len(rows) == 0 && len(held) == 0 {
-		return nil, nil // rollback releases the locks
 	}
 	if len(rows) > 0 {
 		query, args = q.ClaimLease(p.Owner, p.Lease, ids)
 		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
-			return nil, fmt.Errorf("sqldriver: claim: lease: %w", err)
+			return nil, 0, fmt.Errorf("sqldriver: claim: lease: %w", err)
 		}
 	}
+	return rows, len(held), nil
+}
+
+// record runs the statements that record r in tx.
+func (x *Driver) record(ctx context.Context, tx *sql.Tx, q *dialect.RelayQueries, owner string, r *driver.Results) (driver.Recorded, error) {
+	var rec driver.Recorded
+	for _, s := range driverutil.RecordStmts(q, owner, r, true) {
+		res, err := tx.ExecContext(ctx, s.Query, s.Args...)
+		if err != nil {
+			return driver.Recorded{}, fmt.Errorf("sqldriver: %s: %w", s.Describe(), err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return driver.Recorded{}, fmt.Errorf("sqldriver: %s: rows affected: %w", s.Describe(), err)
+		}
+		s.Count(&rec, n, r.MaxAttempts)
+	}
+	return rec, nil
+}
+
+// Record writes r in one transaction (one commit).
+func (x *Driver) Record(ctx context.Context, owner string, r driver.Results) (driver.Recorded, error) {
+	if err := driverutil.CheckRecord("sqldriver", owner, &r); err != nil || r.Empty() {
+		return driver.Recorded{}, err
+	}
+	q, err := x.relayQ.Get(nil)
+	if err != nil {
+		return driver.Recorded{}, fmt.Errorf("sqldriver: record: %w", err)
+	}
+	tx, err := x.beginRelayTx(ctx)
+	if err != nil {
+		return driver.Recorded{}, fmt.Errorf("sqldriver: record: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	rec, err := x.record(ctx, tx, q, owner, &r)
+	if err != nil {
+		return driver.Recorded{}, err
+	}
 	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("sqldriver: claim: commit: %w", err)
+		return driver.Recorded{}, fmt.Errorf("sqldriver: record: commit: %w", err)
 	}
-	if p.Result != nil {
-		p.Result.Moved = len(held)
-	}
-	driverutil.SortRows(rows) // the window is in due order
-	return rows, nil
+	return rec, nil
 }
 
 // scanRows scans claimed rows (dialect.RelayColumns). With owner set, the
@@ -269,39 +365,8 @@ func (x *Driver) ReleaseHeld(ctx context.Context, ids []int64) (int64, error) {
 // its own error text and delay), all in one transaction: one commit for
 // the batch.
 func (x *Driver) MarkRetry(ctx context.Context, owner string, fs []driver.Failure, maxAttempts int) (int64, []int64, error) {
-	if len(fs) == 0 {
-		return 0, nil, nil
-	}
-	q, err := x.relayQ.Get(nil)
-	if err != nil {
-		return 0, nil, fmt.Errorf("sqldriver: record failures: %w", err)
-	}
-	tx, err := x.db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, nil, fmt.Errorf("sqldriver: record failures: begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	var changed int64
-	var failed []int64
-	for _, f := range fs {
-		query, args := q.MarkRetry(owner, f.Row.ID, f.Error, f.Delay, f.MaxAttempts(maxAttempts))
-		res, err := tx.ExecContext(ctx, query, args...)
-		if err != nil {
-			return 0, nil, fmt.Errorf("sqldriver: record failure of row %d: %w", f.Row.ID, err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return 0, nil, fmt.Errorf("sqldriver: record failure of row %d: rows affected: %w", f.Row.ID, err)
-		}
-		changed += n
-		if driverutil.FailedID(f, n > 0, f.MaxAttempts(maxAttempts)) {
-			failed = append(failed, f.Row.ID)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, nil, fmt.Errorf("sqldriver: record failures: commit: %w", err)
-	}
-	return changed, failed, nil
+	rec, err := x.Record(ctx, owner, driver.Results{Failures: fs, MaxAttempts: maxAttempts})
+	return rec.Retried, rec.Failed, err
 }
 
 // Notify wakes the relays listening (package pgxdriver's Notifier) on the

@@ -204,3 +204,17 @@ func Explain(err error, n Need) error {
 	}
 	return &Error{Class: c, Advice: advice, Err: err}
 }
+
+// Conflict reports whether err is a deadlock or a serialization failure
+// (PostgreSQL 40P01, 40001; MySQL/MariaDB 1213 ER_LOCK_DEADLOCK): the
+// database rolled the transaction back, and running it again at once is
+// the standard remedy.
+func Conflict(err error) bool {
+	return walk(err, func(e error) bool {
+		if s, ok := e.(interface{ SQLState() string }); ok {
+			return s.SQLState() == "40P01" || s.SQLState() == "40001"
+		}
+		n, ok := mysqlErrorNumber(e)
+		return ok && n == 1213
+	})
+}

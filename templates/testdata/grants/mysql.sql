@@ -7,6 +7,9 @@
 --
 -- Create the accounts first (CREATE USER 'name'@'%' IDENTIFIED BY ...).
 -- Run this as an account holding these privileges WITH GRANT OPTION.
+-- SELECT on outbox_event_version: the start-up check of the relay,
+-- sweeper, monitor and janitor reads the schema version there (run
+-- `outboxgen migrate up` first on a database created before it existed).
 
 -- Writer: the generated InsertX functions (and txpublisher) in the
 -- business transaction. SELECT and UPDATE serve outbox.WithEventID only:
@@ -17,17 +20,21 @@ GRANT INSERT, SELECT, UPDATE ON orders.outbox_event TO 'app_writer'@'%';
 
 -- Relay (and its ListFailed and Requeue): claims, leases and marks rows.
 GRANT SELECT, UPDATE ON orders.outbox_event TO 'outbox_relay'@'%';
+GRANT SELECT ON orders.outbox_event_version TO 'outbox_relay'@'%';
 
 -- Sweeper: the relay's claim restricted to overdue rows.
 GRANT SELECT, UPDATE ON orders.outbox_event TO 'outbox_sweeper'@'%';
+GRANT SELECT ON orders.outbox_event_version TO 'outbox_sweeper'@'%';
 
 -- Monitor: reads counts only.
 GRANT SELECT ON orders.outbox_event TO 'outbox_monitor'@'%';
+GRANT SELECT ON orders.outbox_event_version TO 'outbox_monitor'@'%';
 
 -- Janitor: deletes old sent rows and inbox rows (SELECT: the conditions
 -- of its DELETEs read columns; the archive batch is a SELECT ... FOR
 -- UPDATE SKIP LOCKED, which DELETE covers on MySQL 8.0.22+).
 GRANT SELECT, DELETE ON orders.outbox_event TO 'outbox_janitor'@'%';
+GRANT SELECT ON orders.outbox_event_version TO 'outbox_janitor'@'%';
 GRANT SELECT, DELETE ON orders.outbox_inbox TO 'outbox_janitor'@'%';
 -- Archive mode (janitor.Options.ArchiveTable): moves rows instead.
 GRANT INSERT ON orders.outbox_archive TO 'outbox_janitor'@'%';

@@ -10,6 +10,9 @@
 -- of the tables (or a superuser). The outbox id is an identity column: its
 -- sequence needs no grant (a bigserial id would need USAGE on
 -- outbox_event_id_seq for the writer). NOTIFY/LISTEN (pgxdriver) need no grant.
+-- SELECT on outbox_event_version: the start-up check of the relay,
+-- sweeper, monitor and janitor reads the schema version there (run
+-- `outboxgen migrate up` first on a database created before it existed).
 
 -- Writer: the generated InsertX functions (and txpublisher) in the
 -- business transaction. SELECT serves outbox.WithEventID only: its
@@ -23,16 +26,19 @@ GRANT INSERT, SELECT ON public.outbox_event TO app_writer;
 GRANT CONNECT ON DATABASE orders TO outbox_relay;
 GRANT USAGE ON SCHEMA public TO outbox_relay;
 GRANT SELECT, UPDATE ON public.outbox_event TO outbox_relay;
+GRANT SELECT ON public.outbox_event_version TO outbox_relay;
 
 -- Sweeper: the relay's claim restricted to overdue rows.
 GRANT CONNECT ON DATABASE orders TO outbox_sweeper;
 GRANT USAGE ON SCHEMA public TO outbox_sweeper;
 GRANT SELECT, UPDATE ON public.outbox_event TO outbox_sweeper;
+GRANT SELECT ON public.outbox_event_version TO outbox_sweeper;
 
 -- Monitor: reads counts only.
 GRANT CONNECT ON DATABASE orders TO outbox_monitor;
 GRANT USAGE ON SCHEMA public TO outbox_monitor;
 GRANT SELECT ON public.outbox_event TO outbox_monitor;
+GRANT SELECT ON public.outbox_event_version TO outbox_monitor;
 
 -- Janitor: deletes old sent rows and inbox rows. UPDATE is needed because
 -- it picks each batch with SELECT ... FOR UPDATE SKIP LOCKED (so that two
@@ -41,6 +47,7 @@ GRANT SELECT ON public.outbox_event TO outbox_monitor;
 GRANT CONNECT ON DATABASE orders TO outbox_janitor;
 GRANT USAGE ON SCHEMA public TO outbox_janitor;
 GRANT SELECT, UPDATE, DELETE ON public.outbox_event TO outbox_janitor;
+GRANT SELECT ON public.outbox_event_version TO outbox_janitor;
 GRANT SELECT, UPDATE, DELETE ON public.outbox_inbox TO outbox_janitor;
 -- Archive mode (janitor.Options.ArchiveTable): moves rows instead.
 GRANT INSERT ON public.outbox_archive TO outbox_janitor;

@@ -49,6 +49,12 @@ type OutboxEvent struct {
 	SentAt         sql.NullTime
 }
 
+type OutboxEventVersion struct {
+	Version        int32
+	CompatibleFrom int32
+	AppliedAt      time.Time
+}
+
 type OutboxInbox struct {
 	Consumer    string
 	EventID     string

@@ -46,6 +46,12 @@ type OutboxEvent struct {
 	SentAt         sql.NullTime
 }
 
+type OutboxEventVersion struct {
+	Version        int64
+	CompatibleFrom int64
+	AppliedAt      time.Time
+}
+
 type OutboxInbox struct {
 	Consumer    string
 	EventID     string

@@ -86,3 +86,15 @@ CREATE TABLE shipping_inbox_key (
     updated_at   timestamptz  NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer, biz_type, biz_id) -- upsert ... WHERE last_seq < excluded.last_seq
 );
+
+-- shipping_outbox_version: the migrations of these tables applied so far, one row
+-- each, written with the migration itself (by outboxgen migrate or any tool
+-- running the numbered files). The runtime's start-up check reads the
+-- newest: compatible_from is the oldest version a runtime must know to use
+-- the tables (an additive change keeps older runtimes working).
+CREATE TABLE IF NOT EXISTS shipping_outbox_version (
+    version         integer     PRIMARY KEY, -- the migration's number (NNNN of its file)
+    compatible_from integer     NOT NULL,
+    applied_at      timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO shipping_outbox_version (version, compatible_from) VALUES (1, 1);

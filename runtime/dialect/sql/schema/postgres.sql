@@ -113,3 +113,15 @@ CREATE TABLE outbox_archive (
 -- retention of the archive itself.
 CREATE INDEX outbox_archive_event_id_idx ON outbox_archive (event_id);
 CREATE INDEX outbox_archive_archived_at_idx ON outbox_archive (archived_at);
+
+-- outbox_event_version: the migrations of these tables applied so far, one row
+-- each, written with the migration itself (by outboxgen migrate or any tool
+-- running the numbered files). The runtime's start-up check reads the
+-- newest: compatible_from is the oldest version a runtime must know to use
+-- the tables (an additive change keeps older runtimes working).
+CREATE TABLE IF NOT EXISTS outbox_event_version (
+    version         integer     PRIMARY KEY, -- the migration's number (NNNN of its file)
+    compatible_from integer     NOT NULL,
+    applied_at      timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO outbox_event_version (version, compatible_from) VALUES (1, 1);

@@ -104,7 +104,7 @@ func CheckClaim(what string, p driver.ClaimParams) error {
 	case p.Owner == dialect.HeldOwner:
 		return fmt.Errorf("%s: claim: Owner %q is reserved for held rows: use another instance id", what, p.Owner)
 	}
-	return nil
+	return CheckRecord(what, p.Owner, p.Record)
 }
 
 // FailedID reports whether recording failure f (changed: the fenced
@@ -188,6 +188,7 @@ type Checker struct {
 
 	mu        sync.Mutex
 	dialectOK bool
+	versionOK bool
 	tableOK   [3]bool
 }
 
@@ -238,6 +239,12 @@ func (c *Checker) Check(ctx context.Context, t driver.Table) error {
 			return err
 		}
 		c.dialectOK = true
+	}
+	if !c.versionOK {
+		if err := dialect.CheckSchemaVersion(ctx, c.Dialect, c.Schema.Tables.Outbox, c.What, c.source(), c.Text); err != nil {
+			return err
+		}
+		c.versionOK = true
 	}
 	if int(t) < 0 || int(t) >= len(c.tableOK) {
 		return fmt.Errorf("%s: check: unknown table %d", c.What, t)

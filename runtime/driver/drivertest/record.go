@@ -1,0 +1,127 @@
+package drivertest
+
+// Recording: Record, and Claim with ClaimParams.Record (the relay's
+// "record one batch, claim the next" in one transaction).
+
+import (
+	"testing"
+	"time"
+
+	"github.com/outboxgen/outboxgen/runtime/driver"
+)
+
+var recordTests = []struct {
+	name string
+	f    func(t *testing.T, e *env)
+}{
+	{"RecordWithClaim", testRecordWithClaim},
+	{"RecordFenced", testRecordFenced},
+	{"RecordAlone", testRecordAlone},
+}
+
+// testRecordWithClaim: the results are written before the claim, in its
+// transaction, so the next row of a key whose head was just marked sent
+// is claimed by the same call; failures and releases are counted.
+func testRecordWithClaim(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "a"}, seedEv{Key: "b"}, seedEv{Key: "c"}, seedEv{Key: "d"})
+	rows, err := e.Driver.Claim(e.ctx, claimP("r", 3))
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("first claim: %v %v", rowIDs(rows), err)
+	}
+	more := e.insert(t, seedEv{Key: "a"}, seedEv{Key: "b"}, seedEv{Key: "c"})
+	var res driver.ClaimResult
+	p := claimP("r", 10)
+	p.Result = &res
+	p.Record = &driver.Results{
+		Sent:        []int64{ids[0]},
+		Failures:    []driver.Failure{{Row: rows[1], Error: "broker said no", Delay: time.Hour}},
+		MaxAttempts: 1, // this failure is the last attempt: FAILED
+		Release:     []int64{ids[2]},
+	}
+	got, err := e.Driver.Claim(e.ctx, p)
+	if err != nil {
+		t.Fatalf("claim with record: %v", err)
+	}
+	// a's next row follows its sent head; c's released head comes back
+	// with c's next row; d was never claimed; b's next row waits behind
+	// its FAILED head.
+	wantIDs(t, "claimed with the record", rowIDs(got), []int64{ids[2], ids[3], more[0], more[2]})
+	if res.Recorded.Sent != 1 || res.Recorded.Retried != 1 || res.Recorded.Released != 1 || len(res.Recorded.Failed) != 1 || res.Recorded.Failed[0] != ids[1] {
+		t.Fatalf("recorded %+v, want 1 sent, 1 retried (FAILED %d), 1 released", res.Recorded, ids[1])
+	}
+	if s := e.state(t, ids[0]); s.Status != 1 || !s.Sent {
+		t.Fatalf("row %d after the record: %+v, want sent", ids[0], s)
+	}
+	if s := e.state(t, ids[1]); s.Status != 2 || s.RetryCount != 1 || s.LastError.String != "broker said no" {
+		t.Fatalf("row %d after the record: %+v, want FAILED with its error", ids[1], s)
+	}
+	if owner, _ := e.heldState(t, more[1]); owner == "r" {
+		t.Fatalf("row %d was leased behind its FAILED head", more[1])
+	}
+}
+
+// testRecordFenced: results for rows another owner holds change nothing,
+// and the counts say so; the claim still happens.
+func testRecordFenced(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "a"}, seedEv{Key: "b"}, seedEv{Key: "c"})
+	if got := e.claim(t, claimP("other", 1)); len(got) != 1 || got[0] != ids[0] {
+		t.Fatalf("other's claim: %v", got)
+	}
+	var res driver.ClaimResult
+	p := claimP("me", 10)
+	p.Result = &res
+	p.Record = &driver.Results{Sent: []int64{ids[0]}, Release: []int64{ids[0]}}
+	got, err := e.Driver.Claim(e.ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantIDs(t, "claimed", rowIDs(got), ids[1:])
+	if res.Recorded.Sent != 0 || res.Recorded.Released != 0 {
+		t.Fatalf("recorded %+v for a row leased to another owner", res.Recorded)
+	}
+	if s := e.state(t, ids[0]); s.Status != 0 || s.Owner.String != "other" {
+		t.Fatalf("row %d: %+v, want still leased to other", ids[0], s)
+	}
+}
+
+// testRecordAlone: Record without a claim, and a claim that finds nothing
+// still commits its record.
+func testRecordAlone(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "a"}, seedEv{Key: "b"})
+	rows, err := e.Driver.Claim(e.ctx, claimP("r", 10))
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("claim: %v %v", rowIDs(rows), err)
+	}
+	rec, err := e.Driver.Record(e.ctx, "r", driver.Results{
+		Sent: ids[:1], Failures: []driver.Failure{{Row: rows[1], Error: "x", Delay: time.Hour}}, MaxAttempts: 5,
+	})
+	if err != nil || rec.Sent != 1 || rec.Retried != 1 || len(rec.Failed) != 0 {
+		t.Fatalf("Record = %+v, %v; want 1 sent, 1 retried, none FAILED", rec, err)
+	}
+	if s := e.state(t, ids[1]); s.Status != 0 || s.RetryCount != 1 || s.Due || s.Owner.Valid {
+		t.Fatalf("row %d: %+v, want backing off, unleased", ids[1], s)
+	}
+	if rec, err := e.Driver.Record(e.ctx, "r", driver.Results{}); err != nil || rec.Sent != 0 {
+		t.Fatalf("empty Record = %+v, %v", rec, err)
+	}
+	if _, err := e.Driver.Record(e.ctx, "", driver.Results{Sent: ids[:1]}); err == nil {
+		t.Fatal("Record without an owner: no error")
+	}
+
+	// Nothing to claim, something to record: the record is committed.
+	more := e.insert(t, seedEv{Key: "c"})
+	if got := e.claim(t, claimP("r", 10)); len(got) != 1 || got[0] != more[0] {
+		t.Fatalf("claim c: %v", got)
+	}
+	var res driver.ClaimResult
+	p := claimP("r", 10)
+	p.Result = &res
+	p.Record = &driver.Results{Sent: more}
+	got, err := e.Driver.Claim(e.ctx, p)
+	if err != nil || len(got) != 0 || res.Recorded.Sent != 1 {
+		t.Fatalf("claim with record on an empty window: %v, %+v, %v", rowIDs(got), res.Recorded, err)
+	}
+	if s := e.state(t, more[0]); s.Status != 1 {
+		t.Fatalf("row %d: %+v, want sent", more[0], s)
+	}
+}

@@ -1,0 +1,100 @@
+package driverutil
+
+import (
+	"fmt"
+
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/driver"
+)
+
+// Stmt is one statement of a recording, with what its row count means.
+type Stmt struct {
+	Query string
+	Args  []any
+	// Kind says which count of driver.Recorded the statement's row count
+	// adds to; Failure is the failure it records (KindRetry).
+	Kind    RecordKind
+	Failure driver.Failure
+}
+
+// RecordKind is the part of driver.Results a statement records.
+type RecordKind int
+
+// The parts of driver.Results.
+const (
+	KindSent RecordKind = iota
+	KindRetry
+	KindRelease
+)
+
+// RecordStmts returns the statements that record r for owner, sent rows
+// first (they unblock other keys soonest), then failures, then releases.
+// With chunk, id lists are cut into dialect.MaxInList pieces (statements
+// that bind one array take any length).
+func RecordStmts(q *dialect.RelayQueries, owner string, r *driver.Results, chunk bool) []Stmt {
+	if r.Empty() {
+		return nil
+	}
+	var out []Stmt
+	ids := func(list []int64, kind RecordKind, build func([]int64) (string, []any)) {
+		if len(list) == 0 {
+			return
+		}
+		if !chunk {
+			query, args := build(list)
+			out = append(out, Stmt{Query: query, Args: args, Kind: kind})
+			return
+		}
+		_ = Chunks(list, func(part []int64) error {
+			query, args := build(part)
+			out = append(out, Stmt{Query: query, Args: args, Kind: kind})
+			return nil
+		})
+	}
+	ids(r.Sent, KindSent, func(part []int64) (string, []any) { return q.MarkSent(owner, part) })
+	for _, f := range r.Failures {
+		query, args := q.MarkRetry(owner, f.Row.ID, f.Error, f.Delay, f.MaxAttempts(r.MaxAttempts))
+		out = append(out, Stmt{Query: query, Args: args, Kind: KindRetry, Failure: f})
+	}
+	ids(r.Release, KindRelease, func(part []int64) (string, []any) { return q.Release(owner, part) })
+	return out
+}
+
+// Count adds the row count n of statement s to rec.
+func (s Stmt) Count(rec *driver.Recorded, n int64, maxAttempts int) {
+	switch s.Kind {
+	case KindSent:
+		rec.Sent += n
+	case KindRetry:
+		rec.Retried += n
+		if FailedID(s.Failure, n > 0, s.Failure.MaxAttempts(maxAttempts)) {
+			rec.Failed = append(rec.Failed, s.Failure.Row.ID)
+		}
+	case KindRelease:
+		rec.Released += n
+	}
+}
+
+// Describe names what s records, for errors.
+func (s Stmt) Describe() string {
+	switch s.Kind {
+	case KindSent:
+		return "mark sent"
+	case KindRetry:
+		return fmt.Sprintf("record failure of row %d", s.Failure.Row.ID)
+	}
+	return "release"
+}
+
+// CheckRecord validates results to record; what prefixes the error.
+func CheckRecord(what, owner string, r *driver.Results) error {
+	switch {
+	case r.Empty():
+		return nil
+	case owner == "":
+		return fmt.Errorf("%s: record: owner is empty: name the instance that leased the rows", what)
+	case len(r.Failures) > 0 && r.MaxAttempts < 1:
+		return fmt.Errorf("%s: record: MaxAttempts is %d: use 1 or more", what, r.MaxAttempts)
+	}
+	return nil
+}

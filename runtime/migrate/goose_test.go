@@ -1,0 +1,78 @@
+package migrate_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/pressly/goose/v3"
+
+	"github.com/outboxgen/outboxgen/internal/testdb"
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
+	"github.com/outboxgen/outboxgen/runtime/migrate"
+	"github.com/outboxgen/outboxgen/templates"
+)
+
+// TestGoose runs the migration files as outboxgen generate writes them
+// (plus the test migration) with goose, as a library, on every database:
+// goose reads the NNNN_name.up.sql files by their "-- +goose Up"
+// annotation, each migration records itself in outboxgen's version table,
+// and the runtime's start-up check and migrate.Status see the version
+// goose applied.
+func TestGoose(t *testing.T) {
+	for _, d := range testdb.Dialects() {
+		t.Run(d, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testdb.Open(t, d)
+			set := withTest(t, false)
+			ms, err := set.Render(d, templates.Tables{Outbox: tables.Outbox, Inbox: tables.Inbox}, templates.Header{Source: "events.yaml"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			for _, m := range ms {
+				if err := os.WriteFile(filepath.Join(dir, m.FileName()), m.SQL, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			gd := map[string]goose.Dialect{"postgres": goose.DialectPostgres, "mysql": goose.DialectMySQL, "sqlite": goose.DialectSQLite3}[d]
+			p, err := goose.NewProvider(gd, db, os.DirFS(dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := p.Up(ctx)
+			if err != nil {
+				t.Fatalf("goose up: %v", err)
+			}
+			if len(res) != 2 {
+				t.Fatalf("goose applied %d migrations, want 2: %v", len(res), res)
+			}
+			if v, err := p.GetDBVersion(ctx); err != nil || v != 2 {
+				t.Fatalf("goose version %d, %v; want 2", v, err)
+			}
+			s, err := migrate.Status(ctx, db, dialect.Dialect(d), tables, migrate.WithMigrations(set))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Current != 2 || len(s.Recorded) != 2 || len(s.Pending) != 0 || s.Runtime != "ok" {
+				t.Errorf("status after goose up: %+v", s)
+			}
+			drv, err := sqldriver.New(db, testdb.SchemaWith(dialect.Dialect(d), tables))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := drv.Check(ctx, driver.Outbox); err != nil {
+				t.Errorf("start-up check after goose up: %v", err)
+			}
+			// outboxgen migrate finds nothing to do.
+			r, err := migrate.Up(ctx, db, dialect.Dialect(d), tables, migrate.WithMigrations(set))
+			if err != nil || r.Changed() {
+				t.Errorf("migrate up after goose up: %+v, %v", r, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,615 @@
+package relay
+
+// The pipeline: how Run, RunOnce and poll claim, publish and record.
+//
+// One goroutine (the loop) owns every database write: claims, recordings
+// and lease extensions, so a recording never races a heartbeat. Claimed
+// rows are grouped into units (one ordered key's rows, or one unordered
+// row), each published by its own goroutine; Concurrency slots bound the
+// publishes running, and a publish still running after SlowPublish gives
+// its slot back. Units report to the loop as they finish, and their
+// results are recorded with the next claim, in its transaction (one
+// commit), or alone when no claim is due. The loop claims again while
+// fewer than MaxInFlight rows are leased and unrecorded and the units
+// waiting for a slot hold less than a batch: a slow publish holds back
+// only its key. Per-key order needs nothing more: a claim never leases a
+// row while an older unsent row of its key is leased, and a key's rows
+// stay leased until their results are recorded.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	mathrand "math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
+	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
+)
+
+// recordDelay is how long results wait to be recorded while units still
+// publish: they go out with the next claim, or after this delay, or once
+// half a batch has gathered, whichever comes first.
+const recordDelay = 20 * time.Millisecond
+
+// mode says when a pipeline stops claiming.
+type mode int
+
+const (
+	// modeRun (Run) claims until its context is done; database errors are
+	// logged and waited out.
+	modeRun mode = iota
+	// modeOnce (RunOnce) stops claiming after a claim that came back short
+	// while nothing else was in flight, when the circuit breaker opens, or
+	// at the first database error.
+	modeOnce
+	// modeOneClaim (poll, in tests) claims once.
+	modeOneClaim
+)
+
+// batch is the rows of one claim while they publish: they share a lease
+// deadline, PublishTimeout and the circuit breaker's verdict.
+type batch struct {
+	ctx     context.Context
+	stop    context.CancelCauseFunc
+	probe   bool
+	claimed int
+	units   int // units not reported yet
+	sent    int
+	// transient are failures not marked permanent, held until every unit
+	// has reported: the breaker may judge them an outage (not charged).
+	transient []driver.Failure
+	expire    *time.Timer // the local lease deadline
+	timeout   *time.Timer // PublishTimeout
+}
+
+// unitResult is what one unit's publishing did.
+type unitResult struct {
+	b       *batch
+	sent    []int64
+	failure *driver.Failure
+	release []int64
+}
+
+type pipeline struct {
+	r    *Relay
+	ctx  context.Context
+	mode mode
+	keep time.Duration // how long a secured lease is trusted locally
+
+	results chan unitResult
+	pubCtx  context.Context // every batch's context derives from it
+	stopPub context.CancelCauseFunc
+	slots   chan struct{} // Concurrency
+	abandon chan struct{} // closed at ShutdownTimeout
+	queued  atomic.Int64  // rows of started units waiting for their first slot
+
+	batches map[*batch]bool  // batches with units not reported
+	leased  map[int64]*batch // rows leased to us and not recorded yet
+	running int              // units not reported
+	pend    driver.Results
+	pendAt  time.Time // when the oldest pending result arrived
+
+	claimNow  bool      // claim at the next chance (startup, full claim, Notify)
+	nextPoll  time.Time // when !claimNow: the poll interval is over
+	done      bool      // claim no more (mode's end, shutdown, once-mode error)
+	stopping  bool      // ctx is done: shutdown under way
+	abandoned bool
+
+	// Run's database error handling.
+	probed, started bool
+	dbBackoff       *backoff.Backoff
+	dbWait          time.Time
+	err             error // once modes: the first database error
+
+	claims    int
+	claimed1  int // rows of the first claim (poll)
+	published int
+}
+
+func (r *Relay) newPipeline(ctx context.Context, m mode) *pipeline {
+	pubCtx, stopPub := context.WithCancelCause(context.WithoutCancel(ctx))
+	return &pipeline{
+		pubCtx: pubCtx, stopPub: stopPub,
+		r: r, ctx: ctx, mode: m,
+		keep:      r.opts.LeaseDuration - leaseMargin(r.opts.LeaseDuration),
+		results:   make(chan unitResult, r.opts.MaxInFlight+1),
+		slots:     make(chan struct{}, r.opts.Concurrency),
+		abandon:   make(chan struct{}),
+		batches:   map[*batch]bool{},
+		leased:    map[int64]*batch{},
+		claimNow:  true,
+		probed:    m != modeRun, // RunOnce probes before, poll never
+		dbBackoff: backoff.New(r.opts.PollInterval, r.opts.DatabaseBackoffMax),
+	}
+}
+
+// run runs the pipeline until its mode ends (or, in modeRun, ctx is done
+// or an error that waiting cannot mend shows at start-up), then waits for
+// the units in flight (at most ShutdownTimeout past ctx's end) and records
+// their results.
+func (p *pipeline) run() error {
+	r := p.r
+	hb := time.NewTicker(max(r.opts.LeaseDuration/3, time.Millisecond))
+	defer hb.Stop()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var stopShutdown func() bool
+	defer func() {
+		if stopShutdown != nil {
+			stopShutdown()
+		}
+		for b := range p.batches {
+			p.endBatch(b)
+		}
+		p.stopPub(nil)
+	}()
+	ctxDone := p.ctx.Done()
+	for {
+		p.absorb()
+		if !p.stopping && p.ctx.Err() != nil {
+			p.stopping, p.done, ctxDone = true, true, nil
+			stopShutdown = p.shutdown()
+		}
+		// Every unit reports, promptly once abandon is closed: an
+		// abandoned publish reports its unit without its row.
+		if p.done && p.running == 0 {
+			return p.finish()
+		}
+		acted, err := p.act()
+		if err != nil {
+			if fatal := p.failed(err); fatal != nil {
+				p.done = true
+				p.err = fatal
+			}
+			continue
+		}
+		if acted {
+			continue
+		}
+		if d := p.nextWake(); d >= 0 {
+			timer.Reset(d)
+		}
+		var abandon <-chan struct{}
+		if !p.abandoned {
+			abandon = p.abandon
+		}
+		select {
+		case <-ctxDone:
+		case res := <-p.results:
+			p.take(res)
+		case <-r.wake:
+			p.claimNow = true
+		case <-timer.C:
+		case <-hb.C:
+			p.heartbeat()
+		case <-abandon:
+			p.abandoned = true
+		}
+		timer.Stop()
+	}
+}
+
+// absorb takes the results that arrived, without waiting.
+func (p *pipeline) absorb() {
+	for {
+		select {
+		case res := <-p.results:
+			p.take(res)
+		default:
+			return
+		}
+	}
+}
+
+// act does the next database call that is due, if any: a claim (with the
+// pending results), or a recording of the results alone.
+func (p *pipeline) act() (bool, error) {
+	now := time.Now()
+	if now.Before(p.dbWait) {
+		return false, nil
+	}
+	limit, claimable := p.claimLimit(now)
+	switch {
+	case claimable && (p.claimNow || !now.Before(p.nextPoll) || p.flushDue(now)):
+		return true, p.claim(limit)
+	case p.flushDue(now):
+		return true, p.record()
+	}
+	return false, nil
+}
+
+// claimLimit returns how many rows a claim may take now, and whether one
+// may run at all (pacing aside).
+func (p *pipeline) claimLimit(now time.Time) (int, bool) {
+	r := p.r
+	if p.done || (p.mode == modeOneClaim && p.claims > 0) {
+		return 0, false
+	}
+	if r.brk.open {
+		due := !now.Before(r.brk.next)
+		if p.mode != modeRun && (p.claims > 0 || !due) {
+			p.done = true // RunOnce returns at its next poll; poll does nothing
+			return 0, false
+		}
+		// A probe waits for its time and for the rows in flight.
+		if !due || p.running > 0 || len(p.leased) > 0 {
+			return 0, false
+		}
+		return r.opts.BatchSize, true
+	}
+	limit := min(r.opts.BatchSize, r.opts.MaxInFlight-len(p.leased))
+	if limit < 1 || (limit < r.opts.BatchSize/2 && p.running > 0) {
+		return 0, false // wait for room rather than claim crumbs
+	}
+	if p.queued.Load() >= int64(r.opts.BatchSize) {
+		return 0, false // a batch already waits for slots
+	}
+	return limit, true
+}
+
+// flushDue reports whether pending results should be recorded now.
+func (p *pipeline) flushDue(now time.Time) bool {
+	n := len(p.pend.Sent) + len(p.pend.Failures) + len(p.pend.Release)
+	switch {
+	case n == 0:
+		return false
+	case p.running == 0, n >= max(p.r.opts.BatchSize/2, 1):
+		return true
+	}
+	return now.Sub(p.pendAt) >= recordDelay
+}
+
+// nextWake returns how long the loop may sleep before act has something
+// due (negative: nothing is; results, Notify and heartbeats wake it).
+func (p *pipeline) nextWake() time.Duration {
+	var at []time.Time
+	if len(p.pend.Sent)+len(p.pend.Failures)+len(p.pend.Release) > 0 {
+		at = append(at, p.pendAt.Add(recordDelay))
+	}
+	if !p.done {
+		if p.r.brk.open {
+			at = append(at, p.r.brk.next)
+		} else if !p.claimNow {
+			at = append(at, p.nextPoll)
+		}
+	}
+	if len(at) == 0 {
+		return -1
+	}
+	t := slices.MinFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	if t.Before(p.dbWait) {
+		t = p.dbWait
+	}
+	return max(time.Until(t), 0)
+}
+
+// takePending returns the pending results to record, leaving none.
+func (p *pipeline) takePending() *driver.Results {
+	if p.pend.Empty() {
+		return nil
+	}
+	rec := p.pend
+	rec.MaxAttempts = p.r.opts.MaxAttempts
+	p.pend = driver.Results{}
+	return &rec
+}
+
+// restorePending puts back results whose recording failed.
+func (p *pipeline) restorePending(rec *driver.Results) {
+	if rec == nil {
+		return
+	}
+	p.pend.Sent = append(rec.Sent, p.pend.Sent...)
+	p.pend.Failures = append(rec.Failures, p.pend.Failures...)
+	p.pend.Release = append(rec.Release, p.pend.Release...)
+	p.pendAt = time.Now()
+}
+
+// claim records the pending results and claims up to limit rows in one
+// call, and starts publishing what it claimed.
+func (p *pipeline) claim(limit int) error {
+	r := p.r
+	if !p.probed {
+		if err := r.probeTable(p.ctx); err != nil {
+			return err
+		}
+		p.probed = true
+	}
+	probe := r.brk.open
+	wasIdle := p.running == 0
+	rec := p.takePending()
+	claimedAt := time.Now() // the lease starts no earlier than this
+	var res driver.ClaimResult
+	rows, err := r.drv.Claim(p.ctx, driver.ClaimParams{
+		Owner:        r.opts.InstanceID,
+		Lease:        r.opts.LeaseDuration,
+		Limit:        limit,
+		Unordered:    r.unorderedList,
+		OverdueAfter: r.opts.OverdueAfter,
+		Hold:         r.opts.HoldRecheck,
+		Result:       &res,
+		Record:       rec,
+	})
+	if err != nil {
+		p.restorePending(rec)
+		return err
+	}
+	p.succeeded()
+	p.recorded(rec, res.Recorded)
+	p.claims++
+	if p.claims == 1 {
+		p.claimed1 = len(rows)
+	}
+	if p.mode == modeOneClaim {
+		p.done = true
+	}
+	if len(rows)+res.Moved >= limit {
+		p.claimNow = true // a full window: more is probably waiting
+	} else {
+		p.claimNow = false
+		p.nextPoll = time.Now().Add(r.opts.PollInterval)
+		if p.mode == modeOnce && wasIdle {
+			p.done = true
+		}
+	}
+	if len(rows) > 0 {
+		p.startBatch(rows, claimedAt, probe)
+	}
+	return nil
+}
+
+// record records the pending results alone.
+func (p *pipeline) record() error {
+	rec := p.takePending()
+	got, err := p.r.drv.Record(p.ctx, p.r.opts.InstanceID, *rec)
+	if err != nil {
+		p.restorePending(rec)
+		return err
+	}
+	p.succeeded()
+	p.recorded(rec, got)
+	return nil
+}
+
+// recorded forgets the rows of rec (recorded, or taken over by another
+// instance when the counts fall short) and reports what happened.
+func (p *pipeline) recorded(rec *driver.Results, got driver.Recorded) {
+	if rec == nil {
+		return
+	}
+	r := p.r
+	for _, id := range rec.Sent {
+		delete(p.leased, id)
+	}
+	for _, f := range rec.Failures {
+		delete(p.leased, f.Row.ID)
+	}
+	for _, id := range rec.Release {
+		delete(p.leased, id)
+	}
+	if got.Sent < int64(len(rec.Sent)) {
+		r.log.WarnContext(p.ctx, "lease lost before marking rows sent: they will be published again (at-least-once)",
+			slog.Int("published", len(rec.Sent)), slog.Int64("marked", got.Sent))
+	}
+	if got.Retried < int64(len(rec.Failures)) {
+		r.log.WarnContext(p.ctx, "lease lost before recording failures", slog.Int("failures", len(rec.Failures)), slog.Int64("recorded", got.Retried))
+	}
+	r.reportFailed(p.ctx, rec.Failures, got.Failed)
+	r.log.DebugContext(p.ctx, "results recorded", slog.Int("sent", len(rec.Sent)),
+		slog.Int("failed", len(rec.Failures)), slog.Int("released", len(rec.Release)))
+}
+
+// succeeded notes a database call that worked (Run's error handling).
+func (p *pipeline) succeeded() {
+	p.started = true
+	if f := p.dbBackoff.Failures(); f > 0 {
+		p.dbBackoff.Reset()
+		p.r.log.InfoContext(p.ctx, "relay poll succeeded again", slog.Int("failed_polls", f))
+	}
+}
+
+// failed handles a database error of act. It returns the error to end
+// the pipeline with: in once modes any error; in modeRun only one that
+// waiting cannot mend before the first success. Otherwise it logs the
+// error and pauses database calls (PollInterval doubling to
+// DatabaseBackoffMax, jittered).
+func (p *pipeline) failed(err error) error {
+	r := p.r
+	if p.ctx.Err() != nil {
+		return nil // shutting down: not the database's fault
+	}
+	err = r.explain(err)
+	if p.mode != modeRun {
+		return err
+	}
+	if !p.started && dberr.FatalAtStart(err) {
+		r.log.ErrorContext(p.ctx, "relay not started: the outbox table is not usable", slog.Any("error", err))
+		return err
+	}
+	wait := p.dbBackoff.Next()
+	p.dbWait = time.Now().Add(wait)
+	r.log.ErrorContext(p.ctx, "relay poll failed", slog.Any("error", err),
+		slog.Int("consecutive_failures", p.dbBackoff.Failures()), slog.Duration("retry_in", wait))
+	return nil
+}
+
+// startBatch groups claimed rows into units and starts publishing them.
+// A probe (the breaker is open) publishes one row of a unit picked at
+// random (a probe always trying the oldest row would never get past a
+// poison row) and gives the rest back.
+func (p *pipeline) startBatch(rows []driver.Row, claimedAt time.Time, probe bool) {
+	r := p.r
+	ctx, stop := context.WithCancelCause(p.pubCtx)
+	b := &batch{ctx: ctx, stop: stop, probe: probe, claimed: len(rows)}
+	b.expire = time.AfterFunc(time.Until(claimedAt.Add(p.keep)), func() { stop(errLeaseDeadline) })
+	b.timeout = time.AfterFunc(r.opts.PublishTimeout, func() { stop(errPublishTimeout) })
+	for _, rw := range rows {
+		p.leased[rw.ID] = b
+	}
+	p.batches[b] = true
+	units := r.groups(rows)
+	if probe {
+		pick := mathrand.IntN(len(units))
+		for i, u := range units {
+			rest := u
+			if i == pick {
+				rest = u[1:]
+			}
+			for _, rw := range rest {
+				p.addRelease(rw.ID)
+			}
+		}
+		units = [][]driver.Row{units[pick][:1]}
+	}
+	b.units = len(units)
+	for _, u := range units {
+		p.running++
+		p.queued.Add(int64(len(u)))
+		go func() {
+			res := unitResult{b: b}
+			r.publishUnit(b.ctx, p.abandon, p.slots, &p.queued, u, &res)
+			p.results <- res
+		}()
+	}
+}
+
+func (p *pipeline) addRelease(ids ...int64) {
+	if len(ids) == 0 {
+		return
+	}
+	if p.pend.Empty() {
+		p.pendAt = time.Now()
+	}
+	p.pend.Release = append(p.pend.Release, ids...)
+}
+
+// take files one unit's result.
+func (p *pipeline) take(res unitResult) {
+	r := p.r
+	p.running--
+	b := res.b
+	b.units--
+	if len(res.sent) > 0 {
+		if p.pend.Empty() {
+			p.pendAt = time.Now()
+		}
+		p.pend.Sent = append(p.pend.Sent, res.sent...)
+		b.sent += len(res.sent)
+		p.published += len(res.sent)
+	}
+	if f := res.failure; f != nil {
+		if f.Permanent {
+			if p.pend.Empty() {
+				p.pendAt = time.Now()
+			}
+			p.pend.Failures = append(p.pend.Failures, *f)
+		} else {
+			b.transient = append(b.transient, *f)
+		}
+	}
+	p.addRelease(res.release...)
+	if b.units > 0 {
+		return
+	}
+	charge, release := r.judge(b.sent > 0, b.transient, b.probe)
+	if len(charge) > 0 {
+		if p.pend.Empty() {
+			p.pendAt = time.Now()
+		}
+		p.pend.Failures = append(p.pend.Failures, charge...)
+	}
+	p.addRelease(release...)
+	if cause := context.Cause(b.ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		r.log.WarnContext(p.ctx, "batch stopped early: the rows not published are released", slog.Any("reason", cause),
+			slog.Int("claimed", b.claimed), slog.Int("published", b.sent))
+	}
+	p.endBatch(b)
+}
+
+// endBatch stops a batch's timers and forgets it.
+func (p *pipeline) endBatch(b *batch) {
+	b.expire.Stop()
+	b.timeout.Stop()
+	b.stop(nil)
+	delete(p.batches, b)
+}
+
+// heartbeat extends the lease of every row leased and not yet recorded.
+// When that succeeds, each batch's local lease deadline moves to a margin
+// before the new lease (measured from before the statement, so it never
+// runs past the lease in the database, up to clock drift which the margin
+// covers); when it finds rows taken over, every batch stops publishing
+// (errLeaseLost); when it fails, the deadlines stay, and a batch whose
+// deadline passes stops (errLeaseDeadline).
+func (p *pipeline) heartbeat() {
+	if len(p.leased) == 0 {
+		return
+	}
+	r := p.r
+	ids := make([]int64, 0, len(p.leased))
+	for id := range p.leased {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	every := max(r.opts.LeaseDuration/3, time.Millisecond)
+	at := time.Now()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), every)
+	n, err := r.drv.ExtendLease(ctx, r.opts.InstanceID, ids, r.opts.LeaseDuration)
+	cancel()
+	switch {
+	case err != nil:
+		r.log.WarnContext(p.ctx, "extending the lease of the rows in flight failed: their batches stop before the lease lapses unless a retry succeeds",
+			slog.Int("rows", len(ids)), slog.Any("error", err))
+	case n < int64(len(ids)):
+		r.log.WarnContext(p.ctx, "lease lost while publishing: stopping the batches in flight",
+			slog.Int("rows", len(ids)), slog.Int64("still_leased", n))
+		for b := range p.batches {
+			b.stop(errLeaseLost)
+		}
+	default:
+		for b := range p.batches {
+			b.expire.Reset(time.Until(at.Add(p.keep)))
+		}
+	}
+}
+
+// shutdown starts the shutdown sequence: publishes are interrupted
+// (through the message context) a grace period before ShutdownTimeout,
+// and those still running at ShutdownTimeout are abandoned. It returns a
+// function that cancels the sequence.
+func (p *pipeline) shutdown() func() bool {
+	grace := shutdownGrace(p.r.opts.ShutdownTimeout)
+	// The timers run on their own goroutines while the loop owns
+	// p.batches: the batches stop through the context they derive from.
+	t1 := time.AfterFunc(p.r.opts.ShutdownTimeout-grace, func() { p.stopPub(errShutdown) })
+	t2 := time.AfterFunc(p.r.opts.ShutdownTimeout, func() { close(p.abandon) })
+	return func() bool { return t1.Stop() && t2.Stop() }
+}
+
+// finish records what is left (even during shutdown, bounded by the
+// lease: past it the fence would reject the writes anyway) and returns
+// the pipeline's error.
+func (p *pipeline) finish() error {
+	rec := p.takePending()
+	if rec == nil {
+		return p.err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), p.r.opts.LeaseDuration)
+	defer cancel()
+	got, err := p.r.drv.Record(ctx, p.r.opts.InstanceID, *rec)
+	if err != nil {
+		err = p.r.explain(err)
+		if p.mode == modeRun {
+			p.r.log.ErrorContext(ctx, "recording the last results failed: their rows are published again once their lease lapses (at-least-once)",
+				slog.Int("sent", len(rec.Sent)), slog.Any("error", err))
+		}
+		return errors.Join(p.err, err)
+	}
+	p.recorded(rec, got)
+	return p.err
+}
