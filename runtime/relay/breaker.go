@@ -29,15 +29,22 @@ type breaker struct {
 	next  time.Time // while open: when the next probe is due
 }
 
-// judge updates the breaker with a batch's outcome once every unit of it
-// has reported: sent tells whether any publish succeeded, transient are
-// its failures not marked permanent (those are charged as they come).
-// It returns the failures to charge and the rows to release uncharged: on
-// an outage, or for a probe, the failures are released. probe tells a
-// probe batch, whose failure is never charged. A batch that was in
-// flight when the breaker opened, failing the same way, is released
-// without pushing the next probe further.
+// judge updates the breaker with the failures of a batch that has no
+// success yet, once every unit of it has reported or one has hung for
+// SlowPublish, or with a failure of a batch that had a success (sent).
+// transient are its failures not marked permanent (those are charged as
+// they come). It returns the failures to charge and the rows to release
+// uncharged. probe tells a probe batch, whose failure is never charged.
+// While the breaker is open, a batch claimed before it opened (not a
+// probe) says nothing about the broker now: its failures are released
+// uncharged, and its successes do not close the breaker.
 func (r *Relay) judge(sent bool, transient []driver.Failure, probe bool) (charge []driver.Failure, release []int64) {
+	if r.brk.open && !probe {
+		for _, f := range transient {
+			release = append(release, f.Row.ID)
+		}
+		return nil, release
+	}
 	if sent {
 		if r.brk.open {
 			r.log.Info("circuit breaker closed: the broker accepts events again", slog.Int("failed_probes", r.brk.trips-1))
@@ -54,9 +61,6 @@ func (r *Relay) judge(sent bool, transient []driver.Failure, probe bool) (charge
 	}
 	for _, f := range transient {
 		release = append(release, f.Row.ID)
-	}
-	if r.brk.open && !probe {
-		return nil, release
 	}
 	r.brk.trips++
 	wait := max(r.opts.BreakerBackoff(r.brk.trips), 0)

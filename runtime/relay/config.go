@@ -82,9 +82,11 @@ type Config struct {
 	// key and never the instance. It must be at least BatchSize.
 	MaxInFlight int
 
-	// PollInterval is the delay between the end of one poll and the start
-	// of the next (fixed delay, so a slow poll never piles up; default
-	// 2s). Notify wakes the relay early.
+	// PollInterval is the delay between the end of a poll that found less
+	// than a full window and the start of the next (fixed delay, so a slow
+	// poll never piles up; default 2s). Notify wakes the relay early. While
+	// rows are in flight, their results go out with a claim as they come
+	// in, so claims then run more often than this.
 	PollInterval time.Duration
 
 	// LeaseDuration is how long claimed rows stay reserved for this
@@ -102,9 +104,14 @@ type Config struct {
 
 	// Concurrency is the number of keys published at once (default 8).
 	// Events of one ordered key are always published one at a time. A
-	// publish still running after SlowPublish stops counting against it
-	// (it goes on, bounded by MaxInFlight), so a few slow publishes do
-	// not take every slot.
+	// publish still running after SlowPublish stops counting against it,
+	// so a few slow publishes do not take every slot: publishes past
+	// SlowPublish go on beside up to Concurrency others, so at most
+	// MaxInFlight publishes run at once against a struggling broker.
+	// Bound the publisher's own timeout (natsjs PublishTimeout, the kafka
+	// package's producer timeouts): a publish that never returns keeps its
+	// rows leased (the heartbeat renews them) and its place in MaxInFlight
+	// until shutdown abandons it.
 	Concurrency int
 
 	// MaxAttempts is the number of failed publishes after which a row is

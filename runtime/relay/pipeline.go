@@ -59,11 +59,35 @@ type batch struct {
 	claimed int
 	units   int // units not reported yet
 	sent    int
-	// transient are failures not marked permanent, held until every unit
-	// has reported: the breaker may judge them an outage (not charged).
+	// transient are failures not marked permanent of a batch with no
+	// success yet, held until every unit has reported, or until judgeAt
+	// (SlowPublish after the first) when a unit hangs: the breaker may
+	// judge them an outage (not charged).
 	transient []driver.Failure
+	judgeAt   time.Time
+	judged    bool
 	expire    *time.Timer // the local lease deadline
 	timeout   *time.Timer // PublishTimeout
+}
+
+// flow is what the units share: the Concurrency slots, and the count of
+// rows waiting for their first slot, which wakes the loop (kick) when it
+// drops below a batch, so that it claims again.
+type flow struct {
+	slots  chan struct{}
+	queued atomic.Int64
+	kick   chan struct{}
+	batch  int64
+}
+
+// started notes that a unit of n rows got its first slot (or gave up).
+func (f *flow) started(n int) {
+	if v := f.queued.Add(-int64(n)); v < f.batch && v+int64(n) >= f.batch {
+		select {
+		case f.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // unitResult is what one unit's publishing did.
@@ -83,9 +107,8 @@ type pipeline struct {
 	results chan unitResult
 	pubCtx  context.Context // every batch's context derives from it
 	stopPub context.CancelCauseFunc
-	slots   chan struct{} // Concurrency
+	flow    *flow
 	abandon chan struct{} // closed at ShutdownTimeout
-	queued  atomic.Int64  // rows of started units waiting for their first slot
 
 	batches map[*batch]bool  // batches with units not reported
 	leased  map[int64]*batch // rows leased to us and not recorded yet
@@ -103,7 +126,9 @@ type pipeline struct {
 	probed, started bool
 	dbBackoff       *backoff.Backoff
 	dbWait          time.Time
-	err             error // once modes: the first database error
+	err             error // the error to end with: once modes' first, Run's fatal one
+
+	uncertain bool // restored results may have been recorded already
 
 	claims    int
 	claimed1  int // rows of the first claim (poll)
@@ -117,7 +142,7 @@ func (r *Relay) newPipeline(ctx context.Context, m mode) *pipeline {
 		r: r, ctx: ctx, mode: m,
 		keep:      r.opts.LeaseDuration - leaseMargin(r.opts.LeaseDuration),
 		results:   make(chan unitResult, r.opts.MaxInFlight+1),
-		slots:     make(chan struct{}, r.opts.Concurrency),
+		flow:      &flow{slots: make(chan struct{}, r.opts.Concurrency), kick: make(chan struct{}, 1), batch: int64(r.opts.BatchSize)},
 		abandon:   make(chan struct{}),
 		batches:   map[*batch]bool{},
 		leased:    map[int64]*batch{},
@@ -162,16 +187,13 @@ func (p *pipeline) run() error {
 		}
 		acted, err := p.act()
 		if err != nil {
-			if fatal := p.failed(err); fatal != nil {
-				p.done = true
-				p.err = fatal
-			}
+			p.failed(err)
 			continue
 		}
 		if acted {
 			continue
 		}
-		if d := p.nextWake(); d >= 0 {
+		if d := p.nextWake(time.Now()); d >= 0 {
 			timer.Reset(d)
 		}
 		var abandon <-chan struct{}
@@ -184,6 +206,7 @@ func (p *pipeline) run() error {
 			p.take(res)
 		case <-r.wake:
 			p.claimNow = true
+		case <-p.flow.kick:
 		case <-timer.C:
 		case <-hb.C:
 			p.heartbeat()
@@ -206,16 +229,28 @@ func (p *pipeline) absorb() {
 	}
 }
 
-// act does the next database call that is due, if any: a claim (with the
-// pending results), or a recording of the results alone.
+// act does what is due: judging batches whose publishes hang, then the
+// next database call, if any: a claim (with the pending results), or a
+// recording of the results alone. It reports whether it called the
+// database.
 func (p *pipeline) act() (bool, error) {
 	now := time.Now()
+	for b := range p.batches {
+		if !b.judged && len(b.transient) > 0 && !now.Before(b.judgeAt) {
+			p.settle(b, b.transient)
+			b.transient, b.judged = nil, true
+		}
+	}
+	r := p.r
+	if p.mode != modeRun && r.brk.open && now.Before(r.brk.next) && p.running == 0 {
+		p.done = true // RunOnce returns at its next poll; poll does nothing
+	}
 	if now.Before(p.dbWait) {
 		return false, nil
 	}
-	limit, claimable := p.claimLimit(now)
+	limit, ok := p.claimGate(now)
 	switch {
-	case claimable && (p.claimNow || !now.Before(p.nextPoll) || p.flushDue(now)):
+	case ok && (p.claimNow || !now.Before(p.nextPoll) || p.flushDue(now)):
 		return true, p.claim(limit)
 	case p.flushDue(now):
 		return true, p.record()
@@ -223,21 +258,16 @@ func (p *pipeline) act() (bool, error) {
 	return false, nil
 }
 
-// claimLimit returns how many rows a claim may take now, and whether one
-// may run at all (pacing aside).
-func (p *pipeline) claimLimit(now time.Time) (int, bool) {
+// claimGate returns how many rows a claim may take now, and whether one
+// may run at all (pacing aside). It changes nothing.
+func (p *pipeline) claimGate(now time.Time) (int, bool) {
 	r := p.r
 	if p.done || (p.mode == modeOneClaim && p.claims > 0) {
 		return 0, false
 	}
 	if r.brk.open {
-		due := !now.Before(r.brk.next)
-		if p.mode != modeRun && (p.claims > 0 || !due) {
-			p.done = true // RunOnce returns at its next poll; poll does nothing
-			return 0, false
-		}
 		// A probe waits for its time and for the rows in flight.
-		if !due || p.running > 0 || len(p.leased) > 0 {
+		if now.Before(r.brk.next) || p.running > 0 || len(p.leased) > 0 {
 			return 0, false
 		}
 		return r.opts.BatchSize, true
@@ -246,8 +276,8 @@ func (p *pipeline) claimLimit(now time.Time) (int, bool) {
 	if limit < 1 || (limit < r.opts.BatchSize/2 && p.running > 0) {
 		return 0, false // wait for room rather than claim crumbs
 	}
-	if p.queued.Load() >= int64(r.opts.BatchSize) {
-		return 0, false // a batch already waits for slots
+	if p.flow.queued.Load() >= int64(r.opts.BatchSize) {
+		return 0, false // a batch already waits for slots (kick wakes the loop)
 	}
 	return limit, true
 }
@@ -265,27 +295,46 @@ func (p *pipeline) flushDue(now time.Time) bool {
 }
 
 // nextWake returns how long the loop may sleep before act has something
-// due (negative: nothing is; results, Notify and heartbeats wake it).
-func (p *pipeline) nextWake() time.Duration {
-	var at []time.Time
-	if len(p.pend.Sent)+len(p.pend.Failures)+len(p.pend.Release) > 0 {
-		at = append(at, p.pendAt.Add(recordDelay))
-	}
-	if !p.done {
-		if p.r.brk.open {
-			at = append(at, p.r.brk.next)
-		} else if !p.claimNow {
-			at = append(at, p.nextPoll)
+// to do (negative: nothing will be due by itself; unit results, kicks,
+// Notify and heartbeats wake it). Only what act would then do counts, so
+// the loop never spins on a time that has passed.
+func (p *pipeline) nextWake(now time.Time) time.Duration {
+	var t time.Time
+	set := false
+	want := func(at time.Time) {
+		if !set || at.Before(t) {
+			t, set = at, true
 		}
 	}
-	if len(at) == 0 {
+	if !p.pend.Empty() {
+		if p.flushDue(now) {
+			want(now)
+		} else {
+			want(p.pendAt.Add(recordDelay))
+		}
+	}
+	r := p.r
+	if _, ok := p.claimGate(now); ok {
+		if p.claimNow {
+			want(now)
+		} else {
+			want(p.nextPoll)
+		}
+	} else if r.brk.open && !p.done && now.Before(r.brk.next) && p.running == 0 && len(p.leased) == 0 {
+		want(r.brk.next) // the probe (once modes end instead)
+	}
+	for b := range p.batches {
+		if !b.judged && len(b.transient) > 0 {
+			want(b.judgeAt)
+		}
+	}
+	if !set {
 		return -1
 	}
-	t := slices.MinFunc(at, func(a, b time.Time) int { return a.Compare(b) })
 	if t.Before(p.dbWait) {
 		t = p.dbWait
 	}
-	return max(time.Until(t), 0)
+	return max(t.Sub(now), 0)
 }
 
 // takePending returns the pending results to record, leaving none.
@@ -299,10 +348,15 @@ func (p *pipeline) takePending() *driver.Results {
 	return &rec
 }
 
-// restorePending puts back results whose recording failed.
+// restorePending puts back results whose recording failed. A call cut
+// off by shutdown may have committed before it was: the next recording
+// then finds some rows already recorded (uncertain), which is harmless.
 func (p *pipeline) restorePending(rec *driver.Results) {
 	if rec == nil {
 		return
+	}
+	if p.ctx.Err() != nil {
+		p.uncertain = true
 	}
 	p.pend.Sent = append(rec.Sent, p.pend.Sent...)
 	p.pend.Failures = append(rec.Failures, p.pend.Failures...)
@@ -366,7 +420,15 @@ func (p *pipeline) claim(limit int) error {
 // record records the pending results alone.
 func (p *pipeline) record() error {
 	rec := p.takePending()
-	got, err := p.r.drv.Record(p.ctx, p.r.opts.InstanceID, *rec)
+	ctx := p.ctx
+	if ctx.Err() != nil {
+		// Shutting down: results are recorded all the same, bounded by the
+		// lease (past it the fence would reject the writes anyway).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), p.r.opts.LeaseDuration)
+		defer cancel()
+	}
+	got, err := p.r.drv.Record(ctx, p.r.opts.InstanceID, *rec)
 	if err != nil {
 		p.restorePending(rec)
 		return err
@@ -392,13 +454,17 @@ func (p *pipeline) recorded(rec *driver.Results, got driver.Recorded) {
 	for _, id := range rec.Release {
 		delete(p.leased, id)
 	}
-	if got.Sent < int64(len(rec.Sent)) {
+	switch {
+	case p.uncertain && (got.Sent < int64(len(rec.Sent)) || got.Retried < int64(len(rec.Failures))):
+		r.log.InfoContext(p.ctx, "some results were recorded already, by a call cut off at shutdown after it committed",
+			slog.Int("published", len(rec.Sent)), slog.Int64("marked", got.Sent))
+	case got.Sent < int64(len(rec.Sent)):
 		r.log.WarnContext(p.ctx, "lease lost before marking rows sent: they will be published again (at-least-once)",
 			slog.Int("published", len(rec.Sent)), slog.Int64("marked", got.Sent))
-	}
-	if got.Retried < int64(len(rec.Failures)) {
+	case got.Retried < int64(len(rec.Failures)):
 		r.log.WarnContext(p.ctx, "lease lost before recording failures", slog.Int("failures", len(rec.Failures)), slog.Int64("recorded", got.Retried))
 	}
+	p.uncertain = false
 	r.reportFailed(p.ctx, rec.Failures, got.Failed)
 	r.log.DebugContext(p.ctx, "results recorded", slog.Int("sent", len(rec.Sent)),
 		slog.Int("failed", len(rec.Failures)), slog.Int("released", len(rec.Release)))
@@ -413,29 +479,32 @@ func (p *pipeline) succeeded() {
 	}
 }
 
-// failed handles a database error of act. It returns the error to end
-// the pipeline with: in once modes any error; in modeRun only one that
-// waiting cannot mend before the first success. Otherwise it logs the
-// error and pauses database calls (PollInterval doubling to
-// DatabaseBackoffMax, jittered).
-func (p *pipeline) failed(err error) error {
+// failed handles a database error of act: database calls pause
+// (PollInterval doubling to DatabaseBackoffMax, jittered) in every mode.
+// Once modes end with their first error; Run ends only with an error that
+// waiting cannot mend before its first success, and otherwise logs it.
+func (p *pipeline) failed(err error) {
 	r := p.r
+	wait := p.dbBackoff.Next()
+	p.dbWait = time.Now().Add(wait)
 	if p.ctx.Err() != nil {
-		return nil // shutting down: not the database's fault
+		return // shutting down: not the database's fault; finish records what is left
 	}
 	err = r.explain(err)
 	if p.mode != modeRun {
-		return err
+		if p.err == nil {
+			p.err = err
+		}
+		p.done = true
+		return
 	}
 	if !p.started && dberr.FatalAtStart(err) {
 		r.log.ErrorContext(p.ctx, "relay not started: the outbox table is not usable", slog.Any("error", err))
-		return err
+		p.err, p.done = err, true
+		return
 	}
-	wait := p.dbBackoff.Next()
-	p.dbWait = time.Now().Add(wait)
 	r.log.ErrorContext(p.ctx, "relay poll failed", slog.Any("error", err),
 		slog.Int("consecutive_failures", p.dbBackoff.Failures()), slog.Duration("retry_in", wait))
-	return nil
 }
 
 // startBatch groups claimed rows into units and starts publishing them.
@@ -446,6 +515,8 @@ func (p *pipeline) startBatch(rows []driver.Row, claimedAt time.Time, probe bool
 	r := p.r
 	ctx, stop := context.WithCancelCause(p.pubCtx)
 	b := &batch{ctx: ctx, stop: stop, probe: probe, claimed: len(rows)}
+	// Ids another batch of this relay held are this batch's from now on
+	// (see take).
 	b.expire = time.AfterFunc(time.Until(claimedAt.Add(p.keep)), func() { stop(errLeaseDeadline) })
 	b.timeout = time.AfterFunc(r.opts.PublishTimeout, func() { stop(errPublishTimeout) })
 	for _, rw := range rows {
@@ -469,10 +540,10 @@ func (p *pipeline) startBatch(rows []driver.Row, claimedAt time.Time, probe bool
 	b.units = len(units)
 	for _, u := range units {
 		p.running++
-		p.queued.Add(int64(len(u)))
+		p.flow.queued.Add(int64(len(u)))
 		go func() {
 			res := unitResult{b: b}
-			r.publishUnit(b.ctx, p.abandon, p.slots, &p.queued, u, &res)
+			r.publishUnit(b.ctx, p.abandon, p.flow, u, &res)
 			p.results <- res
 		}()
 	}
@@ -482,53 +553,78 @@ func (p *pipeline) addRelease(ids ...int64) {
 	if len(ids) == 0 {
 		return
 	}
-	if p.pend.Empty() {
-		p.pendAt = time.Now()
-	}
+	p.pending()
 	p.pend.Release = append(p.pend.Release, ids...)
 }
 
-// take files one unit's result.
+// take files one unit's result. Rows no longer leased to the unit's batch
+// are left out: after that batch's lease lapsed, a later claim of this
+// relay may have taken them, and their results are that claim's to record.
 func (p *pipeline) take(res unitResult) {
-	r := p.r
 	p.running--
 	b := res.b
 	b.units--
-	if len(res.sent) > 0 {
-		if p.pend.Empty() {
-			p.pendAt = time.Now()
-		}
-		p.pend.Sent = append(p.pend.Sent, res.sent...)
-		b.sent += len(res.sent)
-		p.published += len(res.sent)
+	own := func(ids []int64) []int64 {
+		return slices.DeleteFunc(ids, func(id int64) bool { return p.leased[id] != b })
 	}
-	if f := res.failure; f != nil {
-		if f.Permanent {
-			if p.pend.Empty() {
-				p.pendAt = time.Now()
-			}
+	if sent := own(res.sent); len(sent) > 0 {
+		p.pending()
+		p.pend.Sent = append(p.pend.Sent, sent...)
+		b.sent += len(sent)
+		p.published += len(sent)
+		if len(b.transient) > 0 && !b.judged {
+			p.settle(b, b.transient) // not an outage after all
+			b.transient, b.judged = nil, true
+		}
+	}
+	if f := res.failure; f != nil && p.leased[f.Row.ID] == b {
+		switch {
+		case f.Permanent:
+			p.pending()
 			p.pend.Failures = append(p.pend.Failures, *f)
-		} else {
+		case b.sent > 0 || b.judged:
+			p.settle(b, []driver.Failure{*f})
+		default:
+			if len(b.transient) == 0 {
+				b.judgeAt = time.Now().Add(SlowPublish)
+			}
 			b.transient = append(b.transient, *f)
 		}
 	}
-	p.addRelease(res.release...)
+	p.addRelease(own(res.release)...)
 	if b.units > 0 {
 		return
 	}
-	charge, release := r.judge(b.sent > 0, b.transient, b.probe)
-	if len(charge) > 0 {
-		if p.pend.Empty() {
-			p.pendAt = time.Now()
-		}
-		p.pend.Failures = append(p.pend.Failures, charge...)
+	if !b.judged {
+		p.settle(b, b.transient)
+		b.transient, b.judged = nil, true
 	}
-	p.addRelease(release...)
 	if cause := context.Cause(b.ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-		r.log.WarnContext(p.ctx, "batch stopped early: the rows not published are released", slog.Any("reason", cause),
+		p.r.log.WarnContext(p.ctx, "batch stopped early: the rows not published are released", slog.Any("reason", cause),
 			slog.Int("claimed", b.claimed), slog.Int("published", b.sent))
 	}
 	p.endBatch(b)
+}
+
+// settle has the circuit breaker judge failures of b (see judge) and
+// files them as charged failures or uncharged releases.
+func (p *pipeline) settle(b *batch, fs []driver.Failure) {
+	if len(fs) == 0 && b.sent == 0 {
+		return
+	}
+	charge, release := p.r.judge(b.sent > 0, fs, b.probe)
+	if len(charge) > 0 {
+		p.pending()
+		p.pend.Failures = append(p.pend.Failures, charge...)
+	}
+	p.addRelease(release...)
+}
+
+// pending notes that a result is about to be added.
+func (p *pipeline) pending() {
+	if p.pend.Empty() {
+		p.pendAt = time.Now()
+	}
 }
 
 // endBatch stops a batch's timers and forgets it.
@@ -539,13 +635,15 @@ func (p *pipeline) endBatch(b *batch) {
 	delete(p.batches, b)
 }
 
-// heartbeat extends the lease of every row leased and not yet recorded.
-// When that succeeds, each batch's local lease deadline moves to a margin
-// before the new lease (measured from before the statement, so it never
-// runs past the lease in the database, up to clock drift which the margin
-// covers); when it finds rows taken over, every batch stops publishing
-// (errLeaseLost); when it fails, the deadlines stay, and a batch whose
-// deadline passes stops (errLeaseDeadline).
+// heartbeat extends the lease of every row leased and not yet recorded,
+// in one statement. When that succeeds, each batch's local lease deadline
+// moves to a margin before the new lease (measured from before the
+// statement, so it never runs past the lease in the database, up to clock
+// drift which the margin covers). When it extends fewer rows than asked,
+// another instance took some over: each batch is extended on its own, and
+// the batches that lost rows stop publishing (errLeaseLost). When it
+// fails, the deadlines stay, and a batch whose deadline passes stops
+// (errLeaseDeadline).
 func (p *pipeline) heartbeat() {
 	if len(p.leased) == 0 {
 		return
@@ -557,23 +655,37 @@ func (p *pipeline) heartbeat() {
 	}
 	slices.Sort(ids)
 	every := max(r.opts.LeaseDuration/3, time.Millisecond)
-	at := time.Now()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), every)
+	defer cancel()
+	at := time.Now()
 	n, err := r.drv.ExtendLease(ctx, r.opts.InstanceID, ids, r.opts.LeaseDuration)
-	cancel()
 	switch {
 	case err != nil:
 		r.log.WarnContext(p.ctx, "extending the lease of the rows in flight failed: their batches stop before the lease lapses unless a retry succeeds",
 			slog.Int("rows", len(ids)), slog.Any("error", err))
-	case n < int64(len(ids)):
-		r.log.WarnContext(p.ctx, "lease lost while publishing: stopping the batches in flight",
-			slog.Int("rows", len(ids)), slog.Int64("still_leased", n))
-		for b := range p.batches {
-			b.stop(errLeaseLost)
-		}
-	default:
+	case n == int64(len(ids)):
 		for b := range p.batches {
 			b.expire.Reset(time.Until(at.Add(p.keep)))
+		}
+	default:
+		groups := map[*batch][]int64{}
+		for _, id := range ids {
+			groups[p.leased[id]] = append(groups[p.leased[id]], id)
+		}
+		for b, part := range groups {
+			at := time.Now()
+			n, err := r.drv.ExtendLease(ctx, r.opts.InstanceID, part, r.opts.LeaseDuration)
+			switch {
+			case err != nil || !p.batches[b]:
+			case n < int64(len(part)):
+				if context.Cause(b.ctx) == nil {
+					r.log.WarnContext(p.ctx, "lease lost while publishing: another instance took over rows of a batch; it stops",
+						slog.Int("rows", len(part)), slog.Int64("still_leased", n))
+				}
+				b.stop(errLeaseLost)
+			default:
+				b.expire.Reset(time.Until(at.Add(p.keep)))
+			}
 		}
 	}
 }
@@ -605,8 +717,10 @@ func (p *pipeline) finish() error {
 	if err != nil {
 		err = p.r.explain(err)
 		if p.mode == modeRun {
+			// Run returns nil on cancellation: the rows are safe.
 			p.r.log.ErrorContext(ctx, "recording the last results failed: their rows are published again once their lease lapses (at-least-once)",
 				slog.Int("sent", len(rec.Sent)), slog.Any("error", err))
+			return p.err
 		}
 		return errors.Join(p.err, err)
 	}

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -256,9 +255,10 @@ func (r *Relay) listen(ctx context.Context, n driver.Notifier) {
 // polling goes on meanwhile, so there is no hurry.
 const listenFloor = time.Second
 
-// RunOnce drains the claimable rows once: it polls (claim, publish,
-// record) until a poll comes back with fewer than BatchSize rows, and
-// returns how many rows it published. Rows that fail are recorded with
+// RunOnce drains the claimable rows once: it claims, publishes and
+// records (pipelined, as Run) until a claim made with nothing else in
+// flight comes back with less than a full window, then waits for the rows
+// in flight and records them, and returns how many rows it published. Rows that fail are recorded with
 // their backoff and are not retried by this call unless they come due
 // while it runs; when the circuit breaker opens (a broker outage, see
 // Config.BreakerBackoff) it returns at its next poll. It stops early,
@@ -345,17 +345,18 @@ func (r *Relay) groups(rows []driver.Row) [][]driver.Row {
 }
 
 // publishUnit publishes a unit's rows one after another into res, each
-// holding one of slots while it runs (see publishRow); the unit stops at
-// its first failure and gives the rest back. queued counts the unit's
-// rows until its first publish starts. When ctx is done (the batch
+// holding one of f's slots while it runs (see publishRow); the unit stops
+// at its first failure and gives the rest back. f.queued counts the
+// unit's rows until its first publish starts. When ctx is done (the batch
 // stopped) the rows not started are given back; when abandon is closed a
 // publish under way is abandoned (its row stays leased until the lease
 // lapses) and the rest given back.
-func (r *Relay) publishUnit(ctx context.Context, abandon <-chan struct{}, slots chan struct{}, queued *atomic.Int64, unit []driver.Row, res *unitResult) {
+func (r *Relay) publishUnit(ctx context.Context, abandon <-chan struct{}, f *flow, unit []driver.Row, res *unitResult) {
+	slots := f.slots
 	waiting := true
 	defer func() {
 		if waiting {
-			queued.Add(-int64(len(unit)))
+			f.started(len(unit))
 		}
 	}()
 	for i, rw := range unit {
@@ -370,7 +371,7 @@ func (r *Relay) publishUnit(ctx context.Context, abandon <-chan struct{}, slots 
 		}
 		if waiting {
 			waiting = false
-			queued.Add(-int64(len(unit)))
+			f.started(len(unit))
 		}
 		if ctx.Err() != nil { // the batch stopped: give the rest back
 			<-slots
