@@ -17,7 +17,8 @@ TESTDB     := testdb_env=$$(scripts/testdb.sh start) && eval "$$testdb_env"
 SPECS      := events.yaml internal/gentest/sqlevents.yaml internal/gentest/pgxevents.yaml internal/readmetest/events.yaml internal/readmetest/pgonly.yaml
 FUZZTIME   ?= 20s
 BENCHTIME  ?= 2s
-BENCHFLAGS ?= -rows 100000
+# Flags of the relay benchmark (bench/doc.go), e.g. BENCHFLAGS='-rounds 1 -rows 20000' or '-table /tmp/bench.md'.
+BENCHFLAGS ?= -rounds 3
 
 .PHONY: help generate check-generated test test-unit fuzz lint bench demo testdb-start testdb-stop
 
@@ -50,10 +51,9 @@ test-unit: ## tests that need no database server (SQLite only)
 fuzz: ## a short fuzz run of the events.yaml parser
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s ./generator/spec/
 
-bench: ## benchmarks on real databases: micro-benchmarks, then the side-by-side relay benchmark (~10 min; prints the README table)
+bench: ## benchmarks on real databases: micro-benchmarks, then the relay benchmark, fsync on (~20 min; prints the README table)
 	$(TESTDB) && $(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) $$($(GO) list ./... | grep -v '/bench$$')
 	$(TESTDB) && $(GO) test ./bench -run='^$$' -bench='^BenchmarkOutbox$$' -benchtime=1x -timeout=60m -args $(BENCHFLAGS)
-	$(TESTDB) && $(GO) test ./bench -run='^$$' -bench='^Benchmark(HeldBack|ClaimBacklog)$$' -benchtime=1x -timeout=60m
 
 demo: ## run the example service on the embedded default (SQLite file + in-process broker)
 	$(GO) run ./examples/orderpaid

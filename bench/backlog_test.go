@@ -14,7 +14,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,20 +22,20 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
 	"github.com/outboxgen/outboxgen/runtime/relay"
-	"github.com/outboxgen/outboxgen/templates"
 )
 
 func BenchmarkClaimBacklog(b *testing.B) {
 	const batches, batch = 300, 100
+	srv := openServers(b)
 	for _, d := range []string{"postgres", "mysql"} {
 		for _, n := range []int{100_000, 1_000_000} {
 			b.Run(fmt.Sprintf("%s/backlog=%d", d, n), func(b *testing.B) {
 				var claimMS, batchMS, rawMS float64
 				for b.Loop() {
-					db := testdb.Open(b, d)
-					testdb.ApplySchema(b, db, d, templates.DefaultTables)
-					insertRows(b, db, d, n, func(g string) string { return concat(d, "order-", g+" % 1000") })
-					analyze(b, db, d)
+					db := freshOutbox(b, d)
+					srv.fill(b)
+					fillBacklog(b, db, d, n)
+					srv.measure(b)
 					drv, err := sqldriver.New(db, testdb.Schema(dialect.Dialect(d)))
 					if err != nil {
 						b.Fatal(err)
@@ -79,41 +78,12 @@ func BenchmarkClaimBacklog(b *testing.B) {
 	}
 }
 
-// a1Batch is the raw ceiling a1 for one batch: lock the lowest pending
-// rows, mark them sent, commit.
+// a1Batch is the raw ceiling a1 for one batch (see ceilingBatchOnce).
 func a1Batch(b *testing.B, ctx context.Context, db *sql.DB, d string, batch int) {
-	claim := `SELECT id FROM outbox_event WHERE status = 0 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
-	if d == "mysql" {
-		claim = `SELECT id FROM outbox_event WHERE status = 0 ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`
+	if batch != ceilingBatch {
+		b.Fatalf("a1 claims %d rows per batch, not %d", ceilingBatch, batch)
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tx.Rollback() //nolint:errcheck
-	rs, err := tx.QueryContext(ctx, claim, batch)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var ph []string
-	var args []any
-	for rs.Next() {
-		var id int64
-		if err := rs.Scan(&id); err != nil {
-			b.Fatal(err)
-		}
-		args = append(args, id)
-		if d == "mysql" {
-			ph = append(ph, "?")
-		} else {
-			ph = append(ph, fmt.Sprintf("$%d", len(ph)+1))
-		}
-	}
-	rs.Close()
-	if _, err := tx.ExecContext(ctx, "UPDATE outbox_event SET status = 1, sent_at = "+dialect.Dialect(d).Now()+" WHERE id IN ("+strings.Join(ph, ", ")+")", args...); err != nil {
-		b.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		b.Fatal(err)
+	if _, err := ceilingBatchOnce(ctx, db, d, a1, ""); err != nil {
+		b.Fatalf("a1: %v", err)
 	}
 }

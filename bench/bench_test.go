@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"runtime"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,57 +26,178 @@ import (
 )
 
 var (
-	flagRows       = flag.Int("rows", 100_000, "backlog size of the drain scenarios (a), (b), (c)")
-	flagSlowRows   = flag.Int("slowrows", 0, "backlog size of the drain scenarios with 1 ms publish latency (0: -rows)")
-	flagKeys       = flag.Int("keys", 1000, "distinct keys (biz_id) in the backlog, assigned round robin")
-	flagRounds     = flag.Int("rounds", 1, "run every scenario this many times, interleaved; the table shows the median")
-	flagRate       = flag.Int("rate", 1000, "scenario (d): events per second the writers commit")
-	flagWriters    = flag.Int("writers", 16, "scenario (d): writer goroutines")
-	flagLatencyFor = flag.Duration("latency-for", 12*time.Second, "scenario (d): how long the writers run per mode")
-	flagTable      = flag.String("table", "", "also write the markdown table to this file")
+	flagRounds  = flag.Int("rounds", 3, "run every scenario this many times, interleaved; the table shows medians (ratios: the median of the ratios within each round)")
+	flagDurable = flag.Bool("durable", true, "measure with fsync/synchronous_commit/full_page_writes on (PostgreSQL) and innodb_flush_log_at_trx_commit=1 (MariaDB); false: the test servers' own settings")
+	flagKeys    = flag.Int("keys", 1000, "distinct keys (biz_id) in a backlog, assigned round robin")
+	flagRows    = flag.Int("rows", 100_000, "row 1: PostgreSQL backlog")
+	flagBigRows = flag.Int("bigrows", 1_000_000, "row 2: the big PostgreSQL backlog")
+	flagBigPart = flag.Int("bigdrain", 200_000, "row 2: rows drained of the big backlog (0: all)")
+	flagHeld    = flag.String("held", "5000,20000,50000", "row 3: pending rows held behind the FAILED heads (comma-separated)")
+	flagMyRows  = flag.Int("myrows", 50_000, "row 5: MariaDB backlog")
+	flagSlowRow = flag.Int("slowrows", 20_000, "row 6: backlog of the 1 ms publish latency drains")
+	flagScale   = flag.Int("scaleout", 4, "row 6: relay instances of the scale-out run")
+
+	flagChaosFor      = flag.Duration("chaos-for", 10*time.Second, "row 4: how long the writers write")
+	flagChaosRate     = flag.Int("chaos-rate", 0, "row 4: events/s of all writers together (0: as fast as they can)")
+	flagChaosPerTx    = flag.Int("chaos-per-tx", 10, "row 4: events per writer transaction")
+	flagChaosSlow     = flag.Float64("chaos-slow", 0.005, "row 4: fraction of slow publishes")
+	flagChaosDelay    = flag.Duration("chaos-delay", 3*time.Second, "row 4: duration of a slow publish")
+	flagChaosDrainMax = flag.Duration("chaos-drain-max", 20*time.Second, "row 4: longest wait for the drain after the writers stop (the rate is then measured over it)")
+
+	flagTable = flag.String("table", "", "also write the markdown table to this file")
 )
 
 const (
 	topic    = "orders"
 	fwdTopic = "forwarder_topic" // watermill forwarder's default topic
 	slowBy   = time.Millisecond  // the stand-in broker round trip
+	// drainable is row 3's number of rows of healthy keys.
+	drainable = 10_000
 )
 
 var discard = slog.New(slog.DiscardHandler)
 
-// BenchmarkOutbox runs every scenario side by side and prints the table.
-// It is heavy (minutes): run it alone with -benchtime 1x (each
-// sub-benchmark runs its scenario b.N times on fresh databases).
+// step is one measurement of a round: it returns named values.
+type step struct {
+	group, name string
+	run         func(b *testing.B) map[string]float64
+}
+
+func steps(srv *servers) []step {
+	var out []step
+	ceil := func(group, d string, c ceiling, n, limit int) step {
+		return step{group, string(c), func(b *testing.B) map[string]float64 {
+			return map[string]float64{group + "." + string(c): runCeiling(b, srv, d, c, n, limit)}
+		}}
+	}
+	relayStep := func(group, name, d string, n int, rr relayRun) step {
+		return step{group, name, func(b *testing.B) map[string]float64 {
+			r := runRelay(b, srv, d, n, rr)
+			return map[string]float64{group + "." + name: r.rate, group + "." + name + ".claim_ms": r.claimMean, group + "." + name + ".claim_max_ms": r.claimMax}
+		}}
+	}
+	wmStep := func(group, d string, n int, delay time.Duration) step {
+		return step{group, "watermill", func(b *testing.B) map[string]float64 {
+			return map[string]float64{group + ".watermill": runWatermill(b, srv, d, n, delay)}
+		}}
+	}
+	// 1. PostgreSQL, -rows backlog, no publish latency.
+	out = append(out,
+		ceil("pg", "postgres", a1, *flagRows, 0),
+		ceil("pg", "postgres", a2, *flagRows, 0),
+		relayStep("pg", "relay", "postgres", *flagRows, relayRun{instances: 1}),
+	)
+	// 2. PostgreSQL, -bigrows backlog: the first -bigdrain rows.
+	out = append(out,
+		ceil("pgbig", "postgres", a1, *flagBigRows, *flagBigPart),
+		ceil("pgbig", "postgres", a2, *flagBigRows, *flagBigPart),
+		relayStep("pgbig", "relay", "postgres", *flagBigRows, relayRun{instances: 1, limit: *flagBigPart}),
+	)
+	// 3. Held-back keys.
+	for _, h := range heldSizes() {
+		out = append(out, step{"held", strconv.Itoa(h), func(b *testing.B) map[string]float64 {
+			return map[string]float64{"held." + strconv.Itoa(h): drainHeldBack(b, srv, "postgres", drainable, h, false)}
+		}})
+	}
+	// 4. Chaos.
+	for _, slow := range []bool{false, true} {
+		name := "clean"
+		if slow {
+			name = "slow"
+		}
+		out = append(out, step{"chaos", name, func(b *testing.B) map[string]float64 {
+			r := runChaos(b, srv, slow)
+			p := "chaos." + name + "."
+			drained := 0.0
+			if r.drained {
+				drained = 1
+			}
+			return map[string]float64{p + "written": float64(r.written), p + "pending": float64(r.pendingAtEnd), p + "drain_s": r.drain.Seconds(),
+				p + "rate": r.rate, p + "drained": drained, p + "slow_publishes": float64(r.slow)}
+		}})
+	}
+	// 5. MariaDB, -myrows backlog.
+	out = append(out,
+		ceil("my", "mysql", a1, *flagMyRows, 0),
+		ceil("my", "mysql", a2, *flagMyRows, 0),
+		relayStep("my", "relay", "mysql", *flagMyRows, relayRun{instances: 1}),
+		wmStep("my", "mysql", *flagMyRows, 0),
+	)
+	// 6. 1 ms publish latency, defaults.
+	out = append(out,
+		relayStep("pg1ms", "relay", "postgres", *flagSlowRow, relayRun{instances: 1, delay: slowBy}),
+		relayStep("pg1ms", "relayN", "postgres", *flagSlowRow, relayRun{instances: max(*flagScale, 1), delay: slowBy}),
+		wmStep("pg1ms", "postgres", *flagSlowRow, slowBy),
+	)
+	return out
+}
+
+func heldSizes() []int {
+	var out []int
+	for _, f := range strings.Split(*flagHeld, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	return append([]int{0}, out...)
+}
+
+// interleave orders the steps of round r: groups in order, the steps of a
+// group in order in even rounds and reversed in odd ones, so that no
+// scenario always runs first on a warm or cold server.
+func interleave(all []step, r int) []step {
+	var out []step
+	for i := 0; i < len(all); {
+		j := i
+		for j < len(all) && all[j].group == all[i].group {
+			j++
+		}
+		g := append([]step(nil), all[i:j]...)
+		if r%2 == 1 {
+			for a, z := 0, len(g)-1; a < z; a, z = a+1, z-1 {
+				g[a], g[z] = g[z], g[a]
+			}
+		}
+		out = append(out, g...)
+		i = j
+	}
+	return out
+}
+
+// BenchmarkOutbox measures every row of issue 12's table, -rounds times
+// interleaved, and prints one markdown table. It is heavy (~15 min at the
+// default flags): run it alone with -benchtime 1x.
 func BenchmarkOutbox(b *testing.B) {
 	if testing.Short() {
 		b.Skip("heavy side-by-side benchmark; not run with -short")
 	}
-	rep := newReport()
-	for round := range max(*flagRounds, 1) {
-		_ = round
-		for _, sc := range drainScenarios() {
-			b.Run(sc.name, func(b *testing.B) {
+	srv := openServers(b)
+	started, load := time.Now(), loadAvg()
+	all := steps(srv)
+	rounds := make([]map[string]float64, max(*flagRounds, 1))
+	for r := range rounds {
+		vals := map[string]float64{}
+		rounds[r] = vals
+		for _, st := range interleave(all, r) {
+			b.Run(fmt.Sprintf("round%d/%s/%s", r+1, st.group, st.name), func(b *testing.B) {
 				for range b.N {
-					res := sc.run(b, sc.rows())
-					res.scenario = sc
-					rep.addDrain(res)
-					b.ReportMetric(res.rate(), "rows/s")
-				}
-			})
-		}
-		for _, m := range latencyModes() {
-			b.Run("d_latency_"+m.name, func(b *testing.B) {
-				for range b.N {
-					res := runLatency(b, m)
-					rep.addLatency(res)
-					b.ReportMetric(float64(res.pubP50.Microseconds())/1000, "p50-ms")
-					b.ReportMetric(float64(res.pubP99.Microseconds())/1000, "p99-ms")
-					b.ReportMetric(res.txPerSec, "writer-tx/s")
+					got := st.run(b)
+					keys := make([]string, 0, len(got))
+					for k, v := range got {
+						vals[k] = v
+						keys = append(keys, k)
+					}
+					sort.Strings(keys)
+					for _, k := range keys {
+						b.ReportMetric(got[k], k)
+					}
 				}
 			})
 		}
 	}
-	table := rep.markdown(b)
+	pgDesc, myDesc := srv.describe(b)
+	srv.restore(b)
+	table := scaleTable(rounds, started, time.Since(started), load, pgDesc, myDesc)
 	fmt.Println()
 	fmt.Println(table)
 	if *flagTable != "" {
@@ -86,40 +210,32 @@ func BenchmarkOutbox(b *testing.B) {
 // ---------------------------------------------------------------------------
 // Shared pieces.
 
-// freshOutbox returns a fresh PostgreSQL database with outboxgen's schema.
-func freshOutbox(b *testing.B) *sql.DB {
+// freshOutbox returns a fresh database of dialect d with outboxgen's
+// schema.
+func freshOutbox(b *testing.B, d string) *sql.DB {
 	b.Helper()
-	db := testdb.Open(b, "postgres")
-	testdb.ApplySchema(b, db, "postgres", templates.DefaultTables)
+	db := testdb.Open(b, d)
+	testdb.ApplySchema(b, db, d, templates.DefaultTables)
 	return db
 }
 
-// payloadSQL and payloadJSON build the same ~60-byte JSON payload in SQL and
-// in Go, so every scenario moves the same bytes.
-const payloadSQL = `json_build_object('order_id', 'order-' || g, 'amount', g % 1000, 'currency', 'EUR')::json`
+// fillBacklog inserts n pending events of -keys keys (round robin) in one
+// statement, then refreshes the statistics, so that every drain starts
+// from the same state.
+func fillBacklog(b *testing.B, db *sql.DB, d string, n int) {
+	b.Helper()
+	k := max(*flagKeys, 1)
+	insertRows(b, db, d, n, func(g string) string { return concat(d, "order-", fmt.Sprintf("%s %% %d", g, k)) })
+	analyze(b, db, d)
+}
 
+// payloadJSON is the ~60-byte JSON payload every scenario moves (insertRows
+// builds the same in SQL).
 func payloadJSON(i int) []byte {
 	return fmt.Appendf(nil, `{"order_id":"order-%d","amount":%d,"currency":"EUR"}`, i, i%1000)
 }
 
 func keyOf(i int) string { return fmt.Sprintf("order-%d", i%max(*flagKeys, 1)) }
-
-// fillOutbox inserts n pending events into outbox_event in one statement
-// (the fill is not measured), then VACUUM ANALYZE so every drain starts
-// from the same state.
-func fillOutbox(b *testing.B, db *sql.DB, n int) {
-	b.Helper()
-	ctx := context.Background()
-	q := `INSERT INTO outbox_event (event_id, biz_type, biz_id, topic, payload_version, payload)
-		SELECT gen_random_uuid(), 'ORDER_PAID', 'order-' || (g % $2), $3, 1, ` + payloadSQL + `
-		FROM generate_series(1, $1) g`
-	if _, err := db.ExecContext(ctx, q, n, max(*flagKeys, 1), topic); err != nil {
-		b.Fatalf("fill outbox: %v", err)
-	}
-	if _, err := db.ExecContext(ctx, "VACUUM ANALYZE outbox_event"); err != nil {
-		b.Fatalf("vacuum: %v", err)
-	}
-}
 
 func pending(b *testing.B, db *sql.DB) int {
 	var n int
@@ -240,57 +356,6 @@ func ms(d time.Duration) string {
 	return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000)
 }
 
-// ---------------------------------------------------------------------------
-// Report.
-
-type report struct {
-	mu      sync.Mutex
-	drains  map[string][]drainResult // by scenario name
-	order   []string
-	lat     map[string][]latencyResult
-	latOrd  []string
-	pgVer   string
-	started time.Time
-}
-
-func newReport() *report {
-	return &report{drains: map[string][]drainResult{}, lat: map[string][]latencyResult{}, started: time.Now()}
-}
-
-func (r *report) addDrain(res drainResult) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.drains[res.scenario.name]; !ok {
-		r.order = append(r.order, res.scenario.name)
-	}
-	r.drains[res.scenario.name] = append(r.drains[res.scenario.name], res)
-	if res.pgVersion != "" {
-		r.pgVer = res.pgVersion
-	}
-}
-
-func (r *report) addLatency(res latencyResult) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.lat[res.mode.name]; !ok {
-		r.latOrd = append(r.latOrd, res.mode.name)
-	}
-	r.lat[res.mode.name] = append(r.lat[res.mode.name], res)
-}
-
-// median returns the run with the median rate.
-func medianDrain(rs []drainResult) drainResult {
-	s := append([]drainResult(nil), rs...)
-	sort.Slice(s, func(i, j int) bool { return s[i].rate() < s[j].rate() })
-	return s[len(s)/2]
-}
-
-func medianLatency(rs []latencyResult) latencyResult {
-	s := append([]latencyResult(nil), rs...)
-	sort.Slice(s, func(i, j int) bool { return s[i].pubP50 < s[j].pubP50 })
-	return s[len(s)/2]
-}
-
 func cpuModel() string {
 	data, err := os.ReadFile("/proc/cpuinfo")
 	if err != nil {
@@ -306,110 +371,18 @@ func cpuModel() string {
 	return runtime.GOARCH
 }
 
-func (r *report) markdown(b *testing.B) string {
-	var sb strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
-	rounds := max(*flagRounds, 1)
-	w("### Benchmark (`make bench`, %s)\n\n", r.started.UTC().Format("2006-01-02"))
-	w("Machine: %d CPU (%s), %s/%s, %s; %s on the same machine (scripts/testdb.sh: fsync=off, synchronous_commit=off). Shared, noisy machine: compare ratios, not absolutes.",
-		runtime.NumCPU(), cpuModel(), runtime.GOOS, runtime.GOARCH, runtime.Version(), r.pgVer)
-	if rounds > 1 {
-		w(" Each figure is the median of %d interleaved rounds.", rounds)
+// revision names the code measured: the commit, and whether runtime/ had
+// uncommitted changes.
+func revision() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown revision"
 	}
-	w("\n\n")
-
-	get := func(name string) (drainResult, bool) {
-		rs := r.drains[name]
-		if len(rs) == 0 {
-			return drainResult{}, false
-		}
-		return medianDrain(rs), true
+	rev := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--", "../runtime").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		rev += " + uncommitted changes in runtime/"
 	}
-	raw, haveRaw := get(rawName)
-	best := func(group string) (drainResult, bool) {
-		var out drainResult
-		found := false
-		for _, name := range r.order {
-			d, _ := get(name)
-			if d.scenario.group == group && (!found || d.rate() > out.rate()) {
-				out, found = d, true
-			}
-		}
-		return out, found
-	}
-	wm, haveWM := get(wmName)
-	wmSlow, haveWMSlow := get(wmSlowName)
-
-	if len(r.order) > 0 {
-		w("Drain a backlog of pending events (%d keys round robin, ~60-byte JSON payloads) to a watermill GoChannel:\n\n", max(*flagKeys, 1))
-		w("| Scenario | Settings | Rows | Time (s) | Rows/s | vs (a) | vs (c), same latency |\n")
-		w("|---|---|---:|---:|---:|---:|---:|\n")
-		for _, name := range r.order {
-			d, _ := get(name)
-			vsA, vsC := "", ""
-			if haveRaw && name != rawName {
-				vsA = fmt.Sprintf("%.2f×", d.rate()/raw.rate())
-			}
-			switch d.scenario.group {
-			case groupRelay, groupRaw:
-				if haveWM {
-					vsC = fmt.Sprintf("%.2f×", d.rate()/wm.rate())
-				}
-			case groupRelaySlow:
-				if haveWMSlow {
-					vsC = fmt.Sprintf("%.2f×", d.rate()/wmSlow.rate())
-				}
-			}
-			w("| %s | %s | %d | %.2f | %.0f | %s | %s |\n", d.scenario.title, d.scenario.settings, d.rows, d.dur.Seconds(), d.rate(), vsA, vsC)
-		}
-		w("\n")
-		if bb, ok := best(groupRelay); ok && haveRaw {
-			w("- Target (b) ≥ 0.6× (a): best relay run (%s) = **%.2f×** (a) → %s.\n", bb.scenario.settings, bb.rate()/raw.rate(), verdict(bb.rate()/raw.rate() >= 0.6))
-		}
-		if bb, ok := best(groupRelaySlow); ok && haveWMSlow {
-			w("- Target at 1 ms publish latency, relay ≥ 3× (c): best relay run (%s) = **%.1f×** (c) → %s.\n", bb.scenario.settings, bb.rate()/wmSlow.rate(), verdict(bb.rate()/wmSlow.rate() >= 3))
-		}
-		if d, ok := get("a_relaysql_b100_c1"); ok && haveRaw {
-			w("- The relay's own claim+mark SQL with no publishing (a') = %.2f× (a): the SQL share of the gap.\n", d.rate()/raw.rate())
-		}
-		if d, ok := get(relayDefaultName); ok && haveRaw {
-			w("- Relay with default options (BatchSize 100, Concurrency 8): %.2f× (a).\n", d.rate()/raw.rate())
-		}
-		w("\n")
-	}
-
-	if len(r.latOrd) > 0 {
-		w("Commit→publish latency: %d writers commit one event per transaction at %d events/s for %s; latency = subscriber receive time − writer's Commit return time. Relay BatchSize 100, Concurrency 8.\n\n",
-			*flagWriters, *flagRate, *flagLatencyFor)
-		w("| Wake-up mode | PollInterval | Writers tx/s | Writer tx p50 / p99 (ms) | Writer COMMIT p50 / p99 (ms) | Publish latency p50 / p99 / max (ms) | Lost |\n")
-		w("|---|---|---:|---:|---:|---:|---:|\n")
-		for _, name := range r.latOrd {
-			l := medianLatency(r.lat[name])
-			pubs := "—"
-			if l.mode.relay {
-				pubs = fmt.Sprintf("%s / %s / %s", ms(l.pubP50), ms(l.pubP99), ms(l.pubMax))
-			}
-			poll := "—"
-			if l.mode.relay {
-				poll = l.mode.poll.String()
-			}
-			lost := "—"
-			if l.mode.relay {
-				lost = fmt.Sprint(l.lost)
-			}
-			w("| %s | %s | %.0f | %s / %s | %s / %s | %s | %s |\n", l.mode.title, poll, l.txPerSec,
-				ms(l.txP50), ms(l.txP99), ms(l.commitP50), ms(l.commitP99), pubs, lost)
-		}
-		w("\nTargets: p50 < 10 ms, p99 < 50 ms.\n")
-		for _, name := range r.latOrd {
-			l := medianLatency(r.lat[name])
-			if l.mode.relay {
-				w("- %s: p50 %s ms → %s; p99 %s ms → %s.\n", l.mode.title, ms(l.pubP50), verdict(l.pubP50 < 10*time.Millisecond), ms(l.pubP99), verdict(l.pubP99 < 50*time.Millisecond))
-			}
-		}
-	}
-	_ = b
-	return sb.String()
+	return rev
 }
 
 func verdict(ok bool) string {
@@ -417,4 +390,224 @@ func verdict(ok bool) string {
 		return "met"
 	}
 	return "**missed**"
+}
+
+// ---------------------------------------------------------------------------
+// The table.
+
+func median(v []float64) (float64, bool) {
+	if len(v) == 0 {
+		return 0, false
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2], true
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2, true
+}
+
+type results []map[string]float64
+
+// med is the median of a value over the rounds that measured it.
+func (rs results) med(k string) (float64, bool) {
+	var v []float64
+	for _, r := range rs {
+		if x, ok := r[k]; ok {
+			v = append(v, x)
+		}
+	}
+	return median(v)
+}
+
+// ratios are num/den of every round that measured both.
+func (rs results) ratios(num, den string) []float64 {
+	var v []float64
+	for _, r := range rs {
+		n, ok1 := r[num]
+		d, ok2 := r[den]
+		if ok1 && ok2 && d > 0 {
+			v = append(v, n/d)
+		}
+	}
+	return v
+}
+
+// ratio is the median over the rounds of num/den, each measured in the
+// same round.
+func (rs results) ratio(num, den string) (float64, bool) {
+	return median(rs.ratios(num, den))
+}
+
+func (rs results) rate(k string) string {
+	if v, ok := rs.med(k); ok {
+		return fmt.Sprintf("%s rows/s", thousands(v))
+	}
+	return "—"
+}
+
+// x is the median ratio, with the range over the rounds.
+func (rs results) x(num, den string) string {
+	v := rs.ratios(num, den)
+	m, ok := median(v)
+	if !ok {
+		return "—"
+	}
+	if len(v) == 1 {
+		return fmt.Sprintf("%.2f×", m)
+	}
+	return fmt.Sprintf("%.2f× [%.2f–%.2f]", m, slices.Min(v), slices.Max(v))
+}
+
+// check returns the verdict of num/den ≥ want (≤ want if atMost).
+func (rs results) check(num, den string, want float64, atMost bool) string {
+	v, ok := rs.ratio(num, den)
+	if !ok {
+		return "—"
+	}
+	if atMost {
+		return verdict(v <= want)
+	}
+	return verdict(v >= want)
+}
+
+func thousands(v float64) string {
+	switch {
+	case v >= 10_000:
+		return fmt.Sprintf("%.1fk", v/1000)
+	case v >= 1000:
+		return fmt.Sprintf("%.2fk", v/1000)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func count(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return strconv.Itoa(n)
+}
+
+func joinVerdicts(vs ...string) string {
+	var out []string
+	for _, v := range vs {
+		if v != "—" {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		return "—"
+	}
+	return strings.Join(out, ", ")
+}
+
+// loadAvg returns the 1-minute load average, or "?".
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(data))[0]
+}
+
+func scaleTable(rs results, started time.Time, took time.Duration, load, pgDesc, myDesc string) string {
+	var sb strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
+	w("### Relay benchmark (`make bench`, %s, %s)\n\n", started.UTC().Format("2006-01-02"), revision())
+	w("%d CPU (%s), %s/%s, %s. Servers on the same machine: %s; %s. ", runtime.NumCPU(), cpuModel(), runtime.GOOS, runtime.GOARCH, runtime.Version(), pgDesc, myDesc)
+	if *flagDurable {
+		w("Those settings hold during the measured phases only (fills run with the test servers' fsync=off / innodb_flush_log_at_trx_commit=0). ")
+	}
+	w("Medians of %d interleaved rounds; every ratio is the median of the ratios measured within each round, [lowest–highest] of the rounds after it (took %s; load average %s at the start, %s at the end). ", len(rs), took.Round(time.Second), load, loadAvg())
+	w("Backlogs: %d keys round robin, ~60-byte JSON payloads; the relay runs with its defaults (BatchSize 100, Concurrency 8) and publishes to a watermill GoChannel. ", max(*flagKeys, 1))
+	w("Ceilings, one client, batches of 100, nothing published, reading the columns the relay reads: **a1** one transaction per batch (SELECT … FOR UPDATE SKIP LOCKED, UPDATE to sent, COMMIT); **a2** a lease (PostgreSQL: UPDATE … WHERE id IN (SELECT … SKIP LOCKED) RETURNING; MariaDB, which has no UPDATE … RETURNING: SELECT … FOR UPDATE SKIP LOCKED + the lease UPDATE in one transaction), then a mark-sent UPDATE: two commits.\n\n")
+
+	w("| # | scenario | outboxgen relay | a1 | a2 | result (ratios within a round) | wanted | verdict |\n")
+	w("|---|---|---:|---:|---:|---|---|---|\n")
+
+	claim := func(k string) string {
+		if v, ok := rs.med(k); ok {
+			return fmt.Sprintf("%.1f ms", v)
+		}
+		return "—"
+	}
+	// 1.
+	w("| 1 | PostgreSQL %s backlog, no publish latency | %s (claim %s/batch) | %s | %s | %s a2, %s a1 | ≥ 0.9× a2 and ≥ 0.6× a1 | %s |\n",
+		count(*flagRows), rs.rate("pg.relay"), claim("pg.relay.claim_ms"), rs.rate("pg.a1"), rs.rate("pg.a2"),
+		rs.x("pg.relay", "pg.a2"), rs.x("pg.relay", "pg.a1"), joinVerdicts(rs.check("pg.relay", "pg.a2", 0.9, false), rs.check("pg.relay", "pg.a1", 0.6, false)))
+	// 2.
+	part := ""
+	if *flagBigPart > 0 && *flagBigPart < *flagBigRows {
+		part = fmt.Sprintf(" (rate over its first %s rows)", count(*flagBigPart))
+	}
+	claimMax := "—"
+	if v, ok := rs.med("pgbig.relay.claim_max_ms"); ok {
+		claimMax = fmt.Sprintf("%.0f ms", v)
+	}
+	w("| 2 | PostgreSQL %s backlog%s | %s | %s | %s | %s a2 (%s a1); relay claim %s/batch at %s vs %s at %s = %s (slowest claim %s) | ≥ 0.85× a2; claim cost flat (taken as ≤ 1.2×) | %s |\n",
+		count(*flagBigRows), part, rs.rate("pgbig.relay"), rs.rate("pgbig.a1"), rs.rate("pgbig.a2"),
+		rs.x("pgbig.relay", "pgbig.a2"), rs.x("pgbig.relay", "pgbig.a1"),
+		claim("pgbig.relay.claim_ms"), count(*flagBigRows), claim("pg.relay.claim_ms"), count(*flagRows), rs.x("pgbig.relay.claim_ms", "pg.relay.claim_ms"), claimMax,
+		joinVerdicts(rs.check("pgbig.relay", "pgbig.a2", 0.85, false), rs.check("pgbig.relay.claim_ms", "pg.relay.claim_ms", 1.2, true)))
+	// 3.
+	sizes := heldSizes()
+	last := sizes[len(sizes)-1]
+	for _, h := range sizes[1:] {
+		k := "held." + strconv.Itoa(h)
+		wanted, ver := "(≥ 0.9× clean at the largest H)", "—"
+		if h == last {
+			wanted, ver = "≥ 0.9× clean", rs.check(k, "held.0", 0.9, false)
+		}
+		w("| 3 | %s drainable rows + H = %s pending rows held behind 500 FAILED heads (PostgreSQL) | %s | (row 1) | (row 1) | %s clean (%s) | %s | %s |\n",
+			count(drainable), count(h), rs.rate(k), rs.x(k, "held.0"), rs.rate("held.0"), wanted, ver)
+	}
+	// 4.
+	rate := "as fast as they can"
+	if *flagChaosRate > 0 {
+		rate = fmt.Sprintf("%d events/s", *flagChaosRate)
+	}
+	pend := func(k string) string {
+		if v, ok := rs.med(k); ok {
+			return strconv.Itoa(int(v))
+		}
+		return "—"
+	}
+	drainS := func(p string) string {
+		v, ok := rs.med(p + "drain_s")
+		if !ok {
+			return "—"
+		}
+		s := fmt.Sprintf("%.1f s", v)
+		if d, _ := rs.med(p + "drained"); d < 1 {
+			s = "> " + s + " (cap)"
+		}
+		return s
+	}
+	w("| 4 | %.1f %% of publishes take %s (PostgreSQL; %d relays, PollInterval 100 ms; %d writers, %d events/tx, %s, for %s, then stop) | %s rows written (%s without), %s pending at writer stop (%s without), drain %s (%s without) | (row 1) | (row 1) | drain rate %s vs %s without = %s | drain rate ≥ 0.8× the run without slow publishes | %s |\n",
+		*flagChaosSlow*100, *flagChaosDelay, chaosRelays, chaosWriters, max(*flagChaosPerTx, 1), rate, *flagChaosFor,
+		pend("chaos.slow.written"), pend("chaos.clean.written"), pend("chaos.slow.pending"), pend("chaos.clean.pending"), drainS("chaos.slow."), drainS("chaos.clean."),
+		rs.rate("chaos.slow.rate"), rs.rate("chaos.clean.rate"), rs.x("chaos.slow.rate", "chaos.clean.rate"),
+		rs.check("chaos.slow.rate", "chaos.clean.rate", 0.8, false))
+	// 5.
+	w("| 5 | MariaDB %s backlog, no publish latency | %s | %s | %s | %s a2 (%s a1), %s watermill Forwarder (%s) | ≥ 0.85× a2, ≥ 2× watermill | %s |\n",
+		count(*flagMyRows), rs.rate("my.relay"), rs.rate("my.a1"), rs.rate("my.a2"),
+		rs.x("my.relay", "my.a2"), rs.x("my.relay", "my.a1"), rs.x("my.relay", "my.watermill"), rs.rate("my.watermill"),
+		joinVerdicts(rs.check("my.relay", "my.a2", 0.85, false), rs.check("my.relay", "my.watermill", 2, false)))
+	// 6.
+	w("| 6 | 1 ms publish latency, defaults (PostgreSQL %s backlog): relay vs watermill Forwarder | %s | (row 1) | (row 1) | %s watermill (%s) | keep ≥ 5× | %s |\n",
+		count(*flagSlowRow), rs.rate("pg1ms.relay"), rs.x("pg1ms.relay", "pg1ms.watermill"), rs.rate("pg1ms.watermill"),
+		rs.check("pg1ms.relay", "pg1ms.watermill", 5, false))
+	w("| 6 | same, scale-out: %d relay instances vs 1 | %s | (row 1) | (row 1) | %s one instance | ≥ 3.5× | %s |\n",
+		max(*flagScale, 1), rs.rate("pg1ms.relayN"), rs.x("pg1ms.relayN", "pg1ms.relay"), rs.check("pg1ms.relayN", "pg1ms.relay", 3.5, false))
+
+	w("\nClaim times are the relay's own driver.Claim calls that leased rows, timed around the driver (mean per call over the drain; a Claim that also records earlier results, ClaimParams.Record, counts whole; row 1 drains %s → 0 pending rows, row 2 %s → %s). ",
+		count(*flagRows), count(*flagBigRows), count(*flagBigRows-min(*flagBigPart, *flagBigRows)))
+	w("Row 3: a relay ran over the H rows first (as it would have since the heads failed), then drains %s new rows of 1,000 other keys; clean = H = 0. ", count(drainable))
+	w("Row 4: drain rate = rows sent after the writers stopped / time until none is pending (at most %s). ", *flagChaosDrainMax)
+	w("Row 6: the %d instances are relay.Relay values in one process with distinct InstanceIDs, each with its own driver on one connection pool; every Publish sleeps 1 ms first. ", max(*flagScale, 1))
+	w("\"(row 1)\": the ceilings of those PostgreSQL rows are row 1's.\n")
+	return sb.String()
 }

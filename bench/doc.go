@@ -1,28 +1,68 @@
-// Package bench holds outboxgen's side-by-side benchmark on real PostgreSQL
-// (issue 3, "Benchmark"). Everything lives in _test.go files; the package
-// has no API.
+// Package bench holds outboxgen's relay benchmark on real PostgreSQL and
+// MariaDB (issue 12, "Benchmark"). Everything lives in _test.go files; the
+// package has no API.
 //
-// One run measures, one scenario after another on fresh databases of the
-// same server:
+// BenchmarkOutbox (`make bench`) measures every row of issue 12's table
+// and prints them as one markdown table, each beside what it is compared
+// with, measured in the same run:
 //
-//	(a) the raw SQL ceiling: claim (UPDATE ... WHERE id IN (SELECT ... FOR
-//	    UPDATE SKIP LOCKED) RETURNING) + mark sent of a backlog, no broker;
-//	(b) runtime/relay draining the same backlog to a watermill GoChannel,
-//	    with and without 1 ms of added latency per Publish;
-//	(c) the watermill baseline: watermill-sql v4 (PostgreSQL schema and
-//	    offsets adapters) + components/forwarder draining the same messages
-//	    to the same GoChannel;
-//	(d) commit→publish latency at a steady event rate with each wake-up
-//	    mode of the relay, and what each mode costs the writers.
+//  1. PostgreSQL, -rows (100k) backlog, no publish latency: the relay
+//     (default configuration) against the two raw ceilings a1 and a2;
+//  2. PostgreSQL, -bigrows (1M) backlog, the first -bigdrain (200k) rows:
+//     the same, and the relay's claim time per batch against row 1's;
+//  3. 10k rows of healthy keys drained while H (-held: 5k, 20k, 50k)
+//     pending rows wait behind 500 FAILED heads, against H = 0;
+//  4. the chaos run: 3 relays, 8 writers writing for -chaos-for, a
+//     fraction -chaos-slow (0.5 %) of the publishes taking -chaos-delay
+//     (3 s): rows pending when the writers stop and the drain rate after
+//     that, against the same run without slow publishes;
+//  5. MariaDB, -myrows (50k) backlog: the relay against a1, a2 and
+//     watermill's Forwarder (watermill-sql's MySQL adapters);
+//  6. 1 ms publish latency, -slowrows (20k) backlog: the relay against
+//     watermill's Forwarder, and -scaleout (4) relays against one.
 //
-// It prints a markdown table. Run it with (see the Makefile's bench target):
+// The ceilings run one client, batches of 100, nothing published, and
+// read the columns the relay reads:
 //
-//	source <(scripts/testdb.sh start)
+//	a1: one transaction per batch: SELECT ... FOR UPDATE SKIP LOCKED,
+//	    UPDATE to sent, COMMIT;
+//	a2: a lease (PostgreSQL: UPDATE ... WHERE id IN (SELECT ... FOR UPDATE
+//	    SKIP LOCKED) RETURNING; MariaDB: SELECT ... FOR UPDATE SKIP LOCKED
+//	    and the lease UPDATE in one transaction), then a mark-sent UPDATE:
+//	    two commits, what a lease-based relay must minimally do.
+//
+// Every scenario runs on a fresh database, -rounds (3) times, interleaved
+// (each round runs the scenarios of a row in the reverse order of the
+// round before); the table shows medians, and every ratio is the median of
+// the ratios measured within each round. With -durable (the default) the
+// measured phases run with fsync, synchronous_commit and full_page_writes
+// on (PostgreSQL, ALTER SYSTEM + pg_reload_conf()) and
+// innodb_flush_log_at_trx_commit=1 (MariaDB, SET GLOBAL), not the test
+// servers' fsync=off (scripts/testdb.sh); fills run with the servers' own
+// settings, which are restored at the end. This needs a superuser on
+// PostgreSQL and SUPER on MariaDB, which the test servers' user has. The
+// table prints the settings, the versions, the CPU and the flags.
+//
+// Run it with (see the Makefile's bench target, about 20 minutes):
+//
+//	eval "$(scripts/testdb.sh start)"
 //	go test ./bench -run '^$' -bench '^BenchmarkOutbox$' -benchtime 1x -timeout 60m
 //
-// Flags (after -args): -rows (backlog size, default 100000), -slowrows
-// (backlog of the 1 ms latency runs, default -rows), -rounds (repeat every
-// scenario and report the median), -rate and -latency-for (scenario d),
-// -table FILE (also write the table there). Filter scenarios with the
-// sub-benchmark name, e.g. -bench 'BenchmarkOutbox/b_'.
+// Smaller sizes for a quick look (the table says which were used):
+//
+//	go test ./bench -run '^$' -bench '^BenchmarkOutbox$' -benchtime 1x -args \
+//	    -rounds 1 -rows 20000 -bigrows 200000 -bigdrain 20000 -held 1000,5000 \
+//	    -myrows 10000 -slowrows 5000 -chaos-for 5s
+//
+// Other flags: -keys, -scaleout, -chaos-rate, -chaos-per-tx,
+// -chaos-drain-max, -durable, -table FILE (also write the table there).
+// Filter scenarios with the sub-benchmark name, e.g.
+// -bench 'BenchmarkOutbox/round1/my/'.
+//
+// Focused benchmarks, not part of `make bench`: BenchmarkHeldBack (row 3
+// on PostgreSQL and MariaDB, and the first encounter with the held rows),
+// BenchmarkClaimBacklog (the driver's claim + mark alone at 100k and 1M
+// pending rows beside a1, both dialects) and BenchmarkLatency (commit →
+// publish latency at a steady event rate per wake-up mode of the relay,
+// -rate, -writers, -latency-for).
 package bench

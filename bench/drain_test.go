@@ -1,9 +1,13 @@
 package bench
 
+// Drains of a backlog: the two raw ceilings (a1, a2), the relay and
+// watermill's Forwarder, on PostgreSQL and MariaDB.
+
 import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,295 +25,276 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/relay"
 )
 
-const (
-	groupRaw       = "raw"
-	groupRelaySQL  = "relay-sql"
-	groupRelay     = "relay"
-	groupRelaySlow = "relay-1ms"
-	groupWM        = "watermill"
-	groupWMSlow    = "watermill-1ms"
-
-	rawName          = "a_raw_b100_c1"
-	relayDefaultName = "b_relay_b100_c8"
-	wmName           = "c_watermill"
-	wmSlowName       = "c_watermill_1ms"
-)
-
-type drainScenario struct {
-	name     string // sub-benchmark name
-	group    string
-	title    string
-	settings string
-	slow     bool // 1 ms publish latency: uses -slowrows
-	run      func(b *testing.B, n int) drainResult
-}
-
-func (s drainScenario) rows() int {
-	if s.slow && *flagSlowRows > 0 {
-		return *flagSlowRows
-	}
-	return *flagRows
-}
-
-type drainResult struct {
-	scenario  drainScenario
-	rows      int
-	dur       time.Duration
-	pgVersion string
-}
-
-func (r drainResult) rate() float64 {
-	if r.dur <= 0 {
-		return 0
-	}
-	return float64(r.rows) / r.dur.Seconds()
-}
-
-func drainScenarios() []drainScenario {
-	var out []drainScenario
-	raw := func(batch, clients int) drainScenario {
-		return drainScenario{
-			name:     fmt.Sprintf("a_raw_b%d_c%d", batch, clients),
-			group:    groupRaw,
-			title:    "(a) raw SQL claim+mark, no broker",
-			settings: fmt.Sprintf("batch %d, %d client(s)", batch, clients),
-			run:      func(b *testing.B, n int) drainResult { return runRaw(b, n, batch, clients, rawStatements) },
-		}
-	}
-	out = append(out, raw(100, 1), raw(100, 4))
-	// The relay's own claim and mark statements (package dialect) in the
-	// same loop: the SQL share of the relay's cost, without publishing.
-	out = append(out, drainScenario{
-		name:     "a_relaysql_b100_c1",
-		group:    groupRelaySQL,
-		title:    "(a') relay's claim+mark SQL, no broker",
-		settings: "batch 100, 1 client",
-		run:      func(b *testing.B, n int) drainResult { return runDriverSQL(b, n, 100) },
-	})
-	relayRun := func(batch, conc int, slow bool) drainScenario {
-		sc := drainScenario{
-			name:     fmt.Sprintf("b_relay_b%d_c%d", batch, conc),
-			group:    groupRelay,
-			title:    "(b) outboxgen relay → GoChannel",
-			settings: fmt.Sprintf("BatchSize %d, Concurrency %d", batch, conc),
-			slow:     slow,
-		}
-		if slow {
-			sc.name = fmt.Sprintf("b_relay_1ms_b%d_c%d", batch, conc)
-			sc.group = groupRelaySlow
-			sc.title = "(b) outboxgen relay → GoChannel +1 ms/Publish"
-		}
-		sc.run = func(b *testing.B, n int) drainResult { return runRelay(b, n, batch, conc, slow) }
-		return sc
-	}
-	out = append(out,
-		relayRun(100, 8, false), relayRun(500, 8, false), relayRun(1000, 8, false), relayRun(1000, 32, false),
-	)
-	wm := func(slow bool) drainScenario {
-		sc := drainScenario{
-			name: wmName, group: groupWM, title: "(c) watermill-sql + Forwarder → GoChannel",
-			settings: "watermill defaults (SubscribeBatchSize 100)",
-			slow:     slow,
-		}
-		if slow {
-			sc.name, sc.group, sc.title = wmSlowName, groupWMSlow, "(c) watermill-sql + Forwarder → GoChannel +1 ms/Publish"
-		}
-		sc.run = func(b *testing.B, n int) drainResult { return runWatermill(b, n, slow) }
-		return sc
-	}
-	out = append(out, wm(false))
-	out = append(out,
-		relayRun(100, 8, true), relayRun(100, 32, true), relayRun(500, 32, true), relayRun(1000, 32, true),
-	)
-	out = append(out, wm(true))
-	return out
-}
-
-func pgVersion(b *testing.B, db *sql.DB) string {
-	var v string
-	if err := db.QueryRow("SELECT 'PostgreSQL ' || current_setting('server_version')").Scan(&v); err != nil {
-		b.Fatal(err)
-	}
-	return v
-}
-
 // ---------------------------------------------------------------------------
-// (a) Raw SQL ceiling.
+// The raw ceilings, one client, batches of 100, nothing published. Both
+// read the columns a publisher needs (the relay's Row).
+//
+//	a1: one transaction per batch: SELECT ... FOR UPDATE SKIP LOCKED, UPDATE
+//	    to sent, COMMIT.
+//	a2: what a lease-based relay must minimally do: lease the batch (one
+//	    commit), then mark it sent (a second commit). PostgreSQL: UPDATE ...
+//	    WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING. MariaDB
+//	    has no UPDATE ... RETURNING: SELECT ... FOR UPDATE SKIP LOCKED and
+//	    the lease UPDATE in one transaction.
+
+const rowCols = `id, event_id, biz_type, biz_id, topic, payload_version, payload, headers, retry_count, created_at`
+
+const ceilingBatch = 100
+
+// ceiling is a1 or a2.
+type ceiling string
 
 const (
-	rawClaim = `UPDATE outbox_event SET lease_owner = $1, lease_expires_at = now() + interval '30 seconds', updated_at = now()
-		WHERE id IN (SELECT id FROM outbox_event WHERE status = 0 AND lease_owner IS NULL ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
-		RETURNING id, event_id, biz_type, biz_id, topic, payload_version, payload, headers, retry_count, created_at`
-	rawMark = `UPDATE outbox_event SET status = 1, sent_at = now(), lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-		WHERE id = ANY($1) AND lease_owner = $2 AND status = 0`
+	a1 ceiling = "a1"
+	a2 ceiling = "a2"
 )
 
-// statements returns the claim and the mark-sent statement of one batch.
-type statements func(owner string, batch int) (claim string, claimArgs []any, mark func(ids []int64) (string, []any))
-
-// rawStatements are the two statements above.
-func rawStatements(owner string, batch int) (string, []any, func([]int64) (string, []any)) {
-	return rawClaim, []any{owner, batch}, func(ids []int64) (string, []any) { return rawMark, []any{ids, owner} }
+// inList returns "(p1, p2, ...)" for n placeholders of dialect d starting
+// at $from, and the ids as arguments.
+func inList(d string, from int, ids []int64) (string, []any) {
+	ph := make([]string, len(ids))
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		ph[i] = "?"
+		if d == "postgres" {
+			ph[i] = fmt.Sprintf("$%d", from+i)
+		}
+		args[i] = id
+	}
+	return "(" + strings.Join(ph, ", ") + ")", args
 }
 
-// runDriverSQL drains the backlog through the relay's storage driver
-// (sqldriver: Claim, then MarkSent) with no publishing: the SQL share of
-// the relay's cost.
-func runDriverSQL(b *testing.B, n, batch int) drainResult {
-	db := freshOutbox(b)
-	fillOutbox(b, db, n)
-	drv, err := sqldriver.New(db, testdb.Schema(dialect.Postgres))
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// readRows runs a query returning rowCols and returns the ids, after
+// scanning every column as the relay's driver does.
+func readRows(ctx context.Context, q querier, query string, args ...any) ([]int64, error) {
+	rs, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
-		b.Fatal(err)
+		return nil, err
+	}
+	defer rs.Close()
+	var ids []int64
+	for rs.Next() {
+		var (
+			id                int64
+			eventID, typ, key string
+			top               string
+			version, retries  int
+			payload, headers  []byte
+			created           time.Time
+		)
+		if err := rs.Scan(&id, &eventID, &typ, &key, &top, &version, &payload, &headers, &retries, &created); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rs.Err()
+}
+
+// ceilingBatchOnce drains one batch with a1 or a2 and returns how many
+// rows it took.
+func ceilingBatchOnce(ctx context.Context, db *sql.DB, d string, c ceiling, owner string) (int, error) {
+	now := dialect.Dialect(d).Now()
+	lim := "?"
+	if d == "postgres" {
+		lim = "$1"
+	}
+	if c == a2 && d == "postgres" {
+		ids, err := readRows(ctx, db, `UPDATE outbox_event SET lease_owner = $1, lease_expires_at = now() + interval '30 seconds', updated_at = now()
+			WHERE id IN (SELECT id FROM outbox_event WHERE status = 0 AND lease_owner IS NULL ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
+			RETURNING `+rowCols, owner, ceilingBatch)
+		if err != nil || len(ids) == 0 {
+			return 0, err
+		}
+		_, err = db.ExecContext(ctx, `UPDATE outbox_event SET status = 1, sent_at = now(), lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+			WHERE id = ANY($1) AND lease_owner = $2 AND status = 0`, ids, owner)
+		return len(ids), err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback() //nolint:errcheck
+	where := "status = 0"
+	if c == a2 {
+		where += " AND lease_owner IS NULL"
+	}
+	ids, err := readRows(ctx, tx, `SELECT `+rowCols+` FROM outbox_event WHERE `+where+` ORDER BY id LIMIT `+lim+` FOR UPDATE SKIP LOCKED`, ceilingBatch)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	switch c {
+	case a1:
+		in, args := inList(d, 1, ids)
+		if _, err := tx.ExecContext(ctx, `UPDATE outbox_event SET status = 1, sent_at = `+now+`, updated_at = `+now+` WHERE id IN `+in, args...); err != nil {
+			return 0, err
+		}
+		return len(ids), tx.Commit()
+	default: // a2 on MariaDB
+		in, args := inList(d, 1, ids)
+		if _, err := tx.ExecContext(ctx, `UPDATE outbox_event SET lease_owner = ?, lease_expires_at = NOW(6) + INTERVAL 30 SECOND WHERE id IN `+in, append([]any{owner}, args...)...); err != nil {
+			return 0, err
+		}
+		if err := tx.Commit(); err != nil {
+			return 0, err
+		}
+		_, err := db.ExecContext(ctx, `UPDATE outbox_event SET status = 1, sent_at = NOW(6), lease_owner = NULL, lease_expires_at = NULL
+			WHERE id IN `+in+` AND lease_owner = ? AND status = 0`, append(args, owner)...)
+		return len(ids), err
+	}
+}
+
+// runCeiling fills a fresh database with n pending rows and drains limit
+// of them (0: all) with c; it returns rows/s.
+func runCeiling(b *testing.B, srv *servers, d string, c ceiling, n, limit int) float64 {
+	db := freshOutbox(b, d)
+	srv.fill(b)
+	fillBacklog(b, db, d, n)
+	srv.measure(b)
+	if limit <= 0 || limit > n {
+		limit = n
 	}
 	ctx := context.Background()
 	total := 0
 	start := time.Now()
-	for {
-		rows, err := drv.Claim(ctx, driver.ClaimParams{Owner: "sql-only", Lease: relay.DefaultLeaseDuration, Limit: batch})
+	for total < limit {
+		k, err := ceilingBatchOnce(ctx, db, d, c, "raw-"+string(c))
 		if err != nil {
-			b.Fatalf("claim: %v", err)
+			b.Fatalf("%s %s: %v", d, c, err)
 		}
-		if len(rows) == 0 {
-			break
+		if k == 0 {
+			b.Fatalf("%s %s: drained %d of %d rows", d, c, total, limit)
 		}
-		ids := make([]int64, len(rows))
-		for i, r := range rows {
-			ids[i] = r.ID
-		}
-		if _, err := drv.MarkSent(ctx, "sql-only", ids); err != nil {
-			b.Fatalf("mark sent: %v", err)
-		}
-		total += len(rows)
+		total += k
 	}
-	dur := time.Since(start)
-	if total != n {
-		b.Fatalf("drained %d of %d rows", total, n)
-	}
-	return drainResult{rows: n, dur: dur, pgVersion: pgVersion(b, db)}
-}
-
-// runRaw drains the backlog with a claim and a mark statement in a loop per
-// client: the same row writes as the relay (lease on claim, status on mark)
-// without message building or publishing.
-func runRaw(b *testing.B, n, batch, clients int, stmts statements) drainResult {
-	db := freshOutbox(b)
-	fillOutbox(b, db, n)
-	ctx := context.Background()
-	var total atomic.Int64
-	var wg sync.WaitGroup
-	errc := make(chan error, clients)
-	start := time.Now()
-	for c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			owner := fmt.Sprintf("raw-%d", c)
-			claim, claimArgs, mark := stmts(owner, batch)
-			ids := make([]int64, 0, batch)
-			for {
-				rs, err := db.QueryContext(ctx, claim, claimArgs...)
-				if err != nil {
-					errc <- err
-					return
-				}
-				ids = ids[:0]
-				for rs.Next() {
-					var (
-						id                int64
-						eventID, typ, key string
-						top               string
-						version, retries  int
-						payload, headers  []byte
-						created           time.Time
-					)
-					if err := rs.Scan(&id, &eventID, &typ, &key, &top, &version, &payload, &headers, &retries, &created); err != nil {
-						errc <- err
-						rs.Close()
-						return
-					}
-					ids = append(ids, id)
-				}
-				if err := rs.Err(); err != nil {
-					errc <- err
-					return
-				}
-				rs.Close()
-				if len(ids) == 0 {
-					return
-				}
-				markSQL, markArgs := mark(ids)
-				if _, err := db.ExecContext(ctx, markSQL, markArgs...); err != nil {
-					errc <- err
-					return
-				}
-				total.Add(int64(len(ids)))
-			}
-		}()
-	}
-	wg.Wait()
-	dur := time.Since(start)
-	close(errc)
-	for err := range errc {
-		b.Fatalf("raw drain: %v", err)
-	}
-	if got := total.Load(); got != int64(n) {
-		b.Fatalf("raw drain marked %d of %d rows", got, n)
-	}
-	return drainResult{rows: n, dur: dur, pgVersion: pgVersion(b, db)}
+	return float64(total) / time.Since(start).Seconds()
 }
 
 // ---------------------------------------------------------------------------
-// (b) Our relay.
+// The relay.
 
-func runRelay(b *testing.B, n, batch, conc int, slow bool) drainResult {
-	db := freshOutbox(b)
-	fillOutbox(b, db, n)
-	s := newSink(b, n)
+type relayRun struct {
+	instances int           // relay.Relay values, distinct InstanceIDs (1: one)
+	delay     time.Duration // added to every Publish
+	limit     int           // stop after this many rows were received (0: all)
+}
+
+type relayResult struct {
+	rate      float64 // rows/s
+	claimMean float64 // ms per Claim call that leased rows
+	claimMax  float64 // ms, the slowest of them
+	claims    int
+}
+
+// timedDriver times the Claim calls of the relay (calls that leased no
+// row are not counted: they are the idle polls).
+type timedDriver struct {
+	driver.Driver
+	mu    sync.Mutex
+	n     int
+	total time.Duration
+	max   time.Duration
+}
+
+func (t *timedDriver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
+	t0 := time.Now()
+	rows, err := t.Driver.Claim(ctx, p)
+	d := time.Since(t0)
+	if len(rows) > 0 {
+		t.mu.Lock()
+		t.n++
+		t.total += d
+		t.max = max(t.max, d)
+		t.mu.Unlock()
+	}
+	return rows, err
+}
+
+// runRelay fills a fresh database of dialect d with n pending rows and
+// drains them (or the first rr.limit) with rr.instances relays with the
+// default configuration, publishing to one GoChannel.
+func runRelay(b *testing.B, srv *servers, d string, n int, rr relayRun) relayResult {
+	db := freshOutbox(b, d)
+	srv.fill(b)
+	fillBacklog(b, db, d, n)
+	want := n
+	if rr.limit > 0 && rr.limit < n {
+		want = rr.limit
+	}
+	s := newSink(b, want)
 	var pub message.Publisher = s.pub
-	if slow {
-		pub = slowPublisher{Publisher: s.pub, delay: slowBy}
+	if rr.delay > 0 {
+		pub = slowPublisher{Publisher: s.pub, delay: rr.delay}
 	}
-	drv, err := sqldriver.New(db, testdb.Schema(dialect.Postgres))
-	if err != nil {
-		b.Fatal(err)
+	var timed []*timedDriver
+	var relays []*relay.Relay
+	for i := range max(rr.instances, 1) {
+		drv, err := sqldriver.New(db, testdb.Schema(dialect.Dialect(d)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		td := &timedDriver{Driver: drv}
+		timed = append(timed, td)
+		r, err := relay.New(td, relay.Config{Publisher: pub, InstanceID: fmt.Sprintf("bench-%d", i), Logger: discard})
+		if err != nil {
+			b.Fatal(err)
+		}
+		relays = append(relays, r)
 	}
-	r, err := relay.New(drv, relay.Config{
-		Publisher:   pub,
-		BatchSize:   batch,
-		Concurrency: conc,
-		Logger:      discard,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	srv.measure(b)
 	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
+	runErr := make(chan error, len(relays))
 	start := time.Now()
-	go func() { runErr <- r.Run(ctx) }()
+	for _, r := range relays {
+		go func() { runErr <- r.Run(ctx) }()
+	}
 	s.wait(b, 30*time.Minute)
-	waitDrained(b, db, time.Minute)
+	if want == n {
+		waitDrained(b, db, time.Minute)
+	}
 	dur := time.Since(start)
 	cancel()
-	if err := <-runErr; err != nil {
-		b.Fatalf("relay Run: %v", err)
+	for range relays {
+		if err := <-runErr; err != nil {
+			b.Fatalf("relay Run: %v", err)
+		}
 	}
 	if s.dups > 0 {
 		b.Logf("%d duplicate deliveries", s.dups)
 	}
-	return drainResult{rows: n, dur: dur, pgVersion: pgVersion(b, db)}
+	res := relayResult{rate: float64(want) / dur.Seconds()}
+	var total, mx time.Duration
+	for _, td := range timed {
+		res.claims += td.n
+		total += td.total
+		mx = max(mx, td.max)
+	}
+	if res.claims > 0 {
+		res.claimMean = float64(total.Microseconds()) / 1000 / float64(res.claims)
+		res.claimMax = float64(mx.Microseconds()) / 1000
+	}
+	return res
 }
 
 // ---------------------------------------------------------------------------
-// (c) watermill-sql + watermill Forwarder, configured as watermill documents
-// it (components/forwarder, watermill-sql's PostgreSQL schema and offsets
-// adapters, all defaults).
+// watermill-sql + watermill Forwarder, configured as watermill documents
+// it (components/forwarder, watermill-sql's schema and offsets adapters of
+// the dialect, all defaults).
 
-func runWatermill(b *testing.B, n int, slow bool) drainResult {
-	db := testdb.Open(b, "postgres")
+func watermillAdapters(d string) (wsql.SchemaAdapter, wsql.OffsetsAdapter) {
+	if d == "mysql" {
+		return wsql.DefaultMySQLSchema{}, wsql.DefaultMySQLOffsetsAdapter{}
+	}
+	return wsql.DefaultPostgreSQLSchema{}, wsql.DefaultPostgreSQLOffsetsAdapter{}
+}
+
+func runWatermill(b *testing.B, srv *servers, d string, n int, delay time.Duration) float64 {
+	db := testdb.Open(b, d)
 	logger := watermill.NopLogger{}
-	schema := wsql.DefaultPostgreSQLSchema{}
-	offsets := wsql.DefaultPostgreSQLOffsetsAdapter{}
+	schema, offsets := watermillAdapters(d)
 	sub, err := wsql.NewSubscriber(wsql.BeginnerFromStdSQL(db), wsql.SubscriberConfig{
 		SchemaAdapter:    schema,
 		OffsetsAdapter:   offsets,
@@ -321,17 +306,19 @@ func runWatermill(b *testing.B, n int, slow bool) drainResult {
 	if err := sub.SubscribeInitialize(fwdTopic); err != nil {
 		b.Fatal(err)
 	}
-	fillWatermill(b, db, schema, n)
+	srv.fill(b)
+	fillWatermill(b, db, d, schema, n)
 
 	s := newSink(b, n)
 	var pub message.Publisher = s.pub
-	if slow {
-		pub = slowPublisher{Publisher: s.pub, delay: slowBy}
+	if delay > 0 {
+		pub = slowPublisher{Publisher: s.pub, delay: delay}
 	}
 	fwd, err := forwarder.NewForwarder(sub, pub, logger, forwarder.Config{ForwarderTopic: fwdTopic})
 	if err != nil {
 		b.Fatal(err)
 	}
+	srv.measure(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	runErr := make(chan error, 1)
 	start := time.Now()
@@ -346,14 +333,15 @@ func runWatermill(b *testing.B, n int, slow bool) drainResult {
 	if s.dups > 0 {
 		b.Logf("%d duplicate deliveries", s.dups)
 	}
-	return drainResult{rows: n, dur: dur, pgVersion: pgVersion(b, db)}
+	return float64(n) / dur.Seconds()
 }
 
 // fillWatermill writes n messages the way an application using watermill's
 // forwarder does: a watermill-sql Publisher on the business transaction,
 // wrapped in forwarder.NewPublisher, one message per transaction; 8
-// writers in parallel. Then VACUUM ANALYZE, as for our table.
-func fillWatermill(b *testing.B, db *sql.DB, schema wsql.SchemaAdapter, n int) {
+// writers in parallel. Then the table's statistics are refreshed, as for
+// ours.
+func fillWatermill(b *testing.B, db *sql.DB, d string, schema wsql.SchemaAdapter, n int) {
 	b.Helper()
 	const writers = 8
 	ctx := context.Background()
@@ -381,8 +369,12 @@ func fillWatermill(b *testing.B, db *sql.DB, schema wsql.SchemaAdapter, n int) {
 	for err := range errc {
 		b.Fatalf("fill watermill: %v", err)
 	}
-	if _, err := db.ExecContext(ctx, `VACUUM ANALYZE "watermill_`+fwdTopic+`"`); err != nil {
-		b.Fatalf("vacuum: %v", err)
+	q := `VACUUM ANALYZE "watermill_` + fwdTopic + `"`
+	if d == "mysql" {
+		q = "ANALYZE TABLE `watermill_" + fwdTopic + "`"
+	}
+	if _, err := db.ExecContext(ctx, q); err != nil {
+		b.Fatalf("%s: %v", q, err)
 	}
 }
 

@@ -3,6 +3,11 @@ package bench
 import (
 	"context"
 	"database/sql"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +21,69 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/relay"
 	"github.com/outboxgen/outboxgen/templates"
 )
+
+// BenchmarkLatency: commit→publish latency at a steady event rate with
+// each wake-up mode of the relay, and what each mode costs the writers
+// (the test servers' own settings). It prints its own markdown table; it
+// is not part of `make bench`:
+//
+//	go test ./bench -run '^$' -bench '^BenchmarkLatency$' -benchtime 1x
+
+var (
+	flagRate       = flag.Int("rate", 1000, "BenchmarkLatency: events per second the writers commit")
+	flagWriters    = flag.Int("writers", 16, "BenchmarkLatency: writer goroutines")
+	flagLatencyFor = flag.Duration("latency-for", 12*time.Second, "BenchmarkLatency: how long the writers run per mode")
+)
+
+func BenchmarkLatency(b *testing.B) {
+	if testing.Short() {
+		b.Skip("heavy benchmark; not run with -short")
+	}
+	byMode := map[string][]latencyResult{}
+	var order []latencyMode
+	for range max(*flagRounds, 1) {
+		for _, m := range latencyModes() {
+			b.Run(m.name, func(b *testing.B) {
+				for range b.N {
+					res := runLatency(b, m)
+					if _, ok := byMode[m.name]; !ok {
+						order = append(order, m)
+					}
+					byMode[m.name] = append(byMode[m.name], res)
+					b.ReportMetric(float64(res.pubP50.Microseconds())/1000, "p50-ms")
+					b.ReportMetric(float64(res.pubP99.Microseconds())/1000, "p99-ms")
+					b.ReportMetric(res.txPerSec, "writer-tx/s")
+				}
+			})
+		}
+	}
+	var sb strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
+	w("Commit→publish latency: %d writers commit one event per transaction at %d events/s for %s; latency = subscriber receive time − writer's Commit return time. Relay BatchSize 100, Concurrency 8. Median of %d round(s) by p50.\n\n",
+		*flagWriters, *flagRate, *flagLatencyFor, max(*flagRounds, 1))
+	w("| Wake-up mode | PollInterval | Writers tx/s | Writer tx p50 / p99 (ms) | Writer COMMIT p50 / p99 (ms) | Publish latency p50 / p99 / max (ms) | Lost | p50 < 10 ms, p99 < 50 ms |\n")
+	w("|---|---|---:|---:|---:|---:|---:|---|\n")
+	for _, m := range order {
+		rs := byMode[m.name]
+		sort.Slice(rs, func(i, j int) bool { return rs[i].pubP50 < rs[j].pubP50 })
+		l := rs[len(rs)/2]
+		pubs, poll, lost, target := "—", "—", "—", "—"
+		if m.relay {
+			pubs = fmt.Sprintf("%s / %s / %s", ms(l.pubP50), ms(l.pubP99), ms(l.pubMax))
+			poll, lost = m.poll.String(), fmt.Sprint(l.lost)
+			target = verdict(l.pubP50 < 10*time.Millisecond && l.pubP99 < 50*time.Millisecond)
+		}
+		w("| %s | %s | %.0f | %s / %s | %s / %s | %s | %s | %s |\n", m.title, poll, l.txPerSec,
+			ms(l.txP50), ms(l.txP99), ms(l.commitP50), ms(l.commitP99), pubs, lost, target)
+	}
+	fmt.Println()
+	fmt.Println(sb.String())
+	if *flagTable != "" {
+		if err := os.WriteFile(*flagTable, []byte(sb.String()), 0o644); err != nil {
+			b.Errorf("write -table: %v", err)
+		}
+	}
+}
 
 // latencyMode is one way of waking the relay in scenario (d).
 type latencyMode struct {

@@ -1,0 +1,162 @@
+package bench
+
+// The chaos run (issue 12, row 4): 3 relays (relay.Relay values with
+// distinct InstanceIDs, one process, default configuration but
+// PollInterval 100 ms) drain the outbox while 8 writers insert events
+// through the runtime's outbox writer (outbox.Writer.Insert in their own
+// transactions, -chaos-per-tx events each, as fast as they can or at
+// -chaos-rate events/s) for -chaos-for; then the writers stop and the
+// relays drain what is left. A fraction -chaos-slow of the publishes take
+// -chaos-delay (3 s) instead of nothing; the same run without slow
+// publishes is the reference. Reported: rows pending when the writers
+// stop, how long the drain after that takes (at most -chaos-drain-max) and
+// its rate: rows sent after the writers stopped / drain time.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+
+	"github.com/outboxgen/outboxgen/internal/testdb"
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
+	"github.com/outboxgen/outboxgen/runtime/relay"
+	"github.com/outboxgen/outboxgen/templates"
+)
+
+const (
+	chaosRelays  = 3
+	chaosWriters = 8
+)
+
+// chaosPublisher makes a fraction of the publishes slow.
+type chaosPublisher struct {
+	message.Publisher
+	frac  float64
+	delay time.Duration
+	slow  *atomic.Int64
+}
+
+func (p chaosPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if p.frac > 0 && rand.Float64() < p.frac*float64(len(msgs)) {
+		p.slow.Add(1)
+		time.Sleep(p.delay)
+	}
+	return p.Publisher.Publish(topic, msgs...)
+}
+
+type chaosResult struct {
+	written      int
+	pendingAtEnd int           // pending when the writers stopped
+	drain        time.Duration // writers stopped → nothing pending (or the cap)
+	drained      bool          // false: the cap was reached
+	rate         float64       // rows sent during drain / drain
+	slow         int64         // slow publishes
+}
+
+func runChaos(b *testing.B, srv *servers, slow bool) chaosResult {
+	db := freshOutbox(b, "postgres")
+	db.SetMaxIdleConns(chaosWriters + 2*chaosRelays + 4)
+	pubs := gochannel.NewGoChannel(gochannel.Config{}, nil) // no subscriber: publishes are dropped
+	b.Cleanup(func() { pubs.Close() })
+	var slowCount atomic.Int64
+	pub := chaosPublisher{Publisher: pubs, delay: *flagChaosDelay, slow: &slowCount}
+	if slow {
+		pub.frac = *flagChaosSlow
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runErr := make(chan error, chaosRelays)
+	srv.measure(b)
+	for i := range chaosRelays {
+		drv, err := sqldriver.New(db, testdb.Schema(dialect.Postgres))
+		if err != nil {
+			b.Fatal(err)
+		}
+		r, err := relay.New(drv, relay.Config{Publisher: pub, InstanceID: fmt.Sprintf("chaos-%d", i), PollInterval: 100 * time.Millisecond, Logger: discard})
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() { runErr <- r.Run(ctx) }()
+	}
+
+	w := outbox.MustNewWriter(outbox.Postgres, templates.DefaultTables.Outbox)
+	var (
+		written atomic.Int64
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		werr    error
+	)
+	perTx := max(*flagChaosPerTx, 1)
+	start := time.Now()
+	stop := start.Add(*flagChaosFor)
+	for i := range chaosWriters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; ; k++ {
+				if *flagChaosRate > 0 {
+					// Writer i's k-th transaction is due at this time.
+					at := start.Add(time.Duration((k*chaosWriters+i)*perTx) * time.Second / time.Duration(*flagChaosRate))
+					if d := time.Until(at); d > 0 {
+						time.Sleep(d)
+					}
+				}
+				if !time.Now().Before(stop) {
+					return
+				}
+				tx, err := db.BeginTx(ctx, nil)
+				if err == nil {
+					for j := 0; j < perTx && err == nil; j++ {
+						seq := int(written.Load()) + j
+						_, err = w.Insert(ctx, tx, outbox.Event{Type: "ORDER_PAID", Topic: topic, Key: keyOf(seq*chaosWriters + i), Version: 1,
+							Payload: map[string]any{"order_id": seq, "amount": seq % 1000, "currency": "EUR"}})
+					}
+					if err == nil {
+						err = tx.Commit()
+					} else {
+						tx.Rollback() //nolint:errcheck
+					}
+				}
+				if err != nil {
+					errOnce.Do(func() { werr = err })
+					return
+				}
+				written.Add(int64(perTx))
+			}
+		}()
+	}
+	wg.Wait()
+	if werr != nil {
+		b.Fatalf("writer: %v", werr)
+	}
+	stopped := time.Now()
+	res := chaosResult{written: int(written.Load()), pendingAtEnd: pending(b, db)}
+	left := res.pendingAtEnd
+	deadline := stopped.Add(*flagChaosDrainMax)
+	for left > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		left = pending(b, db)
+	}
+	res.drain = time.Since(stopped)
+	res.drained = left == 0
+	if res.drain > 0 {
+		res.rate = float64(res.pendingAtEnd-left) / res.drain.Seconds()
+	}
+	res.slow = slowCount.Load()
+	cancel()
+	for range chaosRelays {
+		if err := <-runErr; err != nil {
+			b.Fatalf("relay Run: %v", err)
+		}
+	}
+	return res
+}
