@@ -29,6 +29,7 @@ var (
 	flagRounds  = flag.Int("rounds", 3, "run every scenario this many times, interleaved; the table shows medians (ratios: the median of the ratios within each round)")
 	flagDurable = flag.Bool("durable", true, "measure with fsync/synchronous_commit/full_page_writes on (PostgreSQL) and innodb_flush_log_at_trx_commit=1 (MariaDB); false: the test servers' own settings")
 	flagKeys    = flag.Int("keys", 1000, "distinct keys (biz_id) in a backlog, assigned round robin")
+	flagPgx     = flag.Bool("pgx", true, "run the relay on PostgreSQL through pgxdriver (a pgx pool: a claim and the results it records are one round trip); false: sqldriver over database/sql")
 	flagRows    = flag.Int("rows", 100_000, "row 1: PostgreSQL backlog")
 	flagBigRows = flag.Int("bigrows", 1_000_000, "row 2: the big PostgreSQL backlog")
 	flagBigPart = flag.Int("bigdrain", 200_000, "row 2: rows drained of the big backlog (0: all)")
@@ -522,7 +523,11 @@ func scaleTable(rs results, started time.Time, took time.Duration, load, pgDesc,
 		w("Those settings hold during the measured phases only (fills run with the test servers' fsync=off / innodb_flush_log_at_trx_commit=0). ")
 	}
 	w("Medians of %d interleaved rounds; every ratio is the median of the ratios measured within each round, [lowest–highest] of the rounds after it (took %s; load average %s at the start, %s at the end). ", len(rs), took.Round(time.Second), load, loadAvg())
-	w("Backlogs: %d keys round robin, ~60-byte JSON payloads; the relay runs with its defaults (BatchSize 100, Concurrency 8) and publishes to a watermill GoChannel. ", max(*flagKeys, 1))
+	pgDriver := "sqldriver (database/sql, pgx stdlib)"
+	if *flagPgx {
+		pgDriver = "pgxdriver (a pgx pool)"
+	}
+	w("Backlogs: %d keys round robin, ~60-byte JSON payloads; the relay runs with its defaults (BatchSize 100, Concurrency 8), on PostgreSQL through %s, and publishes to a watermill GoChannel. ", max(*flagKeys, 1), pgDriver)
 	w("Ceilings, one client, batches of 100, nothing published, reading the columns the relay reads: **a1** one transaction per batch (SELECT … FOR UPDATE SKIP LOCKED, UPDATE to sent, COMMIT); **a2** a lease (PostgreSQL: UPDATE … WHERE id IN (SELECT … SKIP LOCKED) RETURNING; MariaDB, which has no UPDATE … RETURNING: SELECT … FOR UPDATE SKIP LOCKED + the lease UPDATE in one transaction), then a mark-sent UPDATE: two commits.\n\n")
 
 	w("| # | scenario | outboxgen relay | a1 | a2 | result (ratios within a round) | wanted | verdict |\n")

@@ -7,6 +7,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,10 +18,12 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/driver/pgxdriver"
 	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
 	"github.com/outboxgen/outboxgen/runtime/relay"
 )
@@ -213,6 +216,37 @@ func (t *timedDriver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver
 	return rows, err
 }
 
+// benchDriver is the relay's driver on db: pgxdriver over a pool of its
+// own on PostgreSQL with -pgx, sqldriver otherwise.
+func benchDriver(b *testing.B, db *sql.DB, d string) driver.Driver {
+	if d == "postgres" && *flagPgx {
+		var name string
+		if err := db.QueryRow("SELECT current_database()").Scan(&name); err != nil {
+			b.Fatal(err)
+		}
+		cfg, err := pgxpool.ParseConfig(os.Getenv("OUTBOXGEN_TEST_POSTGRES_DSN"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.ConnConfig.Database = name // db's fresh database
+		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(pool.Close)
+		drv, err := pgxdriver.New(pool, testdb.Schema(dialect.Postgres))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return drv
+	}
+	drv, err := sqldriver.New(db, testdb.Schema(dialect.Dialect(d)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return drv
+}
+
 // runRelay fills a fresh database of dialect d with n pending rows and
 // drains them (or the first rr.limit) with rr.instances relays with the
 // default configuration, publishing to one GoChannel.
@@ -232,10 +266,7 @@ func runRelay(b *testing.B, srv *servers, d string, n int, rr relayRun) relayRes
 	var timed []*timedDriver
 	var relays []*relay.Relay
 	for i := range max(rr.instances, 1) {
-		drv, err := sqldriver.New(db, testdb.Schema(dialect.Dialect(d)))
-		if err != nil {
-			b.Fatal(err)
-		}
+		drv := benchDriver(b, db, d)
 		td := &timedDriver{Driver: drv}
 		timed = append(timed, td)
 		r, err := relay.New(td, relay.Config{Publisher: pub, InstanceID: fmt.Sprintf("bench-%d", i), Logger: discard})
