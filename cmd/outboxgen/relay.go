@@ -121,7 +121,7 @@ func newProcFlags(cmd, synopsis string, groups int, stderr io.Writer) *procFlags
 	}
 	if groups&groupPublish != 0 {
 		fl.IntVar(&p.batchSize, "batch-size", relay.DefaultBatchSize, fmt.Sprintf("most rows claimed per poll (1 to %d)", relay.MaxBatchSize))
-		fl.IntVar(&p.concurrency, "concurrency", relay.DefaultConcurrency, "keys published at once (a key's events are always one at a time; a publish running past 250ms frees its slot)")
+		fl.IntVar(&p.concurrency, "concurrency", relay.DefaultConcurrency, "keys published at once (a key's events are always one at a time; a publish running 8x the typical one, 2ms to 250ms, frees its slot)")
 		fl.IntVar(&p.maxAttempts, "max-attempts", relay.DefaultMaxAttempts, "failed publishes after which a row is marked FAILED")
 		fl.DurationVar(&p.lease, "lease-duration", relay.DefaultLeaseDuration, "how long claimed rows stay reserved (extended while publishing); also how long a crashed instance's rows wait")
 		fl.DurationVar(&p.shutdown, "shutdown-timeout", relay.DefaultShutdownTimeout, "on SIGTERM, keep publishing the batch in hand this long (shorter than -lease-duration)")

@@ -49,8 +49,9 @@ const (
 	MaxBatchSize = dialect.MaxInList
 	// MaxRowsInFlight bounds Config.MaxInFlight.
 	MaxRowsInFlight = 100 * MaxBatchSize
-	// SlowPublish is how long a publish runs before it stops counting
-	// against Config.Concurrency.
+	// SlowPublish is the longest a publish runs before it stops counting
+	// against Config.Concurrency: eight times the recent typical publish
+	// (at least 2ms), at most this.
 	SlowPublish = 250 * time.Millisecond
 	// MaxInstanceID is the longest InstanceID (the lease_owner column).
 	MaxInstanceID = instanceid.Max
@@ -104,9 +105,10 @@ type Config struct {
 
 	// Concurrency is the number of keys published at once (default 8).
 	// Events of one ordered key are always published one at a time. A
-	// publish still running after SlowPublish stops counting against it,
-	// so a few slow publishes do not take every slot: publishes past
-	// SlowPublish go on beside up to Concurrency others, so at most
+	// publish running eight times longer than the recent typical one (at
+	// least 2ms, at most SlowPublish) stops counting against it, so a few
+	// slow publishes do not take every slot: slow publishes go on beside
+	// up to Concurrency others, so at most
 	// MaxInFlight publishes run at once against a struggling broker.
 	// Bound the publisher's own timeout (natsjs PublishTimeout, the kafka
 	// package's producer timeouts): a publish that never returns keeps its

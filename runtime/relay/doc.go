@@ -60,7 +60,8 @@
 // at the key's first failure (the rest of that key is released unpublished).
 // A key whose oldest event is retrying or FAILED holds back that key only;
 // other keys keep flowing and are published concurrently (Concurrency; a
-// publish still running after SlowPublish gives its slot to another key).
+// publish running eight times the typical one, at most SlowPublish, gives
+// its slot to another key).
 // A hot key is not limited to one event per poll. Pipelining keeps this:
 // a key's rows stay leased until their results are recorded, and no claim
 // leases a row while an older unsent row of its key is leased.

@@ -6,8 +6,8 @@ package relay
 // and lease extensions, so a recording never races a heartbeat. Claimed
 // rows are grouped into units (one ordered key's rows, or one unordered
 // row), each published by its own goroutine; Concurrency slots bound the
-// publishes running, and a publish still running after SlowPublish gives
-// its slot back. Units report to the loop as they finish, and their
+// publishes running, and a publish running eight times the typical one
+// (at most SlowPublish) gives its slot back. Units report to the loop as they finish, and their
 // results are recorded with the next claim, in its transaction (one
 // commit), or alone when no claim is due. The loop claims again while
 // fewer than MaxInFlight rows are leased and unrecorded and the units
@@ -78,7 +78,33 @@ type flow struct {
 	queued atomic.Int64
 	kick   chan struct{}
 	batch  int64
+	avg    atomic.Int64 // typical publish duration, ns (see slowAfter)
 }
+
+// slowAfter is how long a publish holds its slot before it counts as
+// slow and gives the slot back: eight times the recent typical publish
+// (an average of durations each capped at the threshold of its time, so
+// a few very slow publishes do not raise it), at least minSlow, at most
+// SlowPublish.
+func (f *flow) slowAfter() time.Duration {
+	return min(max(8*time.Duration(f.avg.Load()), minSlow), SlowPublish)
+}
+
+// observe feeds a publish's duration into the average slowAfter uses.
+func (f *flow) observe(d time.Duration) {
+	d = min(d, f.slowAfter())
+	for {
+		old := f.avg.Load()
+		next := old + (int64(d)-old)/16
+		if f.avg.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// minSlow is the shortest slowAfter: below it a publish never gives its
+// slot back.
+const minSlow = 2 * time.Millisecond
 
 // started notes that a unit of n rows got its first slot (or gave up).
 func (f *flow) started(n int) {

@@ -378,7 +378,7 @@ func (r *Relay) publishUnit(ctx context.Context, abandon <-chan struct{}, f *flo
 			res.release = rowIDsOf(unit[i:])
 			return
 		}
-		err := r.publishRow(ctx, abandon, slots, rw)
+		err := r.publishRow(ctx, abandon, f, rw)
 		if errors.Is(err, errAbandoned) {
 			r.log.WarnContext(ctx, "publish still running at the shutdown timeout: abandoned; the row stays leased until its lease lapses, then it is published again",
 				slog.Int64("id", rw.ID), slog.String("event_id", rw.EventID), slog.String("key", rw.Key), slog.String("topic", rw.Topic))
@@ -451,16 +451,16 @@ func (r *Relay) message(ctx context.Context, rw driver.Row) (*message.Message, e
 	return msg, nil
 }
 
-// publishRow publishes one row, holding a slot (taken by the caller) until
-// it returns or has run for SlowPublish, whichever comes first; a
-// panicking publisher counts as a failure. The publisher runs in its own
-// goroutine so that a publish that never returns can be abandoned
+// publishRow publishes one row, holding a slot of f (taken by the
+// caller) until it returns or has run for f.slowAfter, whichever comes
+// first; a panicking publisher counts as a failure. The publisher runs in
+// its own goroutine so that a publish that never returns can be abandoned
 // (errAbandoned) when abandon is closed.
-func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, slots chan struct{}, rw driver.Row) error {
+func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow, rw driver.Row) error {
 	held := true
 	defer func() {
 		if held {
-			<-slots
+			<-f.slots
 		}
 	}()
 	msg, err := r.message(ctx, rw)
@@ -476,15 +476,17 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, slots c
 		}()
 		res <- r.opts.Publisher.Publish(rw.Topic, msg)
 	}()
-	slow := time.NewTimer(SlowPublish)
+	start := time.Now()
+	slow := time.NewTimer(f.slowAfter())
 	defer slow.Stop()
 	for {
 		select {
 		case err := <-res:
+			f.observe(time.Since(start))
 			return err
 		case <-slow.C:
 			held = false
-			<-slots // a slow publish lets another key go meanwhile
+			<-f.slots // a slow publish lets another key go meanwhile
 		case <-abandon:
 			select {
 			case err := <-res: // it did finish
