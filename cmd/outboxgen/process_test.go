@@ -292,9 +292,15 @@ func (s *syncBuffer) String() string {
 // running, and its logs are shown when the test fails.
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, nil, args...)
+}
+
+// startEnv is start with extra environment variables (KEY=value).
+func startEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{cmd: exec.Command(outboxgenBinary(t), args...), stderr: &syncBuffer{}, stdout: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stderr, p.cmd.Stdout = p.stderr, p.stdout
-	p.cmd.Env = cleanEnv()
+	p.cmd.Env = append(cleanEnv(), env...)
 	p.cmd.Dir = t.TempDir() // no events.yaml there: default tables
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -315,11 +321,11 @@ func start(t *testing.T, args ...string) *proc {
 }
 
 // cleanEnv is the environment without OUTBOXGEN_ settings that would
-// change the commands' flags.
+// change the commands' flags, and without OTEL_ settings (tracing).
 func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "OUTBOXGEN_") {
+		if strings.HasPrefix(kv, "OUTBOXGEN_") || strings.HasPrefix(kv, "OTEL_") {
 			continue
 		}
 		env = append(env, kv)

@@ -476,6 +476,11 @@ func (p *procFlags) serve(stdout, stderr io.Writer) error {
 		return err
 	}
 	defer s.stop()
+	stopTracing, err := installTracing(ctx, p.cmd, s.log)
+	if err != nil {
+		return p.failf("%v", err)
+	}
+	defer stopTracing()
 	r, err := runner.New(s.db.Driver, s.cfg)
 	if err != nil {
 		return p.failf("%v", err)
@@ -519,6 +524,11 @@ func (p *procFlags) oncePass(stdout, stderr io.Writer) error {
 		return err
 	}
 	defer s.stop()
+	stopTracing, err := installTracing(ctx, p.cmd, s.log)
+	if err != nil {
+		return p.failf("%v", err)
+	}
+	defer stopTracing()
 	p.logStarted(s, []string{p.cmd})
 	start := time.Now()
 	switch p.cmd {

@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
@@ -86,9 +87,16 @@ type Config struct {
 	// the router's logger (message.Router.Logger), so that a consumer logs
 	// where its router does.
 	Logger *slog.Logger
-	// MeterProvider makes the outboxgen.inbox.deliveries counter. Default:
+	// MeterProvider makes the consumer's instruments: the counter
+	// outboxgen.inbox.deliveries and the histograms
+	// outboxgen.inbox.handler.duration and outboxgen.inbox.lag. Default:
 	// the global OpenTelemetry provider (a no-op unless one is installed).
 	MeterProvider metric.MeterProvider
+	// TracerProvider makes the consumer span of each delivery ("process
+	// <topic>", a child of the context the relay injected into the
+	// message). Default: the global OpenTelemetry provider (a no-op unless
+	// one is installed).
+	TracerProvider trace.TracerProvider
 }
 
 // setDefaults fills the zero fields of c for the consumer named consumer.
@@ -111,6 +119,9 @@ func (c *Config) setDefaults(consumer string) {
 	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
 	}
 }
 

@@ -92,7 +92,24 @@
 // MaxAttempts; attribute error_class says which: connection,
 // permission_denied, missing_table, resources, shutdown, read_only,
 // timeout) and busy (one attempt that found the SQLite database locked,
-// likewise). Alert on infrastructure > 0.
+// likewise), plus poisoned (a delivery that went to the poison topic,
+// counted once next to its last attempt's failed or permanent). The
+// histograms outboxgen.inbox.handler.duration (one attempt, by consumer,
+// event_type and outcome) and outboxgen.inbox.lag (from the event's
+// created_at to its processing) complete them. Alert on infrastructure > 0
+// and poisoned > 0.
+//
+// Tracing: each delivery runs in a consumer span "process <topic>" whose
+// parent (and link) is the trace context the relay injected into the
+// message (W3C traceparent, tracestate, baggage), so one trace runs from
+// the request that wrote the event through the relay to the handler,
+// whose ctx carries the span. The span holds the messaging attributes
+// (messaging.system, messaging.destination.name, messaging.message.id,
+// messaging.consumer.group.name), the outcome (outboxgen.outcome:
+// processed, duplicate, stale, unhandled, failed, permanent, poisoned), the
+// number of attempts (outboxgen.attempt), and each failed attempt's error
+// as an exception event. Config.TracerProvider, default the global one (a
+// no-op unless installed).
 package inbox
 
 import (
@@ -110,7 +127,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
@@ -267,13 +283,9 @@ func RegisterStore[T any](r *message.Router, sub message.Subscriber, s Store[T],
 	if err != nil {
 		return err
 	}
-	counter, err := o.MeterProvider.Meter("github.com/outboxgen/outboxgen/runtime/inbox").Int64Counter(
-		"outboxgen.inbox.deliveries",
-		metric.WithDescription("Message deliveries handled by outboxgen consumers, by outcome."),
-		metric.WithUnit("{delivery}"),
-	)
+	in, err := newInstruments(o, sub)
 	if err != nil {
-		return fmt.Errorf("inbox: counter: %w", err)
+		return fmt.Errorf("inbox: instruments: %w", err)
 	}
 
 	byTopic := map[string]map[string]Route[T]{}
@@ -340,12 +352,14 @@ func RegisterStore[T any](r *message.Router, sub message.Subscriber, s Store[T],
 
 	for _, topic := range topics {
 		h := &handler[T]{
-			name: c.Name, store: s, q: q, routes: byTopic[topic], counter: counter,
+			name: c.Name, store: s, q: q, routes: byTopic[topic], in: in,
 			backoff: o.RetryInitialInterval, maxBackoff: o.RetryMaxInterval,
 			logger: logger,
 		}
 		wh := r.AddConsumerHandler(c.Name+"/"+topic, topic, sub, h.handle)
-		wh.AddMiddleware(mws...)
+		// The span middleware runs outermost: one span per delivery,
+		// around every attempt and the poison queue.
+		wh.AddMiddleware(append([]message.HandlerMiddleware{in.middleware(c.Name, topic)}, mws...)...)
 	}
 	return nil
 }
@@ -433,11 +447,11 @@ func fatalOnly(err error, consumer, table string) error {
 
 // handler handles the messages of one topic for one consumer.
 type handler[T any] struct {
-	name    string
-	store   Store[T]
-	q       *dialect.InboxQueries
-	routes  map[string]Route[T]
-	counter metric.Int64Counter
+	name   string
+	store  Store[T]
+	q      *dialect.InboxQueries
+	routes map[string]Route[T]
+	in     *instruments
 
 	// Infrastructure failures (SQLITE_BUSY among them) are retried in
 	// place, waiting backoff, doubling up to maxBackoff.
@@ -466,11 +480,7 @@ const (
 )
 
 func (h *handler[T]) count(ctx context.Context, eventType, outcome string, attrs ...attribute.KeyValue) {
-	h.counter.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(append([]attribute.KeyValue{
-		attribute.String("consumer", h.name),
-		attribute.String("event_type", eventType),
-		attribute.String("outcome", outcome),
-	}, attrs...)...))
+	h.in.count(ctx, h.name, eventType, outcome, attrs...)
 }
 
 func (h *handler[T]) handle(msg *message.Message) error {
@@ -479,24 +489,28 @@ func (h *handler[T]) handle(msg *message.Message) error {
 
 func (h *handler[T]) handleMessage(msg *message.Message) (err error) {
 	ctx := msg.Context()
+	start := time.Now()
 	m, err := outbox.ParseMeta(msg.Metadata, msg.UUID)
 	if err != nil {
-		h.count(ctx, msg.Metadata.Get(outbox.MetadataType), OutcomePermanent)
-		return Permanent(err)
+		err = Permanent(err)
+		h.settle(ctx, start, msg.Metadata.Get(outbox.MetadataType), time.Time{}, OutcomePermanent, err)
+		return err
 	}
 	rt, ok := h.routes[m.Type]
 	if !ok {
 		// Another type sharing the topic: not this consumer's business.
-		h.count(ctx, m.Type, OutcomeUnhandled)
+		h.settle(ctx, start, m.Type, m.CreatedAt, OutcomeUnhandled, nil)
 		return nil
 	}
 	if err := checkFits(m); err != nil {
-		h.count(ctx, m.Type, OutcomePermanent)
-		return Permanent(err)
+		err = Permanent(err)
+		h.settle(ctx, start, m.Type, m.CreatedAt, OutcomePermanent, err)
+		return err
 	}
 	if rt.LatestOnly && (m.Sequence <= 0 || m.Key == "") {
-		h.count(ctx, m.Type, OutcomePermanent)
-		return Permanent(fmt.Errorf("inbox: %s event %s is latest_only but has no %q and %q metadata to order it by", m.Type, m.EventID, outbox.MetadataSequence, outbox.MetadataKey))
+		err := Permanent(fmt.Errorf("inbox: %s event %s is latest_only but has no %q and %q metadata to order it by", m.Type, m.EventID, outbox.MetadataSequence, outbox.MetadataKey))
+		h.settle(ctx, start, m.Type, m.CreatedAt, OutcomePermanent, err)
+		return err
 	}
 	outcome, err := h.run(ctx, rt, msg.Payload, m)
 	for wait := h.backoff; err != nil && !errors.Is(err, ErrPermanent); wait = min(2*wait, h.maxBackoff) {
@@ -513,6 +527,7 @@ func (h *handler[T]) handleMessage(msg *message.Message) (err error) {
 			// redeliver later.
 			return &infraError{err: fmt.Errorf("%w (stopped waiting: %w)", err, werr)}
 		}
+		start = time.Now() // the handler duration is one attempt's, not the waits'
 		outcome, err = h.run(ctx, rt, msg.Payload, m)
 	}
 	if err != nil {
@@ -522,7 +537,7 @@ func (h *handler[T]) handleMessage(msg *message.Message) (err error) {
 			outcome = OutcomeFailed
 		}
 	}
-	h.count(ctx, m.Type, outcome)
+	h.settle(ctx, start, m.Type, m.CreatedAt, outcome, err)
 	return err
 }
 

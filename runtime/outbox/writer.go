@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
 )
 
 // Execer is what Writer.Insert needs from a transaction: *sql.Tx has both
@@ -81,7 +84,8 @@ type Writer struct {
 	insert      string
 	insertIfNew string
 	identity    string
-	maxMessage  int // cap of payload + headers bytes; <= 0: none
+	maxMessage  int                           // cap of payload + headers bytes; <= 0: none
+	propagator  propagation.TextMapPropagator // nil: no trace context stored
 }
 
 // NewWriter returns a Writer for table in dialect d. Its message size cap
@@ -100,6 +104,7 @@ func NewWriter(d Dialect, table string, opts ...WriterOption) (*Writer, error) {
 		insertIfNew: d.InsertEvent(table, true),
 		identity:    d.EventIdentity(table),
 		maxMessage:  MaxMessageSize,
+		propagator:  telemetry.TraceContext,
 	}
 	for _, opt := range opts {
 		opt(w)
@@ -221,7 +226,14 @@ func (w *Writer) Exec(ctx context.Context, tx Tx, st Statement) error {
 // not be stored, published or consumed (see the limits next to
 // MaxHeadersSize): any error leaves the caller's transaction untouched and
 // usable.
+//
+// Prepare stores no trace context: Insert and InsertTx do (see
+// WithTracePropagator).
 func (w *Writer) Prepare(ev Event, opts ...InsertOption) (Statement, error) {
+	return w.prepare(ev, nil, opts...)
+}
+
+func (w *Writer) prepare(ev Event, trace map[string]string, opts ...InsertOption) (Statement, error) {
 	var o insertOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -254,6 +266,7 @@ func (w *Writer) Prepare(ev Event, opts ...InsertOption) (Statement, error) {
 	if err != nil {
 		return Statement{}, fmt.Errorf("outbox: marshal %s payload: %w", ev.Type, err)
 	}
+	o.headers = withTrace(o.headers, trace, len(payload), w.maxMessage)
 	var headers any // NULL when there are none
 	headersSize := 0
 	if len(o.headers) > 0 {
@@ -320,12 +333,13 @@ func (w *Writer) InsertTx(ctx context.Context, tx Tx, ev Event, opts ...InsertOp
 	if w == nil {
 		return EventID{}, ErrNilWriter
 	}
-	st, err := w.Prepare(ev, opts...)
+	st, err := w.prepare(ev, telemetry.Headers(ctx, w.propagator), opts...)
 	if err != nil {
 		return EventID{}, err
 	}
 	if err := w.Exec(ctx, tx, st); err != nil {
 		return EventID{}, err
 	}
+	written(ctx, st)
 	return st.ID, nil
 }

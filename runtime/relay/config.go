@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
@@ -191,6 +193,17 @@ type Config struct {
 
 	// Logger receives structured logs (default slog.Default()).
 	Logger *slog.Logger
+
+	// TracerProvider makes the producer span of each publish ("send
+	// <topic>", a child of the span that wrote the event, linked to it),
+	// whose context goes into the message for the consumer. Default: the
+	// global OpenTelemetry provider (a no-op unless installed; the
+	// writer's trace context then passes through unchanged).
+	TracerProvider trace.TracerProvider
+	// MeterProvider makes the relay's instruments (outboxgen.relay.*, see
+	// telemetry.go). Default: the global OpenTelemetry provider; the
+	// runner passes its own.
+	MeterProvider metric.MeterProvider
 }
 
 func (o *Config) setDefaults() {

@@ -440,6 +440,7 @@ func (p *pipeline) claim(limit int) error {
 	if len(rows) > 0 {
 		p.startBatch(rows, claimedAt, probe)
 	}
+	r.observeClaim(claimedAt, len(rows), len(p.leased))
 	return nil
 }
 
@@ -491,6 +492,7 @@ func (p *pipeline) recorded(rec *driver.Results, got driver.Recorded) {
 		r.log.WarnContext(p.ctx, "lease lost before recording failures", slog.Int("failures", len(rec.Failures)), slog.Int64("recorded", got.Retried))
 	}
 	p.uncertain = false
+	r.observeRecorded(rec, got, len(p.leased))
 	r.reportFailed(p.ctx, rec.Failures, got.Failed)
 	r.log.DebugContext(p.ctx, "results recorded", slog.Int("sent", len(rec.Sent)),
 		slog.Int("failed", len(rec.Failures)), slog.Int("released", len(rec.Release)))
@@ -540,6 +542,7 @@ func (p *pipeline) failed(err error) {
 func (p *pipeline) startBatch(rows []driver.Row, claimedAt time.Time, probe bool) {
 	r := p.r
 	ctx, stop := context.WithCancelCause(p.pubCtx)
+	ctx = withBatchSize(ctx, len(rows)) // for the send spans
 	b := &batch{ctx: ctx, stop: stop, probe: probe, claimed: len(rows)}
 	// Ids another batch of this relay held are this batch's from now on
 	// (see take).

@@ -17,6 +17,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
 	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
+	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/runtime/redact"
 )
@@ -65,6 +66,7 @@ type Relay struct {
 	unordered     map[string]bool
 	unorderedList []string
 	wake          chan struct{}
+	tel           *telemetry.Relay // spans and metrics (telemetry.go)
 
 	// running is held by Run and RunOnce: one loop per Relay.
 	running sync.Mutex
@@ -104,6 +106,11 @@ func New(drv driver.Driver, opts Config) (*Relay, error) {
 	for _, u := range unordered {
 		r.unordered[u] = true
 	}
+	tel, err := newTelemetry(opts)
+	if err != nil {
+		return nil, fmt.Errorf("relay: telemetry: %w", err)
+	}
+	r.tel = tel
 	return r, nil
 }
 
@@ -456,7 +463,7 @@ func (r *Relay) message(ctx context.Context, rw driver.Row) (*message.Message, e
 // first; a panicking publisher counts as a failure. The publisher runs in
 // its own goroutine so that a publish that never returns can be abandoned
 // (errAbandoned) when abandon is closed.
-func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow, rw driver.Row) error {
+func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow, rw driver.Row) (err error) {
 	held := true
 	defer func() {
 		if held {
@@ -464,6 +471,8 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 		}
 	}()
 	msg, err := r.message(ctx, rw)
+	end := r.startSend(ctx, msg, rw) // the producer span (telemetry.go)
+	defer func() { end(err) }()
 	if err != nil {
 		return err
 	}

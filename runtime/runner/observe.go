@@ -52,6 +52,7 @@ type counters struct {
 	failed   metric.Int64Counter
 	released metric.Int64Counter
 	dbErrors metric.Int64Counter
+	deleted  metric.Int64Counter
 }
 
 func newCounters(m metric.Meter) (*counters, error) {
@@ -70,6 +71,10 @@ func newCounters(m metric.Meter) (*counters, error) {
 	if err == nil {
 		c.dbErrors, err = m.Int64Counter("outboxgen.database.errors", metric.WithUnit("{error}"),
 			metric.WithDescription("Database calls of the runtime that failed (not counting cancellation at shutdown)."))
+	}
+	if err == nil {
+		c.deleted, err = m.Int64Counter("outboxgen.janitor.deleted", metric.WithUnit("{row}"),
+			metric.WithDescription("Rows the janitor deleted: sent outbox rows (target outbox; archived when moved to the archive table) and inbox records (target inbox)."))
 	}
 	return &c, err
 }
@@ -195,17 +200,27 @@ func (o observed) Stats(ctx context.Context, staleAfter time.Duration) (driver.S
 func (o observed) DeleteSent(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
 	n, err := o.Driver.DeleteSent(ctx, olderThan, limit)
 	o.done(ctx, "delete_sent", err)
+	o.deletedRows(n, "outbox", false)
 	return n, err
 }
 
 func (o observed) ArchiveSent(ctx context.Context, archive string, olderThan time.Duration, limit int) (int64, error) {
 	n, err := o.Driver.ArchiveSent(ctx, archive, olderThan, limit)
 	o.done(ctx, "archive_sent", err)
+	o.deletedRows(n, "outbox", true)
 	return n, err
 }
 
 func (o observed) DeleteInbox(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
 	n, err := o.Driver.DeleteInbox(ctx, olderThan, limit)
 	o.done(ctx, "delete_inbox", err)
+	o.deletedRows(n, "inbox", false)
 	return n, err
+}
+
+// deletedRows counts rows the janitor deleted (or archived) from target.
+func (o observed) deletedRows(n int64, target string, archived bool) {
+	if n > 0 {
+		o.c.deleted.Add(context.Background(), n, metric.WithAttributes(attribute.String("target", target), attribute.Bool("archived", archived)))
+	}
 }

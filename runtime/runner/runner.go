@@ -18,8 +18,11 @@
 // The HTTP server answers:
 //
 //   - /metrics: the Prometheus exposition of the runtime's OpenTelemetry
-//     metrics (the monitor's gauges, the runner's row counters) from a
-//     private MeterProvider and registry, plus Go and process metrics;
+//     metrics (the monitor's gauges, the relay's and sweeper's instruments
+//     by event type and topic, the runner's row counters and the janitor's
+//     outboxgen.janitor.deleted) from a private MeterProvider and registry,
+//     plus Go and process metrics; deploy/observability holds a Grafana
+//     dashboard and alert rules over them;
 //   - /healthz: 200 while the process runs (liveness);
 //   - /readyz: 200 once the start-up check (driver Check of the outbox
 //     table) passed and while the database answers: the last database call
@@ -205,6 +208,9 @@ func (r *Runner) build(drv driver.Driver, c *counters) error {
 		if rc.Logger == nil {
 			rc.Logger = cfg.Logger
 		}
+		if rc.MeterProvider == nil {
+			rc.MeterProvider = r.provider
+		}
 		rl, err := relay.New(observe(drv, r.health, c, "relay"), rc)
 		if err != nil {
 			return err
@@ -218,6 +224,9 @@ func (r *Runner) build(drv driver.Driver, c *counters) error {
 		}
 		if sc.Logger == nil {
 			sc.Logger = cfg.Logger
+		}
+		if sc.MeterProvider == nil {
+			sc.MeterProvider = r.provider
 		}
 		s, err := sweeper.New(observe(drv, r.health, c, "sweeper"), sc)
 		if err != nil {

@@ -30,6 +30,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
@@ -90,6 +92,13 @@ type Config struct {
 
 	// Logger receives structured logs (default slog.Default()).
 	Logger *slog.Logger
+
+	// TracerProvider and MeterProvider go to the sweeper's relay (see
+	// relay.Config): its publishes are traced like the relay's (with
+	// outboxgen.sweeper=true) and counted in the relay's metrics and in
+	// outboxgen.sweeper.rescued. Default: the global providers.
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
 }
 
 // setDefaults fills the zero fields the sweeper itself uses; relay.New
@@ -167,6 +176,8 @@ func New(drv driver.Driver, opts Config) (*Sweeper, error) {
 		OverdueAfter:       opts.OverdueAfter,
 		OnFailed:           opts.OnFailed,
 		Logger:             log,
+		TracerProvider:     opts.TracerProvider,
+		MeterProvider:      opts.MeterProvider,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sweeper: %w", err)
