@@ -110,13 +110,36 @@ func readBase(file, against string) (*spec.Spec, error) {
 		return nil, fmt.Errorf("unknown git revision %q (fetch it first, e.g. git fetch origin main)", rev)
 	}
 	if _, err := git(root, "cat-file", "-e", rev+":"+rel); err != nil {
-		return nil, errNoBase
+		// Renamed or moved since rev? Then rev's file is the base: a
+		// rename must not turn the check into a pass.
+		old, ok := renamedFrom(root, rev, rel)
+		if !ok {
+			return nil, errNoBase
+		}
+		rel = old
 	}
 	data, err := git(root, "show", rev+":"+rel)
 	if err != nil {
 		return nil, err
 	}
 	return spec.Parse(rev+":"+rel, data)
+}
+
+// renamedFrom returns the path in rev of the file now at rel, when git
+// sees it as renamed (or copied) since rev, counting uncommitted changes
+// too.
+func renamedFrom(root, rev, rel string) (string, bool) {
+	out, err := git(root, "diff", "--name-status", "-M", "-C", "--end-of-options", rev)
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) == 3 && (strings.HasPrefix(f[0], "R") || strings.HasPrefix(f[0], "C")) && f[2] == rel {
+			return f[1], true
+		}
+	}
+	return "", false
 }
 
 // git runs git in dir and returns its standard output; an error carries

@@ -157,3 +157,20 @@ func TestCheckAgainstErrors(t *testing.T) {
 		t.Errorf("file base: exit %d, stdout %q", code, stdout)
 	}
 }
+
+// A spec renamed (git mv) since the base revision is compared with its
+// old path's file there: a rename does not turn the check into a pass.
+func TestCheckAgainstGitRenamed(t *testing.T) {
+	dir := gitRepo(t, contractV1)
+	cmd := exec.Command("git", "-C", dir, "mv", "sub/events.yaml", "sub/contract.yaml")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git mv: %v\n%s", err, out)
+	}
+	sub := filepath.Join(dir, "sub")
+	write(t, filepath.Join(sub, "contract.yaml"), contractTypeChanged)
+	cli(t, sub, "generate", "-f", "contract.yaml")
+	code, _, stderr := cli(t, sub, "check", "-f", "contract.yaml", "-against", "git:HEAD")
+	if code != 1 || !strings.Contains(stderr, "(HEAD:sub/events.yaml:10:9)") || !strings.Contains(stderr, "(FIELD_TYPE_CHANGED)") {
+		t.Fatalf("renamed spec: exit %d, stderr %q; want the type change against HEAD:sub/events.yaml", code, stderr)
+	}
+}

@@ -94,7 +94,14 @@ func cmdExportAsyncAPI(args []string, stdout, stderr io.Writer) error {
 	if err := root.check(*out, "; without -o it writes the document to stdout"); err != nil {
 		return fmt.Errorf("outboxgen export asyncapi: %w", err)
 	}
-	files := []generator.File{{Path: *out, Content: doc, Root: root.dir}}
+	// The path as checked: filepath.Abs cleans "link/.." as text, and
+	// writing the raw path would let the kernel follow link out of the
+	// module.
+	path, err := filepath.Abs(*out)
+	if err != nil {
+		return fmt.Errorf("outboxgen export asyncapi: %w", err)
+	}
+	files := []generator.File{{Path: path, Content: doc, Root: root.dir}}
 	if *check {
 		return checkExport("asyncapi", files, *out, stdout, stderr)
 	}

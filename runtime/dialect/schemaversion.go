@@ -180,13 +180,14 @@ func CheckSchemaVersion(ctx context.Context, d Dialect, outbox, what, source str
 	if err != nil {
 		switch dberr.Classify(err) {
 		case dberr.Missing:
-			return nil // created before versioned migrations: version 1
+			answer = "1 1" // created before versioned migrations: version 1
 		case dberr.Denied:
 			// Left for the component to explain (dberr.Explain: what it
 			// needs), naming the grant this check needs.
 			return fmt.Errorf("%s: read the schema version from %s (the start-up check needs SELECT on it; `outboxgen grants` prints every grant): %w", what, q.Table(), err)
+		default:
+			return fmt.Errorf("%s: read the schema version from %s: %w", what, q.Table(), err)
 		}
-		return fmt.Errorf("%s: read the schema version from %s: %w", what, q.Table(), err)
 	}
 	version, compatibleFrom, err := ParseCurrent(answer)
 	if err != nil {

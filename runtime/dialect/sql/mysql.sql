@@ -368,10 +368,11 @@ ORDER BY version;
 
 -- outboxgen migrate: one migrating session at a time per database and
 -- version table (a named lock, released by MigrateUnlock or when the
--- session ends). GET_LOCK returns 1 when it got the lock, 0 after waiting
+-- session ends; the name is hashed: MySQL refuses lock names over 64
+-- characters). GET_LOCK returns 1 when it got the lock, 0 after waiting
 -- wait_seconds.
 -- name: MigrateLock :one
-SELECT GET_LOCK(CONCAT('outboxgen_migrate.', DATABASE(), '.', sqlc.arg(lock_name)), sqlc.arg(wait_seconds));
+SELECT GET_LOCK(CONCAT('outboxgen_migrate.', MD5(CONCAT(DATABASE(), '.', sqlc.arg(lock_name)))), sqlc.arg(wait_seconds));
 
 -- name: MigrateUnlock :exec
-SELECT RELEASE_LOCK(CONCAT('outboxgen_migrate.', DATABASE(), '.', sqlc.arg(lock_name)));
+SELECT RELEASE_LOCK(CONCAT('outboxgen_migrate.', MD5(CONCAT(DATABASE(), '.', sqlc.arg(lock_name)))));
