@@ -19,7 +19,6 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
 	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
-	"github.com/outboxgen/outboxgen/runtime/redact"
 )
 
 // Metadata keys the relay sets on every message (the definitions live in
@@ -182,19 +181,6 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	r.log.Info("relay stopped")
 	return nil
-}
-
-// errorText is a publisher's error as last_error and the log hold it:
-// credentials masked (runtime/redact) and cut to the column's size, since a
-// broker's text may quote a URL or echo the payload. It is cut well past
-// that size before it is scanned, so a megabyte echoed by the broker costs
-// nothing, and a secret straddling the first cut lies beyond the second.
-func errorText(err error) string {
-	s := err.Error()
-	if n := 4 * dialect.ErrorTextLimit; len(s) > n {
-		s = s[:n]
-	}
-	return dialect.TruncateError(redact.String(s))
 }
 
 // probeID is the row id probeTable updates: no row has it (ids
@@ -397,7 +383,7 @@ func (r *Relay) publishUnit(ctx context.Context, abandon <-chan struct{}, f *flo
 			continue
 		}
 		permanent := errors.Is(err, ErrPermanent)
-		text := errorText(err)
+		text := telemetry.ErrorText(err)
 		if ctx.Err() != nil && !permanent {
 			// Cut off by the batch stopping (shutdown, lease deadline,
 			// PublishTimeout), not the broker's verdict: no attempt is

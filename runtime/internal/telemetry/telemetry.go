@@ -18,6 +18,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/redact"
 )
 
@@ -141,22 +142,19 @@ func BatchSize(ctx context.Context) int {
 	return n
 }
 
-// maxErrorText bounds the error text a span carries.
-const maxErrorText = 2048
-
-// ErrorText is err's text as spans carry it: credentials masked (package
-// redact: broker and database errors may quote a URL or a DSN) and cut to
-// 2 KB (they may echo a payload), as the relay's logs and last_error do.
+// ErrorText is err's text as last_error, the logs and spans hold it:
+// credentials masked (package redact), since a broker's or database's text
+// may quote a URL or a DSN, cut to dialect.ErrorTextLimit (it may echo a
+// payload) on a rune boundary, and valid UTF-8 (PostgreSQL text columns
+// and OTLP refuse anything else). It is cut well past that size before it
+// is scanned, so a megabyte echoed by the broker costs nothing, and a
+// secret straddling the first cut lies beyond the second.
 func ErrorText(err error) string {
 	s := err.Error()
-	if len(s) > 4*maxErrorText {
-		s = s[:4*maxErrorText] // cut well past the limit before scanning
+	if n := 4 * dialect.ErrorTextLimit; len(s) > n {
+		s = s[:n]
 	}
-	s = redact.String(s)
-	if len(s) > maxErrorText {
-		s = s[:maxErrorText]
-	}
-	return strings.ToValidUTF8(s, "")
+	return strings.ToValidUTF8(dialect.TruncateError(redact.String(s)), "")
 }
 
 // RecordError adds an "exception" event for err to span (type and
