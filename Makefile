@@ -3,7 +3,9 @@
 # Database tests read OUTBOXGEN_TEST_POSTGRES_DSN and OUTBOXGEN_TEST_MYSQL_DSN.
 # When they are unset, `make test` and `make bench` start throwaway PostgreSQL
 # and MariaDB servers on loopback with scripts/testdb.sh (installing them with
-# apt-get when missing) and export the DSNs for you.
+# apt-get when missing) and export the DSNs for you. `make test` also installs
+# Debian's chromium when /usr/bin/chromium is missing (scripts/chromium.sh):
+# the console's browser tests (internal/consoletest) drive it.
 
 SHELL      := /bin/bash
 GO         ?= go
@@ -14,7 +16,7 @@ OUTBOXGEN  := $(GO) run ./cmd/outboxgen
 # failure to start them stops the recipe.
 TESTDB     := testdb_env=$$(scripts/testdb.sh start) && eval "$$testdb_env"
 # Every events.yaml in the repository; generated output is committed.
-SPECS      := events.yaml internal/gentest/sqlevents.yaml internal/gentest/pgxevents.yaml internal/readmetest/events.yaml internal/readmetest/pgonly.yaml
+SPECS      := events.yaml internal/gentest/sqlevents.yaml internal/gentest/pgxevents.yaml internal/gentest/walevents.yaml internal/readmetest/events.yaml internal/readmetest/pgonly.yaml
 FUZZTIME   ?= 20s
 BENCHTIME  ?= 2s
 # Flags of the relay benchmark (bench/doc.go), e.g. BENCHFLAGS='-rounds 1 -rows 20000' or '-table /tmp/bench.md'.
@@ -41,7 +43,10 @@ lint: ## go vet, staticcheck and gofmt
 	$(STATICCHECK) ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: lint check-generated ## everything CI runs: lint, generated-code check, all tests with -race on real databases, a short fuzz run
+# Outside CI a missing chromium that cannot be installed (no root) only
+# warns (the browser tests then skip); under CI it stops the run.
+test: lint check-generated ## everything CI runs: lint, generated-code check, all tests with -race on real databases and a real Chromium, a short fuzz run
+	scripts/chromium.sh >/dev/null || [ -z "$$CI" ]
 	$(TESTDB) && $(GO) test -race -count=1 ./...
 	$(MAKE) fuzz
 

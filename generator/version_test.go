@@ -81,8 +81,8 @@ func TestFilesHeader(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(files) != 6 { // Go files, and per dialect outbox.sql and migrations/0001_outbox_tables.up.sql
-			t.Fatalf("%d files, want 6", len(files))
+		if len(files) != 8 { // Go files, and per dialect outbox.sql and migrations 0001 and 0002
+			t.Fatalf("%d files, want 8", len(files))
 		}
 		for _, f := range files {
 			c := "//"

@@ -194,6 +194,19 @@ log_min_messages = warning
 CONF
 		# initdb --auth=trust already trusts local and 127.0.0.1 connections.
 	fi
+	# Logical decoding, for the WAL relay (runtime/walrelay) and its tests.
+	# Added here, just before a start, also to data directories initialised
+	# before this setting existed: a server already running is left alone
+	# (the early return above) and picks it up at its next start.
+	if ! grep -q '^wal_level = logical' "$PG_DATA/postgresql.conf"; then
+		cat >>"$PG_DATA/postgresql.conf" <<CONF
+
+# outboxgen test server: logical decoding for the WAL relay.
+wal_level = logical
+max_replication_slots = 20
+max_wal_senders = 20
+CONF
+	fi
 	# A stale postmaster.pid (after kill -9 or a reboot) blocks the start
 	# when its pid is gone or a zombie.
 	if [ -f "$PG_DATA/postmaster.pid" ]; then

@@ -39,6 +39,14 @@ type GrantParams struct {
 	Host string
 	// Roles names the roles; at least one is required.
 	Roles Roles
+	// WAL is sql.wal (PostgreSQL only): the writer also gets USAGE on the
+	// outbox id sequence (the WAL statement numbers each event with
+	// nextval), and the relay role, which then also runs the streaming
+	// relay (runtime/walrelay), gets the REPLICATION attribute, INSERT on
+	// the outbox table (parking) and the publication
+	// outboxgen_<outbox table>, created empty if missing, so that it
+	// needs no CREATE on the database.
+	WAL bool
 }
 
 var hostRE = regexp.MustCompile(`^[A-Za-z0-9_.%:\-]{1,255}$`)

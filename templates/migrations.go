@@ -47,6 +47,10 @@ func (m MigrationInfo) FileName() string { return fmt.Sprintf("%04d_%s.up.sql", 
 // a database created from that DDL is at version 1.
 var builtin = []MigrationInfo{
 	{Version: 1, Name: "outbox_tables", CompatibleFrom: 1},
+	// Migration 2 adds the inbox's record of duplicate deliveries
+	// (<inbox>_duplicate): additive, a runtime that knows only version 1
+	// ignores it.
+	{Version: 2, Name: "inbox_duplicates", CompatibleFrom: 1},
 }
 
 // Migration is one rendered migration file.
@@ -84,6 +88,16 @@ func (s *MigrationSet) Infos() []MigrationInfo { return slices.Clone(s.infos) }
 
 // Latest returns the newest migration.
 func (s *MigrationSet) Latest() MigrationInfo { return s.infos[len(s.infos)-1] }
+
+// Until returns the first version migrations of s: the set a database
+// migrated by an older outboxgen was migrated with (for tests of an
+// upgrade from that version, and for migrating up to a given version).
+func (s *MigrationSet) Until(version int) (*MigrationSet, error) {
+	if version < 1 || version > len(s.infos) {
+		return nil, fmt.Errorf("migration version %d: use 1 to %d", version, len(s.infos))
+	}
+	return &MigrationSet{infos: slices.Clone(s.infos[:version]), tmpl: s.tmpl}, nil
+}
 
 // Extend returns s with more migrations, numbered on from s.Latest(),
 // whose templates ("<dialect> <version>" for every dialect, executed with

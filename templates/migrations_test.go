@@ -1,7 +1,9 @@
 package templates_test
 
 import (
+	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -97,10 +99,12 @@ func TestRuntimeSchemaVersion(t *testing.T) {
 }
 
 func TestExtend(t *testing.T) {
-	fs := fstest.MapFS{"x.sql.tmpl": {Data: []byte(`{{define "postgres 2"}}CREATE INDEX {{.Outbox}}_x ON {{.Outbox}} (id);{{end}}` +
-		`{{define "mysql 2"}}CREATE INDEX {{.Outbox}}_x ON {{.Outbox}} (id);{{end}}` +
-		`{{define "sqlite 2"}}CREATE INDEX {{.Outbox}}_x ON {{.Outbox}} (id);{{end}}`)}}
-	set, err := templates.Builtin().Extend([]templates.MigrationInfo{{Version: 2, Name: "x", CompatibleFrom: 1}}, fs, "x.sql.tmpl")
+	next := len(templates.Builtin().Infos()) + 1 // the first test migration's version
+	n := strconv.Itoa(next)
+	fs := fstest.MapFS{"x.sql.tmpl": {Data: []byte(`{{define "postgres ` + n + `"}}CREATE INDEX {{.Outbox}}_x ON {{.Outbox}} (id);{{end}}` +
+		`{{define "mysql ` + n + `"}}CREATE INDEX {{.Outbox}}_x ON {{.Outbox}} (id);{{end}}` +
+		`{{define "sqlite ` + n + `"}}CREATE INDEX {{.Outbox}}_x ON {{.Outbox}} (id);{{end}}`)}}
+	set, err := templates.Builtin().Extend([]templates.MigrationInfo{{Version: next, Name: "x", CompatibleFrom: 1}}, fs, "x.sql.tmpl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,22 +112,38 @@ func TestExtend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ms) != 2 || ms[1].FileName() != "0002_x.up.sql" || !strings.Contains(string(ms[1].SQL), "CREATE INDEX outbox_event_x ON outbox_event (id);\n\n") ||
-		!strings.HasSuffix(string(ms[1].SQL), "VALUES (2, 1);\n") {
+	if len(ms) != next || ms[next-1].FileName() != fmt.Sprintf("%04d_x.up.sql", next) || !strings.Contains(string(ms[next-1].SQL), "CREATE INDEX outbox_event_x ON outbox_event (id);\n\n") ||
+		!strings.HasSuffix(string(ms[next-1].SQL), "VALUES ("+n+", 1);\n") {
 		t.Errorf("extended migrations: %+v", ms)
 	}
-	if len(templates.Builtin().Infos()) != 1 {
+	if len(templates.Builtin().Infos()) != next-1 {
 		t.Error("Extend changed Builtin")
 	}
 	for _, bad := range [][]templates.MigrationInfo{
-		{{Version: 3, Name: "x", CompatibleFrom: 1}},                                             // gap
-		{{Version: 2, Name: "X", CompatibleFrom: 1}},                                             // name
-		{{Version: 2, Name: "x", CompatibleFrom: 3}},                                             // compat above itself
-		{{Version: 2, Name: "x", CompatibleFrom: 0}},                                             // compat below 1
-		{{Version: 2, Name: "y", CompatibleFrom: 1}, {Version: 3, Name: "z", CompatibleFrom: 1}}, // no template for 3
+		{{Version: next + 1, Name: "x", CompatibleFrom: 1}},                                                // gap
+		{{Version: next, Name: "X", CompatibleFrom: 1}},                                                    // name
+		{{Version: next, Name: "x", CompatibleFrom: next + 1}},                                             // compat above itself
+		{{Version: next, Name: "x", CompatibleFrom: 0}},                                                    // compat below 1
+		{{Version: next, Name: "y", CompatibleFrom: 1}, {Version: next + 1, Name: "z", CompatibleFrom: 1}}, // no template for next+1
 	} {
 		if _, err := templates.Builtin().Extend(bad, fs, "x.sql.tmpl"); err == nil {
 			t.Errorf("Extend(%+v) accepted", bad)
+		}
+	}
+}
+
+func TestUntil(t *testing.T) {
+	one, err := templates.Builtin().Until(1)
+	if err != nil || len(one.Infos()) != 1 || one.Latest().Version != 1 {
+		t.Fatalf("Until(1) = %v, %v", one, err)
+	}
+	ms, err := one.Render("sqlite", templates.DefaultTables, templates.Header{})
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("Until(1).Render = %d migrations, %v", len(ms), err)
+	}
+	for _, bad := range []int{0, len(templates.Builtin().Infos()) + 1} {
+		if _, err := templates.Builtin().Until(bad); err == nil {
+			t.Errorf("Until(%d) succeeded", bad)
 		}
 	}
 }

@@ -89,7 +89,7 @@ const (
 // that nothing is silently truncated.
 var (
 	outboxSuffixes  = []string{"_pkey", "_id_seq", "_event_id_key", "_claim_idx", "_biz_id_idx", "_due_idx", "_failed_idx", VersionSuffix, VersionSuffix + "_pkey"}
-	inboxSuffixes   = []string{"_pkey", "_processed_at_idx", "_key", "_key_pkey"}
+	inboxSuffixes   = []string{"_pkey", "_processed_at_idx", "_key", "_key_pkey", "_duplicate", "_duplicate_pkey", "_dup_recent_idx", "_dup_seen_idx"}
 	archiveSuffixes = []string{"_pkey", "_event_id_idx", "_archived_at_idx"}
 )
 

@@ -152,7 +152,7 @@ func (f *dbFlags) schema(d dialect.Dialect) (outbox.Schema, error) {
 // runtimeSchema is what the generated package's Schema variable holds for
 // sp (tables are set by the caller).
 func runtimeSchema(sp *spec.Spec) outbox.Schema {
-	s := outbox.Schema{Source: sp.SourceName()}
+	s := outbox.Schema{Source: sp.SourceName(), WAL: sp.SQL.WAL}
 	for _, d := range sp.SQL.Dialects {
 		s.Dialects = append(s.Dialects, outbox.Dialect(d))
 	}

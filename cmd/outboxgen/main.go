@@ -74,10 +74,12 @@ Operations (database by -db DSN or $OUTBOXGEN_DB):
   requeue         make FAILED events pending again (by id, event id or filter)
   replay          publish SENT events again (by id, key, type, time range)
   inbox forget    delete a consumer's inbox rows so replayed events are handled again
-  relay           run the relay (with sweeper, monitor and janitor) as a process
+  relay           run the relay (with sweeper, monitor and janitor; with sql.wal also the streaming WAL relay) as a process
+  wal setup       with sql.wal: create the replication slot and publication before WAL-mode writers deploy
   sweep -once     one sweeper pass (for a CronJob)
   janitor -once   one janitor pass (for a CronJob)
   migrate [up]    the tables' schema version and pending migrations; up applies them
+  console         the web console: overview, FAILED events, requeue/replay/delete (127.0.0.1:8080)
 
 Run "outboxgen <command> -h" for a command's flags.
 Exit codes: 0 success, 1 failure, 2 bad command line.
@@ -115,12 +117,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdInbox(args, stdout, stderr)
 	case "relay":
 		err = cmdRelay(args, stdout, stderr)
+	case "wal":
+		err = cmdWAL(args, stdout, stderr)
 	case "sweep":
 		err = cmdSweep(args, stdout, stderr)
 	case "janitor":
 		err = cmdJanitor(args, stdout, stderr)
 	case "migrate":
 		err = cmdMigrate(args, stdout, stderr)
+	case "console":
+		err = cmdConsole(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "outboxgen", version())
 	case "-h", "-help", "--help", "help":
@@ -386,8 +392,13 @@ func cmdGrants(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	walOn, err := walSpecOn(&dbFlags{spec: fl.Lookup("f").Value.String()})
+	if err != nil {
+		return fmt.Errorf("outboxgen grants: %w", err)
+	}
 	script, err := templates.RenderGrants(normalizeDialect(*dialect), templates.GrantParams{
 		Tables: tables, Database: *database, Schema: *schemaName, Host: *host, Roles: roles,
+		WAL: walOn && normalizeDialect(*dialect) == "postgres",
 	})
 	if err != nil {
 		return fmt.Errorf("outboxgen grants: %w", err)

@@ -139,6 +139,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	window := fl.Duration("window", admin.DefaultWindow, "report the events sent over this last span")
 	scan := fl.Int64("scan-rows", admin.DefaultScanRows, "count the send rate among at most this many newest rows (bounds the cost on a big table)")
 	countSent := fl.Bool("count-sent", false, "also count every sent row the table keeps (on PostgreSQL and SQLite this reads them all)")
+	walSlot := fl.String("wal-slot", "", "with sql.wal: the WAL relay's replication slot to report (default outboxgen_<outbox table>)")
 	if err := parseFlags(fl, args); err != nil {
 		return err
 	}
@@ -151,10 +152,21 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		// With sql.wal the replication slot is half of the picture: the
+		// table holds only the events the stream parked.
+		wal, err := readWALStatus(ctx, dbf, o, *walSlot)
+		if err != nil {
+			return fmt.Errorf("read the WAL relay's replication slot: %w", err)
+		}
 		if dbf.json() {
-			return writeJSON(stdout, statusJSON(o, st))
+			r := statusJSON(o, st)
+			r.WAL = wal
+			return writeJSON(stdout, r)
 		}
 		printStatus(stdout, o, st)
+		if wal != nil {
+			fmt.Fprintf(stdout, "\nWAL mode (sql.wal): %s\n", wal)
+		}
 		return nil
 	})
 }
@@ -181,6 +193,8 @@ type statusReport struct {
 	SentFromID       int64                `json:"sent_counted_above_id,omitempty"`
 	SentPerMinute    []driver.MinuteStat  `json:"sent_per_minute"`
 	TookSeconds      float64              `json:"took_seconds"`
+	// WAL is the WAL relay's replication slot, with sql.wal only.
+	WAL *walStatus `json:"wal,omitempty"`
 }
 
 func statusJSON(o *opsDB, st admin.Status) statusReport {
@@ -328,17 +342,22 @@ func cleanText(s string, n int, multiline bool) string {
 	return b.String()
 }
 
+const failedUsage = "usage: outboxgen failed list [flags] | outboxgen failed show ID|EVENT_ID | outboxgen failed delete [ID|EVENT_ID ...] [flags]"
+
 func cmdFailed(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "list" && args[0] != "show") {
+	if len(args) == 0 || (args[0] != "list" && args[0] != "show" && args[0] != "delete") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
-			fmt.Fprintln(stdout, "usage: outboxgen failed list [flags] | outboxgen failed show ID|EVENT_ID")
+			fmt.Fprintln(stdout, failedUsage)
 			return nil
 		}
-		fmt.Fprintln(stderr, "usage: outboxgen failed list [flags] | outboxgen failed show ID|EVENT_ID")
+		fmt.Fprintln(stderr, failedUsage)
 		return errUsage
 	}
-	if args[0] == "show" {
+	switch args[0] {
+	case "show":
 		return cmdShow(args[1:], stdout, stderr)
+	case "delete":
+		return cmdDeleteFailed(args[1:], stdout, stderr)
 	}
 	fl := newFlags("failed list", "failed list [-type T] [-key K] [-topic T] [-since 2h] [-error TEXT] [-limit 50] [-after ID] [-o json]", stderr)
 	dbf := addDBFlags(fl, true)
@@ -553,14 +572,23 @@ func cmdReplay(args []string, stdout, stderr io.Writer) error {
 		func(a *admin.Admin) func(context.Context, admin.Selection) (admin.Result, error) { return a.Replay })
 }
 
-// action runs requeue or replay: events named as arguments, or selected by
-// filter flags (-all for every one); confirmation; a report of what
-// changed.
+// cmdDeleteFailed deletes FAILED events for good (`outboxgen failed
+// delete`): always after a typed confirmation naming the number, unless
+// -yes.
+func cmdDeleteFailed(args []string, stdout, stderr io.Writer) error {
+	return action(args, stdout, stderr, "delete", "failed",
+		"failed delete [ID|EVENT_ID ...] [-type T] [-key K] [-topic T] [-since 2h] [-until 10m] [-error TEXT] [-all] [-yes] [-dry-run]",
+		func(a *admin.Admin) func(context.Context, admin.Selection) (admin.Result, error) { return a.Delete })
+}
+
+// action runs requeue, replay or delete: events named as arguments, or
+// selected by filter flags (-all for every one); confirmation (for -all,
+// and for every delete); a report of what changed.
 func action(args []string, stdout, stderr io.Writer, verb, status, synopsis string,
 	do func(*admin.Admin) func(context.Context, admin.Selection) (admin.Result, error)) error {
 	fl := newFlags(verb, synopsis, stderr)
 	dbf := addDBFlags(fl, true)
-	ff := addFilterFlags(fl, verb == "requeue")
+	ff := addFilterFlags(fl, verb != "replay")
 	af := addActionFlags(fl, status)
 	refs, err := parseInterspersed(fl, args)
 	if err != nil {
@@ -590,23 +618,29 @@ func action(args []string, stdout, stderr io.Writer, verb, status, synopsis stri
 			return err
 		}
 		run := do(a)
-		if af.all && !af.yes && !af.dryRun {
+		// A delete cannot be undone: it is always confirmed.
+		if (af.all || verb == "delete") && !af.yes && !af.dryRun {
 			// Count first: the confirmation names the number.
 			dry := sel
 			dry.DryRun = true
 			res, err := run(ctx, dry)
-			if err != nil {
+			switch {
+			case errors.Is(err, admin.ErrRefused):
+				// Refused below, where the reasons are printed.
+			case err != nil:
 				return err
-			}
-			if res.Matched == 0 {
+			case res.Matched == 0:
 				return report(stdout, dbf.json(), verb, status, res)
+			default:
+				if err := confirm(stdout, verb, res.Matched); err != nil {
+					return err
+				}
+				if len(refs) == 0 {
+					// What was confirmed, no more: rows that turn
+					// FAILED (or are sent) meanwhile have larger ids.
+					sel.Filter.ToID = res.LastID
+				}
 			}
-			if err := confirm(stdout, verb, res.Matched); err != nil {
-				return err
-			}
-			// What was confirmed, no more: rows that turn FAILED (or
-			// are sent) meanwhile have larger ids.
-			sel.Filter.ToID = res.LastID
 		}
 		res, err := run(ctx, sel)
 		if errors.Is(err, admin.ErrRefused) {
@@ -652,7 +686,7 @@ func report(w io.Writer, asJSON bool, verb, status string, r admin.Result) error
 	if asJSON {
 		return writeJSON(w, r)
 	}
-	past := map[string]string{"requeue": "requeued", "replay": "replayed", "forget": "forgot"}[verb]
+	past := map[string]string{"requeue": "requeued", "replay": "replayed", "delete": "deleted", "forget": "forgot"}[verb]
 	if r.Matched == 0 {
 		fmt.Fprintf(w, "no %s events match: nothing changed\n", status)
 		return nil
@@ -662,12 +696,20 @@ func report(w io.Writer, asJSON bool, verb, status string, r admin.Result) error
 			r.FirstID, r.LastID, r.Keys, plural(r.Keys, "key", "keys"))
 		return nil
 	}
-	fmt.Fprintf(w, "%s %d %s (ids %d..%d, %d %s) in %d %s\n", past, r.Changed, plural(int(r.Changed), "event", "events"),
-		r.FirstID, r.LastID, r.Keys, plural(r.Keys, "key", "keys"), r.Batches, plural(r.Batches, "transaction", "transactions"))
+	released := ""
+	if r.Released > 0 {
+		// Requeue and delete release the rows held behind them in the
+		// same transactions: say so.
+		released = fmt.Sprintf("; %d %s held behind them released", r.Released, plural(int(r.Released), "event", "events"))
+	}
+	fmt.Fprintf(w, "%s %d %s (ids %d..%d, %d %s)%s in %d %s\n", past, r.Changed, plural(int(r.Changed), "event", "events"),
+		r.FirstID, r.LastID, r.Keys, plural(r.Keys, "key", "keys"), released, r.Batches, plural(r.Batches, "transaction", "transactions"))
 	if skipped := r.Matched - r.Changed; skipped > 0 {
 		fmt.Fprintf(w, "%d selected %s changed state meanwhile (no longer %s) and %s left alone\n", skipped, plural(int(skipped), "event", "events"), status, plural(int(skipped), "was", "were"))
 	}
 	switch verb {
+	case "delete":
+		fmt.Fprintln(w, "they are gone for good (only a backup holds them); the events of their keys held back behind them are released and the relay publishes them in order, unless an older event of the same key is still FAILED")
 	case "requeue":
 		fmt.Fprintln(w, "they are pending again with attempts reset; the relay publishes them on its next poll, and the events held back behind them follow in order, unless an older event of the same key is still FAILED (outboxgen status shows the keys still held back)")
 	case "replay":

@@ -31,6 +31,7 @@ import (
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/brokers/natsjs"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/driver/drivertest"
 	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/runtime/relay"
@@ -248,7 +249,7 @@ func testOperations(t *testing.T, d string) {
 	stdin = pr
 	out = opsMust(t, "requeue", dbFlag, "-all", "-timeout", "1s")
 	stdinMu.Unlock()
-	if !strings.Contains(out, "requeued 1 event (ids "+strconv.FormatInt(failedID, 10)) {
+	if !strings.Contains(out, "requeued 1 event (ids "+strconv.FormatInt(failedID, 10)) || !strings.Contains(out, "1 key); 1 event held behind them released in 1 transaction") {
 		t.Errorf("requeue -all: %s", out)
 	}
 	opsWait(t, 30*time.Second, "every event sent", func() bool { return opsCount(t, db, 1) == len(evs) })
@@ -403,5 +404,64 @@ func TestOperationsBadInput(t *testing.T) {
 	_, errs, code := opsCLI(t, "status", "-db", path)
 	if code != 1 || !strings.Contains(errs, `table "outbox_event"`) || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
 		t.Errorf("status on an empty database: exit %d: %s", code, errs)
+	}
+}
+
+// `outboxgen failed delete` deletes FAILED events only, always after a
+// typed confirmation naming the number (or -yes), and says what it did.
+func TestFailedDelete(t *testing.T) {
+	for _, d := range testdb.Dialects() {
+		t.Run(d, func(t *testing.T) {
+			dsn := testdb.DSN(t, d)
+			db, err := sql.Open(testdb.Driver(t, d), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			testdb.ApplySchema(t, db, d, templates.DefaultTables)
+			dbFlag := "-db=" + cliDSN(d, dsn)
+			ids := drivertest.OpsSeed(t, db, dialect.Dialect(d), "outbox_event",
+				drivertest.OpsSeedRow{Count: 3, Status: 2, CreatedAgo: time.Hour},
+				drivertest.OpsSeedRow{Count: 1, Status: 1, CreatedAgo: time.Hour, SentAgo: time.Minute})
+			failed, sent := ids[0], ids[1]
+			one := strconv.FormatInt(failed[0], 10)
+
+			// No answer: nothing deleted.
+			stdinMu.Lock()
+			stdin = strings.NewReader("\n")
+			out, errs, code := opsCLI(t, "failed", "delete", dbFlag, one)
+			stdinMu.Unlock()
+			if code != 1 || !strings.Contains(out, `Type "delete 1" to go on`) || !strings.Contains(errs, "not confirmed: nothing was changed") {
+				t.Errorf("delete without confirmation: exit %d\n%s%s", code, out, errs)
+			}
+			if n := opsCount(t, db, 2); n != 3 {
+				t.Fatalf("%d FAILED rows after an unconfirmed delete, want 3", n)
+			}
+			// A sent row is refused, nothing deleted.
+			out, errs, code = opsCLI(t, "failed", "delete", dbFlag, "-yes", one, strconv.FormatInt(sent[0], 10))
+			if code != 1 || !strings.Contains(errs, "is sent, not failed") || opsCount(t, db, 2) != 3 {
+				t.Errorf("delete naming a sent row: exit %d\n%s%s", code, out, errs)
+			}
+			// Confirmed.
+			stdinMu.Lock()
+			stdin = strings.NewReader("delete 1\n")
+			out = opsMust(t, "failed", "delete", dbFlag, one)
+			stdinMu.Unlock()
+			if !strings.Contains(out, "deleted 1 event (ids "+one+".."+one) || !strings.Contains(out, "gone for good") {
+				t.Errorf("confirmed delete: %s", out)
+			}
+			// Dry run, then -all -yes.
+			out = opsMust(t, "failed", "delete", dbFlag, "-all", "-dry-run")
+			if !strings.Contains(out, "dry run: would delete 2 events") {
+				t.Errorf("delete -all -dry-run: %s", out)
+			}
+			out = opsMust(t, "failed", "delete", dbFlag, "-all", "-yes")
+			if !strings.Contains(out, "deleted 2 events") {
+				t.Errorf("delete -all -yes: %s", out)
+			}
+			if n, s := opsCount(t, db, 2), opsCount(t, db, 1); n != 0 || s != 1 {
+				t.Errorf("after the deletes: %d FAILED, %d sent rows; want 0 and 1", n, s)
+			}
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"go.opentelemetry.io/otel/metric"
 	"io"
 	"log/slog"
 	"os"
@@ -22,9 +23,13 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outboxgen/outboxgen/generator/spec"
 	"github.com/outboxgen/outboxgen/runtime/brokers/brokerurl"
+	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/dsn"
 	"github.com/outboxgen/outboxgen/runtime/janitor"
@@ -33,6 +38,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/relay"
 	"github.com/outboxgen/outboxgen/runtime/runner"
 	"github.com/outboxgen/outboxgen/runtime/sweeper"
+	"github.com/outboxgen/outboxgen/runtime/walrelay"
 )
 
 // procFlags are the flags of one long-running command; which groups exist
@@ -72,6 +78,12 @@ type procFlags struct {
 	janitorBatchSize                             int
 	janitorBatchPause                            time.Duration
 	hasRelay, hasSweeper, hasMonitor, hasJanitor bool
+
+	// WAL mode (sql.wal): the streaming relay's slot settings (wal.go's
+	// part of this file: runWAL).
+	walSlot     string
+	walFailover bool
+	maxSlotLag  int64
 }
 
 // Flag groups of newProcFlags.
@@ -118,10 +130,12 @@ func newProcFlags(cmd, synopsis string, groups int, stderr io.Writer) *procFlags
 		fl.DurationVar(&p.pollInterval, "poll-interval", relay.DefaultPollInterval, "relay: delay between the end of one poll and the next")
 		fl.IntVar(&p.maxInFlight, "max-in-flight", 0, "relay: most rows leased and not yet recorded at once; the next batch is claimed while slow publishes run, up to it (0: 4 × -batch-size)")
 		fl.StringVar(&p.instanceID, "instance-id", "", "relay: lease owner name, unique among the relays of a table, at most 64 bytes (default hostname-pid-random)")
+		fl.StringVar(&p.walSlot, "wal-slot", "", "relay, with sql.wal: the logical replication slot the streaming relay reads (default outboxgen_<outbox table>; the publication is always outboxgen_<outbox table>, as the grants script creates it)")
+		fl.BoolVar(&p.walFailover, "wal-failover-slot", false, "relay, with sql.wal: create a missing slot as a failover slot (PostgreSQL 17+), so that it survives a failover to a standby with sync_replication_slots = on")
 	}
 	if groups&groupPublish != 0 {
 		fl.IntVar(&p.batchSize, "batch-size", relay.DefaultBatchSize, fmt.Sprintf("most rows claimed per poll (1 to %d)", relay.MaxBatchSize))
-		fl.IntVar(&p.concurrency, "concurrency", relay.DefaultConcurrency, "keys published at once (a key's events are always one at a time; a publish running 8x the typical one, 2ms to 250ms, frees its slot)")
+		fl.IntVar(&p.concurrency, "concurrency", relay.DefaultConcurrency, "keys published at once (a key's events are always one at a time; a publish running 8x the typical one, 2ms to 250ms, frees its slot); with sql.wal, also the streaming relay's Publish calls at once (each one event, or the next events of up to 64 keys)")
 		fl.IntVar(&p.maxAttempts, "max-attempts", relay.DefaultMaxAttempts, "failed publishes after which a row is marked FAILED")
 		fl.DurationVar(&p.lease, "lease-duration", relay.DefaultLeaseDuration, "how long claimed rows stay reserved (extended while publishing); also how long a crashed instance's rows wait")
 		fl.DurationVar(&p.shutdown, "shutdown-timeout", relay.DefaultShutdownTimeout, "on SIGTERM, keep publishing the batch in hand this long (shorter than -lease-duration)")
@@ -151,6 +165,7 @@ func newProcFlags(cmd, synopsis string, groups int, stderr io.Writer) *procFlags
 		fl.Int64Var(&p.alertExpired, "alert-expired-leases", 0, "monitor: alert when more expired leases than this (-1: never)")
 		fl.DurationVar(&p.alertOldestAge, "alert-oldest-pending-age", 0, "monitor: alert when the oldest pending row is older than this (default: -stale-after; negative: never)")
 		fl.StringVar(&p.monitorAttrs, "monitor-attributes", "", "monitor: extra metric attributes, key=value[,key=value] (e.g. service=orders)")
+		fl.Int64Var(&p.maxSlotLag, "max-slot-lag-bytes", monitor.DefaultMaxSlotLagBytes, "monitor, with sql.wal: alert when the replication slot retains more WAL than this, in bytes, or is missing, idle or losing WAL (-1: never)")
 	}
 	if groups&groupJanitor != 0 {
 		p.hasJanitor = true
@@ -481,13 +496,23 @@ func (p *procFlags) serve(stdout, stderr io.Writer) error {
 		return p.failf("%v", err)
 	}
 	defer stopTracing()
+	wal, err := p.openWAL(ctx, s)
+	if err != nil {
+		return err
+	}
+	defer wal.close()
 	r, err := runner.New(s.db.Driver, s.cfg)
 	if err != nil {
 		return p.failf("%v", err)
 	}
 	defer r.Close()
-	p.logStarted(s, r.Parts())
-	if err := r.Run(ctx); err != nil {
+	if wal.build != nil {
+		if err := wal.build(r.MeterProvider()); err != nil {
+			return err
+		}
+	}
+	p.logStarted(s, append(r.Parts(), wal.parts()...))
+	if err := wal.run(ctx, r.Run); err != nil {
 		return p.failf("%v", err)
 	}
 	return nil
@@ -559,4 +584,318 @@ func (p *procFlags) oncePass(stdout, stderr io.Writer) error {
 			slog.Int64("inbox_removed", res.Inbox), slog.Duration("took", time.Since(start)))
 	}
 	return nil
+}
+
+// ---- WAL mode (sql.wal, runtime/walrelay) ----
+//
+// With sql.wal: true the PostgreSQL writers write events into the WAL, and
+// `outboxgen relay` runs the streaming relay (walrelay) beside the
+// polling relay, which keeps publishing the events the stream parks in
+// the table. `outboxgen wal setup` creates the publication and the
+// replication slot ahead of the writers' deployment: a slot retains WAL
+// only from its creation, so events written before it would never be
+// streamed. It is a command of its own, not a step of `migrate up`,
+// because the slot needs a role with the REPLICATION attribute (the
+// relay's), while migrations run as the schema owner; and it is safe to
+// repeat (an existing slot is kept).
+
+// walSpecOn reports whether the spec the commands read (-f, or
+// events.yaml in the working directory) sets sql.wal: true.
+func walSpecOn(f *dbFlags) (bool, error) {
+	path := f.spec
+	if path == "" {
+		if _, err := os.Stat(defaultSpec); err != nil {
+			return false, nil
+		}
+		path = defaultSpec
+	}
+	sp, err := spec.ParseFile(path)
+	if err != nil {
+		return false, err
+	}
+	return sp.SQL.WAL, nil
+}
+
+// walPool opens a small pgx pool on the -db database for the WAL relay
+// (slot set-up, parking, lag queries; the stream has its own replication
+// connection) and the slot checks.
+func walPool(ctx context.Context, src dsn.Source, timeout time.Duration) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(src.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("-db: %s: %w", src.Where, err)
+	}
+	cfg.MaxConns = 8
+	cfg.ConnConfig.ConnectTimeout = timeout
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", src.Where, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to %s: %w", src.Where, err)
+	}
+	return pool, nil
+}
+
+// walPart is the streaming relay of `outboxgen relay`; the zero value
+// (sql.wal off, or not a PostgreSQL database) runs nothing.
+type walPart struct {
+	pool  *pgxpool.Pool
+	relay *walrelay.Relay
+	log   *slog.Logger
+	// build creates relay (nil: no streaming relay runs).
+	build func(metric.MeterProvider) error
+}
+
+// openWAL builds the streaming relay when the spec says sql.wal, the
+// database is PostgreSQL and the relay part runs; it also gives the
+// monitor its wal_slot check.
+func (p *procFlags) openWAL(ctx context.Context, s *setup) (*walPart, error) {
+	on, err := walSpecOn(p.db)
+	if err != nil {
+		return nil, p.failf("%v", err)
+	}
+	w := &walPart{log: s.log}
+	if !on || s.db.Source.Dialect != dialect.Postgres || (s.cfg.Relay == nil && s.cfg.Monitor == nil) {
+		if on && s.db.Source.Dialect != dialect.Postgres {
+			s.log.Info("sql.wal is set, but the database is not PostgreSQL: its writers use the outbox table, so only the polling relay runs", slog.String("database", s.db.Source.Where))
+		}
+		return w, nil
+	}
+	slot := p.walSlot
+	if slot == "" {
+		slot = walrelay.DefaultSlot(s.db.Schema.Tables.Outbox)
+	}
+	w.pool, err = walPool(ctx, s.db.Source, p.db.timeout)
+	if err != nil {
+		return nil, p.failf("%v", err)
+	}
+	if s.cfg.Relay != nil {
+		schema := s.db.Schema
+		schema.WAL = true
+		// Built once the runner exists, so that its metrics go to the
+		// runner's provider: the process's /metrics.
+		w.build = func(mp metric.MeterProvider) error {
+			var err error
+			w.relay, err = walrelay.New(w.pool, schema, walrelay.Config{
+				Publisher: s.pub, Slot: slot, Publication: walrelay.DefaultSlot(schema.Tables.Outbox), FailoverSlot: p.walFailover, Concurrency: p.concurrency,
+				PublishTimeout: p.publish, ShutdownTimeout: p.shutdown,
+				Backoff:        relay.ExponentialBackoff(p.backoffInitial, p.backoffMax, p.backoffJitter),
+				BreakerBackoff: relay.ExponentialBackoff(p.breakerInitial, p.breakerMax, p.backoffJitter),
+				Logger:         s.log.With(slog.String("part", "walrelay")),
+				MeterProvider:  mp,
+			})
+			if err != nil {
+				return p.failf("%v", err)
+			}
+			return nil
+		}
+	}
+	if s.cfg.Monitor != nil {
+		pool := w.pool
+		s.cfg.Monitor.Thresholds.SlotLagBytes = p.maxSlotLag
+		s.cfg.Monitor.SlotCheck = func(ctx context.Context, max int64) error {
+			return walrelay.CheckSlot(ctx, pool, slot, max)
+		}
+	}
+	return w, nil
+}
+
+// parts names what openWAL added, for the "started" line.
+func (w *walPart) parts() []string {
+	if w.relay == nil {
+		return nil
+	}
+	return []string{"walrelay"}
+}
+
+// run runs the other parts (runAll) and the streaming relay until ctx is
+// done; the first to fail stops the others, and its error is returned.
+func (w *walPart) run(ctx context.Context, runAll func(context.Context) error) error {
+	if w.relay == nil {
+		return runAll(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	walErr := make(chan error, 1)
+	go func() {
+		err := w.relay.Run(ctx)
+		if err != nil && ctx.Err() == nil {
+			w.log.Error("the streaming relay stopped: stopping the process", slog.String("error", err.Error()))
+		}
+		cancel()
+		walErr <- err
+	}()
+	err := runAll(ctx)
+	cancel()
+	if werr := <-walErr; werr != nil {
+		return fmt.Errorf("walrelay: %w", werr)
+	}
+	return err
+}
+
+func (w *walPart) close() {
+	if w != nil && w.pool != nil {
+		w.pool.Close()
+	}
+}
+
+// cmdWAL is `outboxgen wal setup`: create the publication and the
+// replication slot of the spec's outbox (with sql.wal) and exit.
+func cmdWAL(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "setup" {
+		fmt.Fprintln(stderr, "usage: outboxgen wal setup -db DSN [-f events.yaml] [-wal-slot NAME] [-wal-failover-slot]")
+		return errUsage
+	}
+	fl := newFlags("wal setup", "wal setup -db DSN [-f events.yaml] [-wal-slot NAME] [-wal-failover-slot]", stderr)
+	dbf := addDBFlags(fl, false)
+	slot := fl.String("wal-slot", "", "the replication slot to create (default outboxgen_<outbox table>; the publication is always outboxgen_<outbox table>)")
+	failover := fl.Bool("wal-failover-slot", false, "create the slot as a failover slot (PostgreSQL 17+)")
+	if err := parseFlags(fl, args[1:]); err != nil {
+		return err
+	}
+	fail := func(err error) error {
+		msg := err.Error()
+		if src, perr := dsn.Parse(dbf.db, ""); perr == nil {
+			msg = redact.StringWith(msg, src.Secrets...)
+		}
+		return fmt.Errorf("outboxgen wal setup: %s", oneLine(errors.New(redact.String(msg))))
+	}
+	on, err := walSpecOn(dbf)
+	if err != nil {
+		return fail(err)
+	}
+	if !on {
+		return fail(errors.New("the spec does not set sql.wal: true: set it in events.yaml (or pass -f), regenerate, then run wal setup before deploying the writers"))
+	}
+	if err := dbf.check(); err != nil {
+		return err
+	}
+	if src, err := dsn.Parse(dbf.db, ""); err == nil && src.Dialect != dialect.Postgres {
+		return fail(fmt.Errorf("%s is not PostgreSQL: only PostgreSQL writers use the WAL; there is nothing to set up", src.Where))
+	}
+	ctx, cancel := interruptContext()
+	defer cancel()
+	octx, cancelT := context.WithTimeout(ctx, dbf.timeout)
+	defer cancelT()
+	o, err := dbf.open(octx)
+	if err != nil {
+		return fail(err)
+	}
+	defer o.Close()
+	pool, err := walPool(ctx, o.Source, dbf.timeout)
+	if err != nil {
+		return fail(err)
+	}
+	defer pool.Close()
+	schema := o.Schema
+	schema.WAL = true
+	// The publication keeps its default name whatever the slot's: the
+	// grants script creates that one (templates/grants).
+	r, err := walrelay.New(pool, schema, walrelay.Config{Publisher: discard{}, Slot: *slot, Publication: walrelay.DefaultSlot(schema.Tables.Outbox), FailoverSlot: *failover,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return fail(err)
+	}
+	if err := r.Setup(ctx); err != nil {
+		return fail(err)
+	}
+	st, err := walrelay.SlotStatus(ctx, pool, r.Slot())
+	if err != nil {
+		return fail(err)
+	}
+	if !st.Exists {
+		return fail(fmt.Errorf("replication slot %s is still missing after set-up", r.Slot()))
+	}
+	fmt.Fprintf(stdout, "replication slot %s and publication ready on %s (outbox %s): deploy the WAL-mode writers now, and run outboxgen relay\n",
+		r.Slot(), o.Source.Where, schema.Tables.Outbox)
+	return nil
+}
+
+// discard is the publisher of `wal setup`, which publishes nothing.
+type discard struct{}
+
+func (discard) Publish(string, ...*message.Message) error { return nil }
+func (discard) Close() error                              { return nil }
+
+// walStatus is the slot line of `outboxgen status` with sql.wal (nil when
+// the spec does not set it or the database is not PostgreSQL).
+type walStatus struct {
+	Slot           string `json:"slot"`
+	Exists         bool   `json:"exists"`
+	Active         bool   `json:"active"`
+	LagBytes       int64  `json:"lag_bytes"`
+	WALStatus      string `json:"wal_status,omitempty"`
+	SafeWALSize    int64  `json:"safe_wal_size"`
+	ConfirmedFlush string `json:"confirmed_flush_lsn,omitempty"`
+}
+
+// readWALStatus reads the slot's state through o's connection pool.
+func readWALStatus(ctx context.Context, dbf *dbFlags, o *opsDB, slot string) (*walStatus, error) {
+	on, err := walSpecOn(dbf)
+	if err != nil || !on || o.Source.Dialect != dialect.Postgres {
+		return nil, err
+	}
+	if slot == "" {
+		slot = walrelay.DefaultSlot(o.Schema.Tables.Outbox)
+	}
+	conn, err := o.DB.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	var st walrelay.Slot
+	err = conn.Raw(func(dc any) error {
+		c, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("the PostgreSQL connection is a %T, not pgx's: cannot read the replication slot", dc)
+		}
+		var err error
+		st, err = walrelay.SlotStatus(ctx, c.Conn(), slot)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &walStatus{Slot: st.Name, Exists: st.Exists, Active: st.Active, LagBytes: st.LagBytes, WALStatus: st.WALStatus,
+		SafeWALSize: st.SafeWALSize, ConfirmedFlush: st.ConfirmedFlush}, nil
+}
+
+// String is the status line: "slot outboxgen_outbox_event: active, 12.3
+// MB behind (wal_status reserved, safe_wal_size unlimited)".
+func (w *walStatus) String() string {
+	if !w.Exists {
+		return fmt.Sprintf("slot %s: MISSING: events written in WAL mode are not retained; run outboxgen wal setup (or start outboxgen relay) before the writers write", w.Slot)
+	}
+	state := "inactive (no relay streams from it: WAL accumulates)"
+	if w.Active {
+		state = "active"
+	}
+	safe := "unlimited"
+	if w.SafeWALSize >= 0 {
+		safe = humanBytes(w.SafeWALSize)
+	}
+	line := fmt.Sprintf("slot %s: %s, %s behind (wal_status %s, safe_wal_size %s)", w.Slot, state, humanBytes(w.LagBytes), w.WALStatus, safe)
+	if w.WALStatus == "lost" || w.WALStatus == "unreserved" {
+		line += "  << ALERT: the slot is losing WAL (max_slot_wal_keep_size); see the README's WAL mode section"
+	}
+	return line
+}
+
+// humanBytes formats n bytes as "12.3 MB" (decimal units).
+func humanBytes(n int64) string {
+	const unit = 1000
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	f := float64(n)
+	for _, u := range []string{"kB", "MB", "GB", "TB"} {
+		f /= unit
+		if f < unit {
+			return fmt.Sprintf("%.1f %s", f, u)
+		}
+	}
+	return fmt.Sprintf("%.1f PB", f/unit)
 }

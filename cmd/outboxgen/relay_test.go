@@ -2,12 +2,24 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/nats-io/nats.go"
+
+	"github.com/outboxgen/outboxgen/internal/gentest/walevents"
+	"github.com/outboxgen/outboxgen/internal/testdb"
+	"github.com/outboxgen/outboxgen/templates"
 )
 
 // runCmd runs the command in process and returns its exit code and output.
@@ -154,5 +166,211 @@ func newEmptySQLite(t *testing.T, path string) {
 	t.Helper()
 	if err := os.WriteFile(path, nil, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// walSpecPath is the WAL-mode fixture spec (sql.wal: true, tables
+// wal_outbox and wal_inbox); internal/gentest/walevents is generated from
+// it.
+var walSpecPath, _ = filepath.Abs(filepath.Join("..", "..", "internal", "gentest", "walevents.yaml"))
+
+// walTestDB returns the DSN of a fresh PostgreSQL database with the WAL
+// fixture's tables and a pgx pool on it, skipping (outside CI) when the
+// server does not run with wal_level=logical. The database's replication
+// slots are dropped before it is.
+func walTestDB(t *testing.T) (string, *pgxpool.Pool) {
+	t.Helper()
+	dsn := testdb.DSN(t, "postgres")
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var level string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('wal_level')").Scan(&level); err != nil {
+		t.Fatal(err)
+	}
+	if level != "logical" {
+		msg := "the test PostgreSQL server runs with wal_level=" + level + "; WAL mode needs logical (scripts/testdb.sh sets it at the server's next start)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { db.Close() })
+	testdb.ApplySchema(t, db, "postgres", templates.Tables{Outbox: "wal_outbox", Inbox: "wal_inbox"})
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for c.Err() == nil {
+			_, _ = pool.Exec(c, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = current_database() AND active_pid IS NOT NULL")
+			_, _ = pool.Exec(c, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database() AND NOT active")
+			var n int
+			if pool.QueryRow(c, "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()").Scan(&n) == nil && n == 0 {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Error("could not drop the test database's replication slots")
+	})
+	return dsn, pool
+}
+
+// TestRelayProcessWAL: with sql.wal, `outboxgen wal setup` creates the
+// slot, the generated InsertX write into the WAL (no outbox row), and
+// `outboxgen relay` streams every committed event, in per-key order, to
+// NATS JetStream, never a rolled-back one; `outboxgen status` shows the
+// slot active; SIGTERM exits 0.
+func TestRelayProcessWAL(t *testing.T) {
+	dsn, pool := walTestDB(t)
+	url, js := startNATS(t)
+	if _, err := js.AddStream(&nats.StreamConfig{Name: "PARCELS", Subjects: []string{"parcels.>"}, Duplicates: 5 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		id, key string
+		seq     int64
+	}
+	var mu sync.Mutex
+	var msgs []got
+	sub, err := js.Subscribe("parcels.>", func(m *nats.Msg) {
+		var p walevents.ParcelShipped
+		if err := json.Unmarshal(m.Data, &p); err != nil {
+			t.Errorf("payload %q: %v", m.Data, err)
+		}
+		mu.Lock()
+		msgs = append(msgs, got{m.Header.Get(nats.MsgIdHdr), p.ParcelID, p.Seq})
+		mu.Unlock()
+	}, nats.OrderedConsumer(), nats.DeliverAll())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(msgs) }
+
+	// The slot first: events written before it exists are never streamed.
+	var out, errOut bytes.Buffer
+	if err := cmdWAL([]string{"setup", "-db", dsn, "-f", walSpecPath}, &out, &errOut); err != nil {
+		t.Fatalf("wal setup: %v\n%s", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "replication slot outboxgen_wal_outbox and publication ready") {
+		t.Fatalf("wal setup printed %q", out.String())
+	}
+	if err := cmdWAL([]string{"setup", "-db", dsn, "-f", walSpecPath}, io.Discard, io.Discard); err != nil {
+		t.Fatalf("a second wal setup: %v, want success (the slot is kept)", err)
+	}
+
+	ctx := context.Background()
+	keys := []string{"p1", "p2", "p3", "p4"}
+	const perKey = 50
+	write := func(from, to int, rollback bool) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				if _, err := walevents.InsertParcelShipped(ctx, tx, walevents.ParcelShipped{ParcelID: k, Seq: int64(i)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if rollback {
+				err = tx.Rollback(ctx)
+			} else {
+				err = tx.Commit(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(0, perKey/2, false) // before the relay runs: the slot holds them
+	write(1000, 1001, true)   // rolled back: never published
+
+	p := start(t, "relay", "-db", dsn, "-f", walSpecPath, "-broker", url, "-poll-interval", "100ms", "-shutdown-timeout", "1s",
+		"-sweeper=false", "-janitor=false", "-monitor-interval", "1s", "-timeout", "10s")
+	write(perKey/2, perKey, false)
+	waitFor(t, 60*time.Second, "every event", func() bool { return count() >= len(keys)*perKey })
+
+	var rows int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM wal_outbox").Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("%d outbox rows (%v): WAL-mode writers must not insert, and nothing should be parked", rows, err)
+	}
+	out.Reset()
+	errOut.Reset()
+	if err := cmdStatus([]string{"-db", dsn, "-f", walSpecPath}, &out, &errOut); err != nil {
+		t.Fatalf("status: %v\n%s", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "WAL mode (sql.wal): slot outboxgen_wal_outbox: active,") {
+		t.Errorf("status does not show the slot active:\n%s", out.String())
+	}
+	t.Logf("outboxgen status:\n%s", out.String())
+	out.Reset()
+	if err := cmdStatus([]string{"-db", dsn, "-f", walSpecPath, "-o", "json"}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	var rep statusReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || rep.WAL == nil || !rep.WAL.Exists || !rep.WAL.Active || rep.WAL.Slot != "outboxgen_wal_outbox" {
+		t.Errorf("status -o json wal = %+v (%v)", rep.WAL, err)
+	}
+
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("relay exited %d after SIGTERM, want 0; stderr:\n%s", code, p.stderr.String())
+	}
+	if !strings.Contains(p.stderr.String(), `"walrelay"`) {
+		t.Errorf("the started line does not list walrelay among the parts:\n%s", p.stderr.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	next := map[string]int64{}
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		if m.seq >= 1000 {
+			t.Fatalf("rolled-back event %s/%d was published", m.key, m.seq)
+		}
+		if seen[m.id] {
+			continue
+		}
+		seen[m.id] = true
+		if m.seq != next[m.key] {
+			t.Fatalf("key %s: event %d arrived when %d was due (per-key order)", m.key, m.seq, next[m.key])
+		}
+		next[m.key]++
+	}
+	for _, k := range keys {
+		if next[k] != perKey {
+			t.Errorf("key %s: %d distinct events, want %d", k, next[k], perKey)
+		}
+	}
+}
+
+// `outboxgen wal setup` refuses, before touching a database, a spec
+// without sql.wal and a command line without "setup".
+func TestWALSetupRefuses(t *testing.T) {
+	var errOut bytes.Buffer
+	if err := cmdWAL(nil, io.Discard, &errOut); err != errUsage || !strings.Contains(errOut.String(), "outboxgen wal setup -db DSN") {
+		t.Errorf("wal without setup: %v, %q; want the usage", err, errOut.String())
+	}
+	plain := filepath.Join("..", "..", "internal", "gentest", "pgxevents.yaml")
+	err := cmdWAL([]string{"setup", "-db", "postgres://u:secret@127.0.0.1:1/x", "-f", plain}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "does not set sql.wal: true") || strings.Contains(err.Error(), "secret") {
+		t.Errorf("wal setup on a spec without sql.wal: %v", err)
+	}
+	// sql.wal on a database that is not PostgreSQL: nothing to set up.
+	err = cmdWAL([]string{"setup", "-db", "sqlite:" + filepath.Join(t.TempDir(), "x.db"), "-f", walSpecPath}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "is not PostgreSQL") {
+		t.Errorf("wal setup on SQLite: %v", err)
+	}
+}
+
+func TestHumanBytes(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 999: "999 B", 12_300_000: "12.3 MB", 1 << 30: "1.1 GB"} {
+		if got := humanBytes(n); got != want {
+			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
+		}
 	}
 }

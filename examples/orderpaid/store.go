@@ -34,7 +34,7 @@ import (
 var schemaFS embed.FS
 
 // The demo's tables, in an order that can be dropped.
-var demoTables = []string{"sms_messages", "points_ledger", "orders", "customers", "outbox_inbox_key", "outbox_inbox", "outbox_event_version", "outbox_event"}
+var demoTables = []string{"sms_messages", "points_ledger", "orders", "customers", "outbox_inbox_duplicate", "outbox_inbox_key", "outbox_inbox", "outbox_event_version", "outbox_event"}
 
 // Queries is the query API the three sqlc packages share (sqlc.yaml compiles
 // queries/*.sql once per engine). sqlitedb's emitted interface is the

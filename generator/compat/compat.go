@@ -49,6 +49,17 @@
 // ordered: false -> true (a stronger guarantee); a removed event that no
 // consumer handles; renaming a type under types: (the JSON does not name
 // types); go_type, description and Go naming changes.
+//
+// Switching sql.wal on or off is not reported either. The messages are
+// the same in both modes (one builder, the same metadata and outbox_seq
+// numbering), so consumers built from either spec are unaffected: it is a
+// deployment change, not a contract change. It has its own order, which
+// a comparison of two files cannot check: create the replication slot
+// before the WAL writers run (outboxgen wal setup), run the streaming
+// relay beside the polling relay, and switch every writer of the outbox
+// in one deployment (table and WAL writers of the same keys order
+// independently); switching off, keep the streaming relay running until
+// the slot has caught up. See the README's WAL mode section.
 package compat
 
 import (

@@ -247,3 +247,20 @@ func TestEveryRuleTested(t *testing.T) {
 		}
 	}
 }
+
+// Switching sql.wal either way is a deployment change, not a contract
+// change: consumers see the same messages, so nothing is reported (see
+// the package documentation).
+func TestWALSwitchNotReported(t *testing.T) {
+	table := parse(t, "base.yaml", edit(t, "  dialects: [sqlite]\n", "  dialects: [sqlite, postgres]\n"))
+	wal := parse(t, "events.yaml", edit(t, "  dialects: [sqlite]\n", "  dialects: [sqlite, postgres]\n  wal: true\n"))
+	if !wal.SQL.WAL {
+		t.Fatal("the edited spec does not set sql.wal")
+	}
+	if got := Compare(table, wal); len(got) != 0 {
+		t.Errorf("table -> WAL: %v, want nothing", got)
+	}
+	if got := Compare(wal, table); len(got) != 0 {
+		t.Errorf("WAL -> table: %v, want nothing", got)
+	}
+}

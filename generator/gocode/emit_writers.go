@@ -69,17 +69,27 @@ func (g *gen) writersFile() (*jen.File, error) {
 		wiring = "\tdrv, err := pgxdriver.New(pool, Schema) // then relay.New(drv, ...), sweeper, monitor, janitor"
 	}
 	f.Line()
-	f.Add(doc(
+	schemaDoc := []string{
 		fmt.Sprintf("Schema is what %s says about the database: the table names, the SQL dialects (%s) and the event types. Every runtime part is wired from it, so none can use a table or dialect %s does not name:", g.specName(), strings.Join(titles, ", "), g.specName()),
 		wiring,
 		"The RegisterX consumer functions and the writers use it too.",
-	))
-	f.Var().Id("Schema").Op("=").Qual(pathOutbox, "Schema").Custom(multiValues,
+	}
+	if s.SQL.WAL {
+		schemaDoc = append(schemaDoc, fmt.Sprintf("WAL is sql.wal in %s: PostgreSQL writers write events into the WAL for the streaming relay (runtime/walrelay), which runs beside the polling relay; create its replication slot before deploying the writers (outboxgen wal setup).", g.specName()))
+	}
+	f.Add(doc(schemaDoc...))
+	fields := []jen.Code{
 		jen.Id("Source").Op(":").Lit(g.specName()),
 		jen.Id("Tables").Op(":").Qual(pathOutbox, "Tables").Custom(multiValues, tables...),
 		jen.Id("Dialects").Op(":").Index().Qual(pathOutbox, "Dialect").Values(dialects...),
 		jen.Id("EventTypes").Op(":").Id("EventTypes"),
-	)
+	}
+	if s.SQL.WAL {
+		// Only when set, so that the output of specs without sql.wal
+		// does not change.
+		fields = append(fields, jen.Id("WAL").Op(":").True())
+	}
+	f.Var().Id("Schema").Op("=").Qual(pathOutbox, "Schema").Custom(multiValues, fields...)
 
 	// Writer, NewWriter, Bind and the package-level binding.
 	f.Line()
@@ -208,8 +218,12 @@ func (g *gen) insertFunc(f *jen.File, e *spec.Event, pgx bool) error {
 	}
 	results := []jen.Code{jen.Qual(pathOutbox, "EventID"), jen.Error()}
 
+	var walDoc []string
+	if g.s.SQL.WAL {
+		walDoc = []string{g.walInsertDoc()}
+	}
 	f.Line()
-	f.Add(doc(fmt.Sprintf("Insert%s writes %s %s event into the outbox table inside tx, %s that makes the business change, so the event is published if and only if tx commits. It validates e first; an invalid event returns an error and leaves tx usable. It uses the package's writer (see Default).", name, article(e.Name), e.Name, txWhat)))
+	f.Add(doc(append([]string{fmt.Sprintf("Insert%s writes %s %s event into the outbox table inside tx, %s that makes the business change, so the event is published if and only if tx commits. It validates e first; an invalid event returns an error and leaves tx usable. It uses the package's writer (see Default).", name, article(e.Name), e.Name, txWhat)}, walDoc...)...))
 	f.Func().Id("Insert"+name).Params(params...).Params(results...).Block(
 		jen.List(jen.Id("w"), jen.Err()).Op(":=").Id("binding").Dot("Writer").Call(),
 		jen.If(jen.Err().Op("!=").Nil()).Block(
@@ -219,7 +233,7 @@ func (g *gen) insertFunc(f *jen.File, e *spec.Event, pgx bool) error {
 	)
 
 	f.Line()
-	f.Add(doc(fmt.Sprintf("Insert%s writes %s %s event into w's outbox table inside tx, %s that makes the business change, so the event is published if and only if tx commits. It validates e first; an invalid event returns an error and leaves tx usable.", name, article(e.Name), e.Name, txWhat)))
+	f.Add(doc(append([]string{fmt.Sprintf("Insert%s writes %s %s event into w's outbox table inside tx, %s that makes the business change, so the event is published if and only if tx commits. It validates e first; an invalid event returns an error and leaves tx usable.", name, article(e.Name), e.Name, txWhat)}, walDoc...)...))
 	f.Func().Params(jen.Id("w").Id("Writer")).Id("Insert"+name).Params(params...).Params(results...).Block(
 		jen.If(jen.Err().Op(":=").Id("e").Dot("Validate").Call(), jen.Err().Op("!=").Nil()).Block(
 			jen.Return(jen.Qual(pathOutbox, "EventID").Values(), jen.Err()),
@@ -227,6 +241,15 @@ func (g *gen) insertFunc(f *jen.File, e *spec.Event, pgx bool) error {
 		jen.Return(insert),
 	)
 	return nil
+}
+
+// walInsertDoc is the paragraph the InsertX functions get with sql.wal.
+func (g *gen) walInsertDoc() string {
+	d := fmt.Sprintf("With sql.wal in %s, a PostgreSQL writer writes the event into PostgreSQL's WAL (pg_logical_emit_message), not the outbox table; the streaming relay (runtime/walrelay, outboxgen relay) publishes it.", g.specName())
+	if len(g.s.SQL.Dialects) > 1 {
+		d += " Writers of the other dialects insert into the outbox table."
+	}
+	return d
 }
 
 // keyString returns the expression that turns the key field of e into

@@ -413,6 +413,28 @@ events:
 		want: `testdata.yaml:5:18: table names "outbox_event", "outbox_inbox" and "outbox_event" produce the identifier "outbox_event" twice`,
 	},
 	{
+		name: "sql.wal without postgres",
+		src: `version: 1
+go: {package: events, out: gen}
+sql:
+  dialects: [mysql, sqlite]
+  wal: true
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:5:8: sql.wal: true needs postgres in sql.dialects (WAL mode uses PostgreSQL logical decoding); add postgres to sql.dialects or remove sql.wal`,
+	},
+	{
+		name: "sql.wal not a boolean",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres], wal: "yes"}
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:3:34: sql.wal must be true or false, got the string "yes"`,
+	},
+	{
 		name: "unsafe archive table",
 		src: `version: 1
 go: {package: events, out: gen}

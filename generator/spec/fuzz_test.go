@@ -56,6 +56,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(previousHead + "  - &e {name: A, topic: a, key: id, version: 3, fields: [{name: id, type: string}], previous: [{version: 1, fields: [{name: id, type: string}]}, {version: 2, fields: *e}]}\n"))
 	// The inputs of issue 8 that exhausted memory, at a size that still
 	// crosses each limit.
+	// sql.wal (valid beside other dialects; errorCases hold the invalid ones).
+	f.Add([]byte("version: 1\ngo: {package: events, out: gen}\nsql: {dialects: [sqlite, postgres], wal: true}\nevents:\n  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}\n"))
 	f.Add([]byte(aliasBomb(300)))
 	f.Add([]byte(manyEvents(MaxEvents+1, 1)))
 	f.Add([]byte(specHead + "x-deep: " + strings.Repeat("[", MaxNestingDepth+1) + strings.Repeat("]", MaxNestingDepth+1) + "\n"))

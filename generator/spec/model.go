@@ -86,6 +86,14 @@ type SQLOutput struct {
 	// ArchiveTable, when set, adds an archive table to the DDL: the janitor
 	// can move sent rows there instead of deleting them.
 	ArchiveTable string
+	// WAL is sql.wal: the PostgreSQL writers write events into the WAL
+	// (pg_logical_emit_message) for the streaming relay (runtime/walrelay)
+	// instead of inserting them into the outbox table. It needs postgres
+	// in Dialects; writers of other dialects keep the table. One setting
+	// per outbox, not per event: all events of an outbox share one slot
+	// and one per-key order. WALPos is its position when written.
+	WAL    bool
+	WALPos Pos
 	// Pos is the position of the sql: mapping; OutboxTablePos,
 	// InboxTablePos and ArchiveTablePos those of the table names when
 	// written (zero when defaulted).

@@ -510,7 +510,7 @@ var movedKeys = map[string]string{"rename": "go.rename", "initialisms": "go.init
 var (
 	rootKeys     = []string{"version", "go", "sql", "types", "events", "consumers"}
 	goKeys       = []string{"package", "out", "driver", "initialisms", "rename"}
-	sqlKeys      = []string{"dialects", "out", "outbox_table", "inbox_table", "archive_table"}
+	sqlKeys      = []string{"dialects", "out", "outbox_table", "inbox_table", "archive_table", "wal"}
 	typeKeys     = []string{"name", "description", "fields", "enum"}
 	eventKeys    = []string{"name", "description", "topic", "key", "version", "ordered", "fields", "previous"}
 	previousKeys = []string{"version", "description", "fields"}
@@ -775,6 +775,17 @@ func (p *parser) parseSQL(n *yaml.Node) {
 	}
 	if v := m.get("out"); v != nil {
 		p.spec.SQL.Out = p.outDir(v, "sql.out")
+	}
+	if v := m.get("wal"); v != nil {
+		if on, ok := p.boolean(v, "sql.wal"); ok && on {
+			p.spec.SQL.WAL = true
+			p.spec.SQL.WALPos = posOf(v)
+			// Checked only when the dialects parsed: a broken list has
+			// its own error, and guessing past it would add noise.
+			if len(p.spec.SQL.Dialects) > 0 && !slices.Contains(p.spec.SQL.Dialects, Postgres) {
+				p.errorf(v, "sql.wal: true needs postgres in sql.dialects (WAL mode uses PostgreSQL logical decoding); add postgres to sql.dialects or remove sql.wal")
+			}
+		}
 	}
 	p.spec.SQL.OutboxTable = templates.DefaultTables.Outbox
 	p.spec.SQL.InboxTable = templates.DefaultTables.Inbox

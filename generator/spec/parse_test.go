@@ -378,3 +378,23 @@ consumers:
 		})
 	}
 }
+
+// sql.wal: true is kept with its position; false and absent mean the
+// table outbox; other dialects may be listed beside postgres.
+func TestParseWAL(t *testing.T) {
+	const head = "version: 1\ngo: {package: events, out: gen}\nsql:\n  dialects: [mysql, postgres]\n"
+	const events = "events:\n  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}\n"
+	s, err := Parse("wal.yaml", []byte(head+"  wal: true\n"+events))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.SQL.WAL || s.SQL.WALPos.Line != 5 || s.SQL.WALPos.Col != 8 {
+		t.Fatalf("sql.wal: true parsed as WAL=%v at %+v, want true at 5:8", s.SQL.WAL, s.SQL.WALPos)
+	}
+	for _, src := range []string{head + "  wal: false\n" + events, head + events} {
+		s, err := Parse("wal.yaml", []byte(src))
+		if err != nil || s.SQL.WAL {
+			t.Fatalf("%q: WAL=%v, %v; want the table outbox", src, s.SQL.WAL, err)
+		}
+	}
+}

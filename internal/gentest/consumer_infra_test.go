@@ -134,6 +134,8 @@ func TestConsumerInboxPermissionDeniedKeepsMessage(t *testing.T) {
 				// SELECT on the stale-guard table too: the router's start-up
 				// check reads both tables (a role without it is refused at
 				// start; this test is about a privilege lost at run time).
+				// The duplicate record is optional: without privileges on
+				// <inbox>_duplicate, duplicates are only not recorded.
 				b.mustExec(t, `GRANT SELECT ON `+dbName+`.`+sqlevents.InboxTable+`_key TO `+account)
 				grant = `GRANT INSERT, UPDATE ON ` + dbName + `.` + sqlevents.InboxTable + ` TO ` + account
 				cfg, err := mysql.ParseDSN(os.Getenv(testdb.MySQLEnv))

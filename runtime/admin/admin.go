@@ -1,23 +1,30 @@
 // Package admin is what an operator does to an outbox: see its state
-// (Status), find and inspect events (Find, Get), put FAILED events back in
-// the queue (Requeue), publish SENT events again (Replay), and make a
-// consumer forget events it handled (ForgetInbox).
+// (Status, Relays, BlockedKeys), find and inspect events (Find, Get), put
+// FAILED events back in the queue (Requeue), delete them for good
+// (Delete), publish SENT events again (Replay), see what consumers handled
+// and which deliveries were duplicates (Inbox, RecentDuplicates), and make
+// a consumer forget events it handled (ForgetInbox).
 //
 // The outboxgen command's operations (status, failed, requeue, replay,
-// inbox forget) are a thin layer over it, so a service can offer the same
-// actions itself, e.g. behind its own admin endpoint.
+// inbox forget) and the web console (package runtime/console) are thin
+// layers over it, so a service can offer the same actions itself, e.g.
+// behind its own admin endpoint. Every query is bounded: limits are
+// checked (at most MaxPage rows a page) and reads go through indexes.
 //
-// Every action works in bounded batches, each one statement (so one
-// transaction): a relay running at the same time sees a batch either
-// whole or not at all. Batches run in id order, so that the keys held back
-// behind requeued rows flow again in order. Actions only change the rows
-// they were given or their filter selects, and each reports what it
-// changed.
+// An action works in bounded batches of at most BatchSize rows, each one
+// transaction: a relay running at the same time sees a batch either whole
+// or not at all. With Selection.OneTransaction (the console's choice) the
+// whole selection, at most MaxRefs rows, is changed in one transaction
+// instead. Batches run in id order, so that the keys held back behind
+// requeued rows flow again in order. Actions only change the rows they
+// were given or their filter selects, and each reports what it changed.
 package admin
 
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -141,6 +148,15 @@ func (a *Admin) Status(ctx context.Context, o StatusOptions) (Status, error) {
 	return st, nil
 }
 
+// MaxID returns the highest row id of the outbox table (0 when it is
+// empty): one index read, for a caller that bounds a scan to the newest
+// rows without the cost of Status.
+func (a *Admin) MaxID(ctx context.Context) (int64, error) {
+	ctx, cancel := a.stmt(ctx)
+	defer cancel()
+	return a.drv.MaxID(ctx)
+}
+
 // Filter selects events. Set fields narrow the selection; lists match any
 // of their values.
 type Filter struct {
@@ -222,7 +238,63 @@ type Selection struct {
 	All    bool
 	// DryRun counts what would change and changes nothing.
 	DryRun bool
+	// OneTransaction changes every selected event in one transaction
+	// (one driver call), so the action happens whole or not at all: the
+	// ids are collected first (at most MaxRefs; a bigger selection is
+	// refused with an error saying to narrow the filter, or to use the
+	// CLI, which works in batches), then changed together. Without it,
+	// an action runs in batches of at most BatchSize rows, each its own
+	// transaction.
+	OneTransaction bool
+	// Expect, with OneTransaction, is what a confirmation counted (from
+	// a DryRun's Result: Matched and Digest): the action collects the
+	// selected ids again and changes nothing, returning a
+	// *SelectionChangedError, unless they are exactly the ones counted.
+	Expect *Expect
 }
+
+// Expect is the selection an operator confirmed.
+type Expect struct {
+	// Count is the number of events confirmed (Result.Matched).
+	Count int64
+	// Digest is Digest of their ids (Result.Digest).
+	Digest string
+}
+
+// Digest returns the hex SHA-256 of ids, sorted, as decimal numbers each
+// followed by a newline: what Result.Digest and Expect.Digest hold.
+func Digest(ids []int64) string {
+	s := slices.Clone(ids)
+	slices.Sort(s)
+	h := sha256.New()
+	var b []byte
+	for _, id := range s {
+		b = strconv.AppendInt(b[:0], id, 10)
+		b = append(b, '\n')
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ErrSelectionChanged is matched (errors.Is) by a *SelectionChangedError.
+var ErrSelectionChanged = errors.New("the selection changed since it was confirmed")
+
+// SelectionChangedError is returned when the events a Selection selects
+// now are not the ones its Expect confirmed: nothing was changed.
+type SelectionChangedError struct {
+	// Then is the count confirmed; Now the count selected now.
+	Then, Now int64
+}
+
+func (e *SelectionChangedError) Error() string {
+	if e.Then == e.Now {
+		return fmt.Sprintf("the selection changed since you confirmed (%d events then, %d others now): confirm again; nothing was changed", e.Then, e.Now)
+	}
+	return fmt.Sprintf("the selection changed since you confirmed (%d then, %d now): confirm again; nothing was changed", e.Then, e.Now)
+}
+
+// Is reports whether target is ErrSelectionChanged.
+func (e *SelectionChangedError) Is(target error) bool { return target == ErrSelectionChanged }
 
 // Refusal says why a named event was not acted on.
 type Refusal struct {
@@ -232,7 +304,7 @@ type Refusal struct {
 
 // Result reports what an action changed.
 type Result struct {
-	// Action is "requeue" or "replay" (or "forget").
+	// Action is "requeue", "replay", "delete" or "forget".
 	Action string `json:"action"`
 	// Matched counts the rows selected; Changed the rows changed (fewer
 	// when a row's status changed meanwhile, e.g. a relay sent it).
@@ -245,6 +317,13 @@ type Result struct {
 	LastID  int64 `json:"last_id,omitempty"`
 	// Keys counts the distinct keys of the selected rows.
 	Keys int `json:"keys"`
+	// Released counts, for a requeue or a delete, the pending rows of
+	// those keys that were held back behind the changed rows and were
+	// made due again in the same transaction.
+	Released int64 `json:"released,omitempty"`
+	// Digest, with Selection.OneTransaction, is Digest of the selected
+	// ids: pass it back in Selection.Expect to act on exactly these.
+	Digest string `json:"digest,omitempty"`
 	// RecentlySent counts, for a replay, the selected rows sent less than
 	// RecentWindow ago (by this machine's clock): a broker that drops
 	// re-sent message ids within a window (NATS JetStream's duplicate
@@ -264,10 +343,12 @@ const RecentWindow = 2 * time.Minute
 // Result.Refused says why, one by one.
 var ErrRefused = errors.New("some named events cannot be acted on; nothing was changed")
 
-// Requeue makes FAILED events pending again, due now, attempts reset, in
-// id order, in batches of at most BatchSize (each one statement).
+// Requeue makes FAILED events pending again, due now, attempts reset, and
+// releases the rows of their keys held behind them, in id order, in
+// batches of at most BatchSize (each one transaction), or all in one with
+// Selection.OneTransaction.
 func (a *Admin) Requeue(ctx context.Context, sel Selection) (Result, error) {
-	return a.act(ctx, "requeue", driver.Failed, sel, a.drv.Requeue)
+	return a.act(ctx, "requeue", driver.Failed, sel, a.drv.RequeueAndRelease)
 }
 
 // Replay makes SENT events pending again, so the relay publishes them
@@ -275,13 +356,33 @@ func (a *Admin) Requeue(ctx context.Context, sel Selection) (Result, error) {
 // the ones they handled (see ForgetInbox). Rows the janitor already
 // deleted cannot be replayed.
 func (a *Admin) Replay(ctx context.Context, sel Selection) (Result, error) {
-	return a.act(ctx, "replay", driver.Sent, sel, a.drv.Replay)
+	return a.act(ctx, "replay", driver.Sent, sel, func(ctx context.Context, ids []int64) (int64, int64, error) {
+		n, err := a.drv.Replay(ctx, ids)
+		return n, 0, err
+	})
 }
 
-func (a *Admin) act(ctx context.Context, action string, want driver.RowStatus, sel Selection, apply func(context.Context, []int64) (int64, error)) (Result, error) {
+// Delete deletes FAILED events for good (named events in another status
+// are refused, like Requeue refuses them) and releases the rows of their
+// keys held behind them, in id order, in batches of at most BatchSize
+// (each one transaction), or all in one with Selection.OneTransaction.
+// The events are gone: nothing publishes them, and only the database's
+// backups hold them. Result.Action is "delete".
+func (a *Admin) Delete(ctx context.Context, sel Selection) (Result, error) {
+	return a.act(ctx, "delete", driver.Failed, sel, a.drv.DeleteFailed)
+}
+
+// applyFunc changes ids in one transaction and returns the rows changed
+// and the held rows released.
+type applyFunc func(context.Context, []int64) (changed, released int64, err error)
+
+func (a *Admin) act(ctx context.Context, action string, want driver.RowStatus, sel Selection, apply applyFunc) (Result, error) {
 	res := Result{Action: action, DryRun: sel.DryRun}
 	if len(sel.Refs) > 0 && !sel.Filter.Empty() {
 		return res, errors.New("name events or give a filter, not both")
+	}
+	if sel.Expect != nil && !sel.OneTransaction {
+		return res, errors.New("Selection.Expect needs OneTransaction: a batched action cannot act on exactly the events confirmed")
 	}
 	if len(sel.Refs) == 0 && sel.Filter.Empty() && !sel.All {
 		return res, fmt.Errorf("no events named and no filter given: to %s every %s event, confirm it (All)", action, want)
@@ -309,13 +410,17 @@ func (a *Admin) act(ctx context.Context, action string, want driver.RowStatus, s
 			return nil
 		}
 		sctx, cancel := a.stmt(ctx)
-		n, err := apply(sctx, ids)
+		n, rel, err := apply(sctx, ids)
 		cancel()
 		res.Changed += n
+		res.Released += rel
 		if n > 0 {
 			res.Batches++
 		}
 		return err
+	}
+	if sel.OneTransaction {
+		return a.actOnce(ctx, action, want, sel, apply, &res, note)
 	}
 	if len(sel.Refs) > 0 {
 		evs, err := a.resolve(ctx, want, action, sel.Refs, &res)
@@ -348,6 +453,56 @@ func (a *Admin) act(ctx context.Context, action string, want driver.RowStatus, s
 			return res, err
 		}
 	}
+}
+
+// actOnce is act with Selection.OneTransaction: it collects every
+// selected id (at most MaxRefs) and changes them with one driver call,
+// one transaction.
+func (a *Admin) actOnce(ctx context.Context, action string, want driver.RowStatus, sel Selection, apply applyFunc,
+	res *Result, note func([]driver.Event) []int64) (Result, error) {
+	var ids []int64
+	if len(sel.Refs) > 0 {
+		evs, err := a.resolve(ctx, want, action, sel.Refs, res)
+		if err != nil || len(res.Refused) > 0 {
+			return *res, err
+		}
+		ids = note(evs)
+	} else {
+		var evs []driver.Event
+		var after int64
+		for {
+			sctx, cancel := a.stmt(ctx)
+			page, err := a.drv.FindEvents(sctx, sel.Filter.query(int(want), after, min(BatchSize, MaxRefs+1-len(evs))))
+			cancel()
+			if err != nil {
+				return *res, err
+			}
+			evs = append(evs, page...)
+			if len(evs) > MaxRefs {
+				return *res, fmt.Errorf("%s: more than %d %s events match: narrow the filter (e.g. by type, key or id range), or use the outboxgen command, which works in batches", action, MaxRefs, want)
+			}
+			if len(page) == 0 {
+				break
+			}
+			after = page[len(page)-1].ID
+		}
+		ids = note(evs)
+	}
+	res.Digest = Digest(ids)
+	if x := sel.Expect; x != nil && (x.Count != res.Matched || x.Digest != res.Digest) {
+		return *res, &SelectionChangedError{Then: x.Count, Now: res.Matched}
+	}
+	if sel.DryRun || len(ids) == 0 {
+		return *res, nil
+	}
+	sctx, cancel := a.stmt(ctx)
+	n, rel, err := apply(sctx, ids)
+	cancel()
+	res.Changed, res.Released = n, rel
+	if n > 0 {
+		res.Batches = 1
+	}
+	return *res, err
 }
 
 // resolve looks up named events, in id order, and refuses (filling
@@ -433,6 +588,10 @@ func refusal(action string, e driver.Event) string {
 		return fmt.Sprintf("row %d is failed, not sent: requeue it instead", e.ID)
 	case action == "replay" && e.Status == driver.Pending:
 		return fmt.Sprintf("row %d is pending, not sent yet: the relay will publish it", e.ID)
+	case action == "delete" && e.Status == driver.Sent:
+		return fmt.Sprintf("row %d is sent, not failed: only FAILED rows are deleted by hand (the janitor deletes sent rows)", e.ID)
+	case action == "delete" && e.Status == driver.Pending:
+		return fmt.Sprintf("row %d is pending, not failed: the relay will publish it (attempts so far: %d)", e.ID, e.RetryCount)
 	}
 	return fmt.Sprintf("row %d is %s", e.ID, e.Status)
 }
@@ -527,4 +686,82 @@ func (a *Admin) ForgetInbox(ctx context.Context, sel InboxSelection) (Result, er
 		}
 	}
 	return res, nil
+}
+
+// Bounds of the console's queries.
+const (
+	// MaxRelays is the most relay instances Relays returns.
+	MaxRelays = 1000
+	// MaxPage is the most rows one page of BlockedKeys or
+	// RecentDuplicates returns.
+	MaxPage = dialect.MaxInList
+	// DefaultInboxWindow is Inbox's window when none is given; MaxInboxWindow
+	// the longest it takes.
+	DefaultInboxWindow = time.Hour
+	MaxInboxWindow     = 7 * 24 * time.Hour
+	// InboxScanRows bounds the inbox rows Inbox reads per call: a consumer
+	// that handled more within the window is reported as Capped. 50,000
+	// keeps the inbox page near 50 ms on MariaDB (which materializes the
+	// rows it counts) on a busy two-core machine; PostgreSQL reads 100,000
+	// in about 30 ms.
+	InboxScanRows = 50000
+)
+
+// Relays returns the relay instances holding leases on pending rows,
+// most rows first (at most MaxRelays), with how many of their leases
+// lapsed: a relay that died shows with every lease expired until the
+// sweeper or another relay claims its rows again.
+func (a *Admin) Relays(ctx context.Context) ([]driver.RelayLeases, error) {
+	ctx, cancel := a.stmt(ctx)
+	defer cancel()
+	return a.drv.Leases(ctx, MaxRelays)
+}
+
+// BlockedKeys returns up to limit (1 to MaxPage) keys whose pending rows
+// wait behind a FAILED or backing-off row of the key, in key order after
+// afterKey ("" for the first page; then the last key returned). Event
+// types listed unordered in the schema never block a key.
+func (a *Admin) BlockedKeys(ctx context.Context, afterKey string, limit int) ([]driver.BlockedKey, error) {
+	if limit < 1 || limit > MaxPage {
+		return nil, fmt.Errorf("limit %d: use 1 to %d", limit, MaxPage)
+	}
+	ctx, cancel := a.stmt(ctx)
+	defer cancel()
+	return a.drv.BlockedKeys(ctx, driver.BlockedKeysParams{Unordered: a.unordered, AfterKey: afterKey, Limit: limit})
+}
+
+// Inbox returns, per consumer, the events handled and the duplicate
+// deliveries recorded within window (0: DefaultInboxWindow; at most
+// MaxInboxWindow). It reads at most InboxScanRows inbox rows: a consumer
+// that handled more is marked Capped. Duplicates need schema version 2
+// (outboxgen migrate up); before it they count 0.
+func (a *Admin) Inbox(ctx context.Context, window time.Duration) ([]driver.InboxConsumer, error) {
+	if window == 0 {
+		window = DefaultInboxWindow
+	}
+	if window < 0 || window > MaxInboxWindow {
+		return nil, fmt.Errorf("inbox window %s: use a positive span of at most %s", window, MaxInboxWindow)
+	}
+	ctx, cancel := a.stmt(ctx)
+	defer cancel()
+	if err := a.drv.Check(ctx, driver.Inbox); err != nil {
+		return nil, err
+	}
+	return a.drv.InboxConsumers(ctx, window, InboxScanRows)
+}
+
+// RecentDuplicates returns up to limit (1 to MaxPage) of consumer's most
+// recent duplicate deliveries, newest first: events delivered again after
+// the consumer handled them, which its inbox skipped. None before schema
+// version 2 (outboxgen migrate up).
+func (a *Admin) RecentDuplicates(ctx context.Context, consumer string, limit int) ([]driver.InboxDuplicate, error) {
+	if consumer == "" {
+		return nil, errors.New("name the consumer whose duplicate deliveries to list")
+	}
+	if limit < 1 || limit > MaxPage {
+		return nil, fmt.Errorf("limit %d: use 1 to %d", limit, MaxPage)
+	}
+	ctx, cancel := a.stmt(ctx)
+	defer cancel()
+	return a.drv.RecentDuplicates(ctx, consumer, limit)
 }

@@ -1,8 +1,9 @@
 package dialect
 
 // This file binds the operator statements (package runtime/admin and the
-// outboxgen CLI): status, finding and showing events, replay, and the
-// inbox's forget. Their text is in sql/<dialect>.sql (the Admin* names).
+// outboxgen CLI): status, finding and showing events, replay, the inbox's
+// forget, and the console's relays, blocked keys, deletes of FAILED rows
+// and inbox summary. Their text is in sql/<dialect>.sql (the Admin* names).
 //
 // Index use: every status figure reads pending rows through the claim
 // index and FAILED rows through the failed index; sent rows, the bulk of
@@ -10,7 +11,20 @@ package dialect
 // bounded length, and by CountSent (asked for explicitly) all of them:
 // no index of PostgreSQL or SQLite holds them. FindEvents with a status reads that status's index
 // (PostgreSQL and SQLite partial indexes need the status as a literal in
-// the statement, hence one section per status).
+// the statement, hence one section per status); FindEvents by key reads
+// the per-key index for pending and FAILED rows; for sent rows only MySQL's
+// <outbox>_biz_id_idx holds them (PostgreSQL's and SQLite's leave them out,
+// so that no insert pays for an index operators rarely need): there a
+// search of sent rows by key reads the id range it is given, which callers
+// bound (the console searches the newest rows).
+//
+// The console's statements: Leases reads the pending rows (claim index);
+// BlockedKeys the heads as HeldBack does, then one per-key index range
+// and one primary-key read per key of the page; LockFailed and
+// DeleteFailed the primary key; InboxHandled and InboxDuplicates the
+// newest rows of the processed_at and last_seen_at indexes, at most
+// scan_rows of them; RecentDuplicates the (consumer, last_seen_at) index.
+// BenchmarkConsole in runtime/admin measures them on 1,000,000 rows.
 
 import (
 	"fmt"
@@ -36,6 +50,14 @@ var (
 				withFixed("has_event_ids", "has_types", "has_keys", "has_max_age", "has_min_age").
 				mayOmit("event_ids", "types", "biz_ids", "max_age", "min_age")
 	sAdminForgetInbox = define(nil, "AdminForgetInbox", "consumer", "event_ids")
+
+	sAdminLeases           = define(nil, "AdminLeases", "max_rows")
+	sAdminBlockedKeys      = define(nil, "AdminBlockedKeys", "after_key", "max_rows").withFixed("unordered")
+	sAdminLockFailed       = define(nil, "AdminLockFailed", "ids")
+	sAdminDeleteFailed     = define(nil, "AdminDeleteFailed", "ids")
+	sAdminInboxHandled     = define(nil, "AdminInboxHandled", "window_secs", "scan_rows")
+	sAdminInboxDuplicates  = define(nil, "AdminInboxDuplicates", "window_secs", "scan_rows")
+	sAdminRecentDuplicates = define(nil, "AdminRecentDuplicates", "consumer", "max_rows")
 )
 
 // Row statuses (the status column).
@@ -240,4 +262,62 @@ func (q *AdminQueries) FindInbox(f InboxFilter) (string, []any, error) {
 // Callers split lists longer than MaxInList.
 func (q *AdminQueries) ForgetInbox(consumer string, eventIDs []string) (string, []any) {
 	return q.set().get(sAdminForgetInbox).render(consumer, eventIDs)
+}
+
+// Leases returns, per relay instance (lease_owner) holding leases on
+// pending rows, held rows left out: owner, rows, rows whose lease lapsed,
+// earliest and latest lease expiry, oldest created_at; most rows first, at
+// most limit owners. It reads the pending rows only (the claim index).
+func (q *AdminQueries) Leases(limit int) (string, []any) {
+	return q.set().get(sAdminLeases).render(limit)
+}
+
+// BlockedKeys returns one page of the keys HeldBack counts, in key order
+// after afterKey, at most limit: EventColumns of the key's head (its
+// oldest FAILED or backing-off row), then the number of pending rows
+// waiting behind it and the created_at of the oldest of them. Types in
+// unordered neither block nor wait.
+func (q *AdminQueries) BlockedKeys(unordered []string, afterKey string, limit int) (string, []any) {
+	p := q.s.mustPrepare(sAdminBlockedKeys, q.tb, map[string][]string{"unordered": unordered})
+	return p.render(afterKey, limit)
+}
+
+// LockFailed returns the ids among ids of FAILED rows (in id order, except
+// on SQLite) and locks them until the transaction ends (FOR UPDATE; on
+// SQLite a no-op UPDATE ... RETURNING, which takes the database's write lock
+// first thing, so that the transaction waits for a relay's write instead of
+// failing with SQLITE_BUSY on a later upgrade): the first statement of a delete of
+// FAILED rows, which then releases the rows held behind them (RelayQueries'
+// ReleaseHeld, with the returned ids) and deletes them (DeleteFailed).
+// Callers split lists longer than MaxInList.
+func (q *AdminQueries) LockFailed(ids []int64) (string, []any) {
+	return q.set().get(sAdminLockFailed).render(ids)
+}
+
+// DeleteFailed deletes the FAILED rows among ids; rows in another status
+// are left alone. Callers split lists longer than MaxInList.
+func (q *AdminQueries) DeleteFailed(ids []int64) (string, []any) {
+	return q.set().get(sAdminDeleteFailed).render(ids)
+}
+
+// InboxHandled returns, per consumer, the inbox rows processed within
+// window among the newest scanRows (consumer, count, latest processed_at),
+// in consumer order: a bounded read of the processed_at index.
+func (q *AdminQueries) InboxHandled(window time.Duration, scanRows int64) (string, []any) {
+	return q.set().get(sAdminInboxHandled).render(window, scanRows)
+}
+
+// InboxDuplicates returns, per consumer, the events delivered again within
+// window among the newest scanRows rows of the duplicate table (consumer,
+// count, latest last_seen_at), in consumer order. The duplicate table
+// exists from schema version InboxDuplicateVersion on.
+func (q *AdminQueries) InboxDuplicates(window time.Duration, scanRows int64) (string, []any) {
+	return q.set().get(sAdminInboxDuplicates).render(window, scanRows)
+}
+
+// RecentDuplicates returns consumer's latest rows of the duplicate table:
+// consumer, event_id, biz_type, biz_id (each "" when NULL), count,
+// first_seen_at, last_seen_at; newest first, at most limit.
+func (q *AdminQueries) RecentDuplicates(consumer string, limit int) (string, []any) {
+	return q.set().get(sAdminRecentDuplicates).render(consumer, limit)
 }

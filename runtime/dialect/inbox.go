@@ -20,22 +20,33 @@ const InboxKeySuffix = "_key"
 // InboxKeyTable returns the stale-guard table of inbox table inbox.
 func InboxKeyTable(inbox string) string { return inbox + InboxKeySuffix }
 
+// InboxDuplicateSuffix is appended to the inbox table name to name the
+// record of duplicate deliveries: (consumer, event_id) → how many times
+// the event was delivered again, first and last (schema version 2).
+const InboxDuplicateSuffix = "_duplicate"
+
+// InboxDuplicateTable returns the duplicate record of inbox table inbox.
+func InboxDuplicateTable(inbox string) string { return inbox + InboxDuplicateSuffix }
+
 // InboxQueries holds the consumer statements for one inbox table. Build it
 // once with NewInboxQueries; it is immutable and safe for concurrent use.
 type InboxQueries struct {
-	s        *spec
-	inbox    string
-	keys     string
-	record   *prepared
-	recorded *prepared
-	guard    *prepared
+	s         *spec
+	inbox     string
+	keys      string
+	dups      string
+	record    *prepared
+	recorded  *prepared
+	guard     *prepared
+	duplicate *prepared
 }
 
 // The inbox's statements (see sql/<dialect>.sql).
 var (
-	sInboxRecord   = define(nil, "InboxRecord", "consumer", "event_id", "biz_type", "biz_id")
-	sInboxRecorded = define(nil, "InboxRecorded", "consumer", "event_id")
-	sInboxGuard    = define(nil, "InboxGuard", "consumer", "biz_type", "biz_id", "last_seq")
+	sInboxRecord          = define(nil, "InboxRecord", "consumer", "event_id", "biz_type", "biz_id")
+	sInboxRecorded        = define(nil, "InboxRecorded", "consumer", "event_id")
+	sInboxGuard           = define(nil, "InboxGuard", "consumer", "biz_type", "biz_id", "last_seq")
+	sInboxRecordDuplicate = define(nil, "InboxRecordDuplicate", "consumer", "event_id", "biz_type", "biz_id")
 )
 
 // NewInboxQueries returns the inbox statements of dialect d for inbox table
@@ -52,9 +63,14 @@ func NewInboxQueries(d Dialect, inbox string) (*InboxQueries, error) {
 	if err := CheckIdentifier("inbox: stale-guard table name", keys); err != nil {
 		return nil, err
 	}
+	dups := InboxDuplicateTable(inbox)
+	if err := CheckIdentifier("inbox: duplicate table name", dups); err != nil {
+		return nil, err
+	}
 	set := s.statements(tables{inbox: inbox})
-	return &InboxQueries{s: s, inbox: inbox, keys: keys,
-		record: set.get(sInboxRecord), recorded: set.get(sInboxRecorded), guard: set.get(sInboxGuard)}, nil
+	return &InboxQueries{s: s, inbox: inbox, keys: keys, dups: dups,
+		record: set.get(sInboxRecord), recorded: set.get(sInboxRecorded), guard: set.get(sInboxGuard),
+		duplicate: set.get(sInboxRecordDuplicate)}, nil
 }
 
 // Dialect returns the queries' dialect.
@@ -65,6 +81,9 @@ func (q *InboxQueries) Table() string { return q.inbox }
 
 // KeyTable returns the stale-guard table name.
 func (q *InboxQueries) KeyTable() string { return q.keys }
+
+// DuplicateTable returns the name of the record of duplicate deliveries.
+func (q *InboxQueries) DuplicateTable() string { return q.dups }
 
 // Record inserts the idempotency record of one delivery. One affected row:
 // the first delivery of (consumer, eventID), handle it; zero: a duplicate,
@@ -90,6 +109,15 @@ func (q *InboxQueries) Recorded(consumer, eventID string) (string, []any) {
 // ends, so concurrent deliveries of one key are serialised.
 func (q *InboxQueries) Guard(consumer, bizType, bizID string, seq int64) (string, []any) {
 	return q.guard.render(consumer, bizType, bizID, seq)
+}
+
+// RecordDuplicate counts one duplicate delivery of (consumer, eventID) in
+// the duplicate table (DuplicateTable, schema version 2): a new row with
+// count 1, or count + 1 and last_seen_at now. Run it only on the
+// duplicate path, after Record changed nothing, and only when the table
+// exists (a failed statement aborts a PostgreSQL transaction).
+func (q *InboxQueries) RecordDuplicate(consumer, eventID, bizType, bizID string) (string, []any) {
+	return q.duplicate.render(consumer, eventID, nullable(bizType), nullable(bizID))
 }
 
 func nullable(s string) any {

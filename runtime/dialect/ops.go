@@ -17,7 +17,8 @@ package dialect
 //     it never scans the sent rows that make up the bulk of the table.
 //   - DeleteSent and the archive walk the primary key from its oldest end
 //     (MySQL: the (status, id) index) and stop after limit rows.
-//   - DeleteInbox walks the inbox's processed_at index from its oldest end.
+//   - DeleteInbox walks the inbox's processed_at index from its oldest end,
+//     DeleteInboxDuplicates the duplicate table's last_seen_at index.
 
 import (
 	"fmt"
@@ -51,13 +52,14 @@ type OpsQueries struct {
 
 // The monitor's and janitor's statements (see sql/<dialect>.sql).
 var (
-	sStats         = define(nil, "OpsStats", "stale_after")
-	sDeleteSent    = define(nil, "OpsDeleteSent", "older_than", "max_rows")
-	sDeleteInbox   = define(nil, "OpsDeleteInbox", "older_than", "max_rows")
-	sArchiveMove   = define(needArchiveMove, "OpsArchiveMove", "older_than", "max_rows")
-	sArchivePick   = define(needArchivePick, "OpsArchivePick", "older_than", "max_rows")
-	sArchiveCopy   = define(needArchiveCopy, "OpsArchiveCopy", "ids")
-	sArchiveDelete = define(needArchivePick, "OpsArchiveDelete", "ids")
+	sStats                 = define(nil, "OpsStats", "stale_after")
+	sDeleteSent            = define(nil, "OpsDeleteSent", "older_than", "max_rows")
+	sDeleteInbox           = define(nil, "OpsDeleteInbox", "older_than", "max_rows")
+	sDeleteInboxDuplicates = define(nil, "OpsDeleteInboxDuplicates", "older_than", "max_rows")
+	sArchiveMove           = define(needArchiveMove, "OpsArchiveMove", "older_than", "max_rows")
+	sArchivePick           = define(needArchivePick, "OpsArchivePick", "older_than", "max_rows")
+	sArchiveCopy           = define(needArchiveCopy, "OpsArchiveCopy", "ids")
+	sArchiveDelete         = define(needArchivePick, "OpsArchiveDelete", "ids")
 )
 
 // NewOpsQueries returns the monitor and janitor statements of dialect d for
@@ -189,4 +191,11 @@ func (q *OpsQueries) ArchiveDelete(ids []int64) (string, []any) {
 // holds one row per key, not one per event.
 func (q *OpsQueries) DeleteInbox(olderThan time.Duration, limit int) (string, []any) {
 	return q.set.get(sDeleteInbox).render(olderThan, limit)
+}
+
+// DeleteInboxDuplicates deletes at most limit rows of the inbox's record
+// of duplicate deliveries (schema version 2) last seen longer than
+// olderThan ago, oldest first.
+func (q *OpsQueries) DeleteInboxDuplicates(olderThan time.Duration, limit int) (string, []any) {
+	return q.set.get(sDeleteInboxDuplicates).render(olderThan, limit)
 }

@@ -18,6 +18,14 @@ var InboxColumns = []string{"consumer", "event_id", "biz_type", "biz_id", "proce
 // the consumers of latest_only events use.
 var InboxKeyColumns = []string{"consumer", "biz_type", "biz_id", "last_seq"}
 
+// InboxDuplicateColumns are the columns of the inbox's record of duplicate
+// deliveries (<inbox>_duplicate, schema version InboxDuplicateVersion).
+// The table is optional: a database still at version 1 lacks it, and the
+// inbox, the janitor and the console check for it (SelectColumns; a
+// missing table is dberr.Missing) before they use it, and skip it when it
+// is missing.
+var InboxDuplicateColumns = []string{"consumer", "event_id", "biz_type", "biz_id", "count", "first_seen_at", "last_seen_at"}
+
 // ServerVersion asks the server which dialect it is. PostgreSQL and
 // MySQL/MariaDB answer it; SQLite does not know version() and fails.
 const ServerVersion = "SELECT version()"

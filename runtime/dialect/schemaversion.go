@@ -20,10 +20,15 @@ import (
 // is the newest there).
 const (
 	// SchemaVersion is the newest schema version this runtime knows.
-	SchemaVersion = 1
+	SchemaVersion = 2
 	// MinSchemaVersion is the oldest schema version this runtime runs on:
 	// a database at an older one must be migrated first.
 	MinSchemaVersion = 1
+	// InboxDuplicateVersion is the schema version that added the inbox's
+	// record of duplicate deliveries (InboxDuplicateTable): on a database
+	// at an older version the table is missing, and the runtime works
+	// without it (nothing is recorded, the console shows none).
+	InboxDuplicateVersion = 2
 )
 
 // VersionSuffix is appended to the outbox table name to name the version

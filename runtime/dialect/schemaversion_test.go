@@ -3,6 +3,7 @@ package dialect
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -39,8 +40,9 @@ func TestCheckSchemaVersion(t *testing.T) {
 			t.Errorf("%q, %v: %v", ok.answer, ok.err, err)
 		}
 	}
-	err := check("3 2", nil)
-	if dberr.Classify(err) != dberr.Mismatch || !strings.Contains(err.Error(), "schema version 3, which needs a runtime that knows version 2 or later") ||
+	newer, needs := SchemaVersion+2, SchemaVersion+1
+	err := check(fmt.Sprintf("%d %d", newer, needs), nil)
+	if dberr.Classify(err) != dberr.Mismatch || !strings.Contains(err.Error(), fmt.Sprintf("schema version %d, which needs a runtime that knows version %d or later", newer, needs)) ||
 		!strings.Contains(err.Error(), "upgrade github.com/outboxgen/outboxgen") {
 		t.Errorf("newer: %v", err)
 	}

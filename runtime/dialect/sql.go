@@ -12,7 +12,8 @@ package dialect
 //	/* TEMPLATE: outbox */outbox_event  the marker and the default that
 //	                                    follows it (a word or a quoted
 //	                                    literal) become the configured name
-//	                                    (outbox, inbox, inbox_key, archive,
+//	                                    (outbox, inbox, inbox_key,
+//	                                    inbox_duplicate, archive,
 //	                                    channel, version); a literal stays
 //	                                    quoted
 //	sqlc.arg(name)                      one bind parameter
@@ -218,6 +219,10 @@ func (tb tables) value(t string) (string, error) {
 	case "inbox_key":
 		if tb.inbox != "" {
 			v = InboxKeyTable(tb.inbox)
+		}
+	case "inbox_duplicate":
+		if tb.inbox != "" {
+			v = InboxDuplicateTable(tb.inbox)
 		}
 	case "archive":
 		v = tb.archive

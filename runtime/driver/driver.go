@@ -34,6 +34,12 @@ const (
 	Inbox
 	// Archive is sql.archive_table: the janitor when it archives.
 	Archive
+	// InboxDuplicates is the inbox's record of duplicate deliveries
+	// (dialect.InboxDuplicateTable, schema version 2): consumers, janitor,
+	// console. It is optional: a database still at schema version 1 lacks
+	// it (Check fails with dberr.Missing and the advice to run `outboxgen
+	// migrate up`), and the parts that use it then work without it.
+	InboxDuplicates
 )
 
 // Row is one claimed outbox row, everything the relay needs to publish it.
@@ -314,6 +320,94 @@ type Overview struct {
 	SentFromID int64
 }
 
+// RelayLeases is one relay instance as the outbox table sees it: the
+// pending rows leased to it (Leases). A relay that died still shows here
+// until its rows are claimed again; Expired says how many of its leases
+// lapsed.
+type RelayLeases struct {
+	// Owner is the relay instance's id (ClaimParams.Owner).
+	Owner string `json:"owner"`
+	// Rows counts the pending rows leased to Owner.
+	Rows int64 `json:"rows"`
+	// Expired counts those whose lease lapsed (a dead or stalled relay:
+	// the sweeper or the next claim takes them back).
+	Expired int64 `json:"expired"`
+	// FirstExpiresAt and LastExpiresAt are the earliest and latest lease
+	// expiry of those rows.
+	FirstExpiresAt time.Time `json:"first_expires_at"`
+	LastExpiresAt  time.Time `json:"last_expires_at"`
+	// OldestCreatedAt is the created_at of the oldest of those rows.
+	OldestCreatedAt time.Time `json:"oldest_created_at"`
+}
+
+// BlockedKey is a key whose pending rows wait behind a FAILED or
+// backing-off row of the same key (its head), as counted by
+// Overview.HeldBackKeys.
+type BlockedKey struct {
+	// Key is the biz_id.
+	Key string `json:"key"`
+	// Head is the oldest FAILED or backing-off row of the key, the one
+	// holding it back: id, event id, type, topic, status, attempts, next
+	// attempt, lease and last error; Payload and Headers are nil.
+	Head Event `json:"head"`
+	// HeadStatus is Head.Status as text: "failed" or "pending" (backing
+	// off).
+	HeadStatus string `json:"head_status"`
+	// Waiting counts the pending rows of the key newer than Head.
+	Waiting int64 `json:"waiting"`
+	// OldestWaitingAt is the created_at of the oldest of them.
+	OldestWaitingAt time.Time `json:"oldest_waiting_at"`
+}
+
+// BlockedKeysParams pages through the blocked keys, in key order.
+type BlockedKeysParams struct {
+	// Unordered lists the event types exempt from per-key order: their
+	// rows neither block a key nor wait.
+	Unordered []string
+	// AfterKey returns keys after it (the last key of the previous page;
+	// "" for the first page).
+	AfterKey string
+	// Limit is the most keys returned (1 to dialect.MaxInList).
+	Limit int
+}
+
+// InboxConsumer is what one consumer handled recently (InboxConsumers).
+type InboxConsumer struct {
+	// Consumer is the consumer name (the inbox's consumer column).
+	Consumer string `json:"consumer"`
+	// Handled counts the consumer's inbox rows processed within the
+	// window, among the newest scanRows rows read; see Capped.
+	Handled int64 `json:"handled"`
+	// Capped reports that the count reached the scan bound: at least
+	// Handled rows.
+	Capped bool `json:"capped"`
+	// LastProcessedAt is when the consumer last handled an event (within
+	// the window; zero when none).
+	LastProcessedAt time.Time `json:"last_processed_at,omitzero"`
+	// Duplicates counts the events delivered to the consumer again (and
+	// skipped) within the window, each once however often: rows of the
+	// inbox's duplicate table last seen within the window (schema version
+	// 2; always 0 before).
+	Duplicates int64 `json:"duplicates"`
+	// LastDuplicateAt is when the last duplicate arrived.
+	LastDuplicateAt time.Time `json:"last_duplicate_at,omitzero"`
+}
+
+// InboxDuplicate is one event delivered to a consumer again after it was
+// handled: a row of the inbox's duplicate table.
+type InboxDuplicate struct {
+	Consumer string `json:"consumer"`
+	EventID  string `json:"event_id"`
+	Type     string `json:"type"`
+	Key      string `json:"key"`
+	// Count counts the duplicate deliveries (the first handled delivery
+	// not included).
+	Count int64 `json:"count"`
+	// FirstSeenAt and LastSeenAt are the first and last duplicate.
+	FirstSeenAt time.Time `json:"first_seen_at"`
+	LastSeenAt  time.Time `json:"last_seen_at"`
+}
+
 // Driver is the storage of one outbox (and inbox) table pair on one
 // database. Implementations are safe for concurrent use. Every method that
 // changes a claimed row is fenced by the lease owner and reports how many
@@ -376,9 +470,14 @@ type Driver interface {
 	ExtendLease(ctx context.Context, owner string, ids []int64, lease time.Duration) (int64, error)
 
 	// Requeue makes FAILED ids pending again, due now, with retry_count 0,
-	// and releases the rows held behind them (as ReleaseHeld), in one
-	// transaction.
+	// and releases the rows held behind them (as ReleaseHeld), all in one
+	// transaction however many ids there are (the statements are split
+	// into chunks of dialect.MaxInList ids inside it): if it fails, no row
+	// changed.
 	Requeue(ctx context.Context, ids []int64) (int64, error)
+	// RequeueAndRelease is Requeue, which also returns how many held rows
+	// of the keys of ids it made due again in the same transaction.
+	RequeueAndRelease(ctx context.Context, ids []int64) (requeued, released int64, err error)
 
 	// Stats counts pending, stale (older than staleAfter), failed and
 	// expired-lease rows.
@@ -392,10 +491,18 @@ type Driver interface {
 	// DeleteInbox deletes at most limit inbox rows processed longer ago
 	// than olderThan.
 	DeleteInbox(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
+	// DeleteInboxDuplicates deletes at most limit rows of the inbox's
+	// record of duplicate deliveries last seen longer ago than olderThan,
+	// oldest first, in one short statement. The table exists from schema
+	// version 2 on: check it first (Check(ctx, InboxDuplicates)).
+	DeleteInboxDuplicates(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
 
 	// Overview returns what an operator asks first (see Overview); every
 	// part reads indexes only, never the sent rows beyond p.ScanRows.
 	Overview(ctx context.Context, p OverviewParams) (Overview, error)
+	// MaxID returns the highest row id of the outbox table (0 when it is
+	// empty), by its primary key: one index read.
+	MaxID(ctx context.Context) (int64, error)
 	// FindEvents returns the rows f selects, in id order, without payload
 	// and headers.
 	FindEvents(ctx context.Context, f EventFilter) ([]Event, error)
@@ -406,13 +513,36 @@ type Driver interface {
 	GetEventByEventID(ctx context.Context, eventID string) (Event, error)
 	// Replay makes sent ids pending again, due now, attempts reset, event
 	// id, payload and headers kept; other ids are left alone. It returns
-	// how many rows changed.
+	// how many rows changed. All ids change in one transaction (as
+	// Requeue).
 	Replay(ctx context.Context, ids []int64) (int64, error)
 	// FindInbox returns the inbox rows f selects, in event id order.
 	FindInbox(ctx context.Context, f InboxFilter) ([]InboxRow, error)
 	// ForgetInbox deletes consumer's inbox rows of eventIDs and returns
 	// how many it deleted.
 	ForgetInbox(ctx context.Context, consumer string, eventIDs []string) (int64, error)
+
+	// Leases returns the relay instances holding leases on pending rows,
+	// most rows first, at most limit (1 to dialect.MaxInList). Held rows
+	// (lease owner dialect.HeldOwner) are not a relay's and are left out.
+	Leases(ctx context.Context, limit int) ([]RelayLeases, error)
+	// BlockedKeys returns the keys whose pending rows wait behind a
+	// FAILED or backing-off head, in key order, paged by p.AfterKey.
+	BlockedKeys(ctx context.Context, p BlockedKeysParams) ([]BlockedKey, error)
+	// DeleteFailed deletes the FAILED rows among ids (rows in another
+	// status are left alone) and releases the rows held behind them (as
+	// ReleaseHeld), all in one transaction (as Requeue). It returns how
+	// many rows it deleted, and how many held rows it released.
+	DeleteFailed(ctx context.Context, ids []int64) (deleted, released int64, err error)
+	// InboxConsumers returns, per consumer, the inbox rows processed
+	// within window among the newest scanRows, and the events delivered
+	// again within window (among the newest scanRows of the duplicate
+	// table; none before schema version 2), in consumer order.
+	InboxConsumers(ctx context.Context, window time.Duration, scanRows int64) ([]InboxConsumer, error)
+	// RecentDuplicates returns consumer's most recent duplicate
+	// deliveries, newest first, at most limit (1 to dialect.MaxInList);
+	// none on a database still at schema version 1.
+	RecentDuplicates(ctx context.Context, consumer string, limit int) ([]InboxDuplicate, error)
 }
 
 // Notifier is implemented by drivers that can wait for new rows without

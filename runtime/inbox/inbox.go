@@ -4,11 +4,12 @@
 // Every delivery runs in one local transaction:
 //
 //  1. insert (consumer, event_id, event type, key) into the inbox table;
-//     when the row exists the event was handled already: commit, ack, skip
-//     (counted as "duplicate"), unless the recorded event type or key
-//     differs from the delivery's: then another event reuses the id, and
-//     the delivery is a permanent failure (ReusedEventIDError) instead of
-//     being dropped;
+//     when the row exists the event was handled already: count it in the
+//     inbox's duplicate table (<inbox>_duplicate, schema version 2; see
+//     below), commit, ack, skip (counted as "duplicate"), unless the
+//     recorded event type or key differs from the delivery's: then another
+//     event reuses the id, and the delivery is a permanent failure
+//     (ReusedEventIDError) instead of being dropped;
 //  2. for events marked latest_only, advance the stale guard (the newest
 //     outbox sequence applied per consumer, event type and key); an older
 //     event is skipped (counted as "stale") — its inbox row is kept;
@@ -54,62 +55,23 @@
 // valid messages, and carries on once the schema is applied or the
 // privilege granted. Errors wrapped with Permanent stay permanent.
 //
-// Generated code calls Register (database/sql) or pgxinbox.Register (pgx/v5)
-// with one Route per event; applications call the generated RegisterX.
-//
-// # Database requirements
-//
-// MySQL/MariaDB: never set clientFoundRows=true in the DSN (go-sql-driver's
-// default is false). Duplicate detection and the stale guard read the
-// affected-row count, and with clientFoundRows=true MySQL counts an
-// unchanged duplicate as 1 row instead of 0: every redelivery then looks
-// like a first delivery and is handled again, silently. The driver exposes
-// its configuration neither through *sql.DB nor at run time, so the inbox
-// cannot detect it; check your DSN.
-//
-// SQLite: a database file shared by several connections (the consumer's
-// pool, the relay, the application) needs a busy timeout,
-// "_pragma=busy_timeout(10000)" (and WAL, "_pragma=journal_mode(WAL)"), and
-// "_txlock=immediate", so that write transactions take the write lock at
-// BEGIN instead of failing with SQLITE_BUSY when they upgrade from a read;
-// with modernc.org/sqlite:
-//
-//	file:app.db?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate
-//
-// Without a busy timeout every concurrent write fails at once with
-// SQLITE_BUSY ("database is locked").
-// The inbox treats SQLITE_BUSY ("database is locked") as an infrastructure
-// failure (see above): retried until it gets through, never poisoned,
-// counted as "busy". A consumer stuck behind a lock that is never released
-// therefore waits rather than poisoning valid messages: watch the "busy"
-// outcome.
-//
-// Metrics: the counter outboxgen.inbox.deliveries, with attributes consumer,
-// event_type and outcome: processed, duplicate, stale, unhandled (a type on
-// the topic this consumer does not handle: acked), failed (one failed
-// attempt), permanent (a permanent failure), infrastructure (one attempt
-// that failed because of the database, retried without counting toward
-// MaxAttempts; attribute error_class says which: connection,
-// permission_denied, missing_table, resources, shutdown, read_only,
-// timeout) and busy (one attempt that found the SQLite database locked,
-// likewise), plus poisoned (a delivery that went to the poison topic,
-// counted once next to its last attempt's failed or permanent). The
-// histograms outboxgen.inbox.handler.duration (one attempt, by consumer,
-// event_type and outcome) and outboxgen.inbox.lag (from the event's
-// created_at to its processing) complete them. Alert on infrastructure > 0
-// and poisoned > 0.
-//
-// Tracing: each delivery runs in a consumer span "process <topic>" whose
-// parent (and link) is the trace context the relay injected into the
-// message (W3C traceparent, tracestate, baggage), so one trace runs from
-// the request that wrote the event through the relay to the handler,
-// whose ctx carries the span. The span holds the messaging attributes
-// (messaging.system, messaging.destination.name, messaging.message.id,
-// messaging.consumer.group.name), the outcome (outboxgen.outcome:
-// processed, duplicate, stale, unhandled, failed, permanent, poisoned), the
-// number of attempts (outboxgen.attempt), and each failed attempt's error
-// as an exception event. Config.TracerProvider, default the global one (a
-// no-op unless installed).
+// Duplicates: a duplicate delivery is recorded in the inbox's duplicate
+// table (<inbox>_duplicate: per consumer and event, how many times, first
+// and last seen), in a transaction of its own after the duplicate's
+// (which changes nothing) committed, so that operators see which events
+// were delivered again (the console, admin.Admin's RecentDuplicates). A
+// first delivery never touches it. Recording duplicates is optional: it
+// never fails or stalls a delivery. The table comes with schema version 2
+// (`outboxgen migrate up`), and the consumer's database user needs
+// SELECT, INSERT and UPDATE on it (`outboxgen grants`); while the table
+// is missing, or the user may not read or write it, duplicates are
+// skipped as before and not recorded, which is logged (at ERROR, with
+// what to do) once per change, and the table is looked at again at most
+// once a minute, so a migration or a grant takes effect without a
+// restart. Whether the table can be read is checked when the router
+// starts (with the inbox table, but never refusing to start), or before
+// a delivery, never by a statement inside a delivery's transaction
+// (which would abort it on PostgreSQL).
 package inbox
 
 import (
@@ -119,6 +81,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -132,6 +95,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
 	"github.com/outboxgen/outboxgen/runtime/internal/errtext"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
+	"github.com/outboxgen/outboxgen/runtime/redact"
 )
 
 // Sizes of the inbox columns (the DDL in templates/), in characters. A
@@ -341,18 +305,22 @@ func RegisterStore[T any](r *message.Router, sub message.Subscriber, s Store[T],
 	for _, rt := range c.Routes {
 		latest = latest || rt.LatestOnly
 	}
+	dups := &dupRecorder{consumer: c.Name, table: q.DuplicateTable(), logger: logger}
 	// The start-up check: when the router starts, the inbox table (and the
 	// stale-guard table) must exist with every column, or Router.Run fails
 	// with what to do, instead of every delivery failing later.
 	r.AddPlugin(func(*message.Router) error {
 		ctx, cancel := context.WithTimeout(context.Background(), startCheckTimeout)
 		defer cancel()
-		return checkTables(ctx, s, q, o.Schema, c.Name, latest)
+		if err := checkTables(ctx, s, q, o.Schema, c.Name, latest); err != nil {
+			return err
+		}
+		return probeDuplicates(ctx, s, dups)
 	})
 
 	for _, topic := range topics {
 		h := &handler[T]{
-			name: c.Name, store: s, q: q, routes: byTopic[topic], in: in,
+			name: c.Name, store: s, q: q, routes: byTopic[topic], in: in, dups: dups,
 			backoff: o.RetryInitialInterval, maxBackoff: o.RetryMaxInterval,
 			logger: logger,
 		}
@@ -435,6 +403,151 @@ func checkTables[T any](ctx context.Context, s Store[T], q *dialect.InboxQueries
 	return nil
 }
 
+// dupRecorder knows whether a consumer's duplicate table
+// (<inbox>_duplicate, schema version 2) can be used, so that duplicates
+// are recorded only where it can. Recording duplicates is optional: a
+// table that is missing, or that the consumer may not read or write, only
+// means they are not recorded (logged once per change, at warn level, with
+// what to do); it never fails or stalls a delivery.
+type dupRecorder struct {
+	consumer, table string
+	logger          watermill.LoggerAdapter
+
+	mu      sync.Mutex
+	state   int       // dupUnknown, dupPresent, dupMissing or dupDenied
+	checked time.Time // of the last probe or record that found it unusable
+	// byWrite: dupDenied came from a failed record (the consumer may read
+	// the table but not write it), so a probe (a read) cannot tell when
+	// it is usable again: the record itself is tried every dupRecheck.
+	byWrite bool
+}
+
+const (
+	dupUnknown = iota
+	dupPresent
+	dupMissing // the table does not exist
+	dupDenied  // the consumer may not read or write it
+)
+
+// dupRecheck is how often an unusable duplicate table is looked at again
+// (a variable for the tests).
+var dupRecheck = time.Minute
+
+// due reports whether the table must be probed before a delivery: never
+// probed successfully, or found unusable by a probe dupRecheck ago.
+func (d *dupRecorder) due() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.state == dupUnknown || (d.state != dupPresent && !d.byWrite && time.Since(d.checked) >= dupRecheck)
+}
+
+// tryRecord reports whether a duplicate is to be recorded: the table is
+// usable, or writing it was denied dupRecheck ago (try again).
+func (d *dupRecorder) tryRecord() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.state == dupPresent || (d.state == dupDenied && d.byWrite && time.Since(d.checked) >= dupRecheck)
+}
+
+// set records a verdict (of a probe, or of a record, byWrite), logging
+// when the state changes.
+func (d *dupRecorder) set(state int, err error, byWrite bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	was := d.state
+	d.state, d.byWrite = state, byWrite && state == dupDenied
+	if state != dupPresent {
+		d.checked = time.Now()
+	}
+	if state == was || d.logger == nil {
+		return
+	}
+	fields := watermill.LogFields{"consumer": d.consumer, "table": d.table}
+	if err != nil {
+		err = redact.Error(err)
+	}
+	switch state {
+	case dupMissing:
+		d.logger.Error("inbox: duplicate deliveries are not recorded (deliveries go on): table "+d.table+" does not exist (the database is at schema version 1); `outboxgen migrate up` adds it. Looked for again every minute", err, fields)
+	case dupDenied:
+		d.logger.Error("inbox: duplicate deliveries are not recorded (deliveries go on): the consumer's database user may not use table "+d.table+"; grant it SELECT, INSERT and UPDATE there (`outboxgen grants` prints every grant). Tried again every minute", err, fields)
+	case dupPresent:
+		if was != dupUnknown {
+			d.logger.Info("inbox: duplicate deliveries are recorded from now on: table "+d.table+" can be used", fields)
+		}
+	}
+}
+
+// probeDuplicates reads no row of the duplicate table, in a transaction
+// of its own, and records whether it can be used. It never returns an
+// error: a missing table or privilege means duplicates are not recorded
+// (logged), and a database that cannot be reached leaves the verdict
+// open, for the next delivery. (It returns error for its callers' sake:
+// always nil.)
+func probeDuplicates[T any](ctx context.Context, s Store[T], d *dupRecorder) error {
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		return nil // down: the delivery fails on its own and is retried
+	}
+	defer s.Rollback(context.WithoutCancel(ctx), tx) //nolint:errcheck // read-only
+	dest := make([]any, len(dialect.InboxDuplicateColumns))
+	for i := range dest {
+		dest[i] = new(any)
+	}
+	_, err = s.QueryRow(ctx, tx, dialect.SelectColumns(d.table, dialect.InboxDuplicateColumns), nil, dest...)
+	d.verdict(err, false)
+	return nil
+}
+
+// verdict sets the state from err, the result of using the table (by a
+// record when byWrite, else by a probe): nil (usable), missing, denied;
+// other errors (the database down or busy, a deadline) leave the state
+// as it is.
+func (d *dupRecorder) verdict(err error, byWrite bool) {
+	switch {
+	case err == nil:
+		d.set(dupPresent, nil, false)
+	case dberr.Classify(err) == dberr.Missing:
+		d.set(dupMissing, err, byWrite)
+	case dberr.Classify(err) == dberr.Denied || dberr.Classify(err) == dberr.Mismatch:
+		d.set(dupDenied, err, byWrite)
+	}
+}
+
+// recordDuplicate records a duplicate delivery of m in the duplicate
+// table, in a transaction of its own, after the delivery's committed: a
+// failure (a missing privilege, a busy database) cannot abort the
+// delivery's transaction, which on PostgreSQL would otherwise be lost
+// with it (a savepoint would avoid that too, but would keep the
+// delivery's transaction, and on SQLite the write lock, open for a write
+// the delivery does not need). A failure is logged, never returned.
+func (h *handler[T]) recordDuplicate(ctx context.Context, m outbox.Meta) {
+	query, args := h.q.RecordDuplicate(h.name, m.EventID, m.Type, m.Key)
+	err := func() error {
+		tx, err := h.store.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := h.store.Exec(ctx, tx, query, args...); err != nil {
+			_ = h.store.Rollback(context.WithoutCancel(ctx), tx)
+			return err
+		}
+		if err := h.store.Commit(ctx, tx); err != nil {
+			_ = h.store.Rollback(context.WithoutCancel(ctx), tx)
+			return err
+		}
+		return nil
+	}()
+	h.dups.verdict(err, true)
+	if err == nil {
+		return
+	}
+	if c := dberr.Classify(err); c != dberr.Missing && c != dberr.Denied && c != dberr.Mismatch && h.logger != nil {
+		h.logger.Info("inbox: a duplicate delivery was not recorded (the delivery was handled)", watermill.LogFields{"consumer": h.name,
+			"event_id": m.EventID, "table": h.q.DuplicateTable(), "err": redact.Error(err).Error()})
+	}
+}
+
 // fatalOnly returns err explained when it is fatal at start (a missing
 // privilege), and nil otherwise: a database that is down is waited for.
 func fatalOnly(err error, consumer, table string) error {
@@ -452,6 +565,7 @@ type handler[T any] struct {
 	q      *dialect.InboxQueries
 	routes map[string]Route[T]
 	in     *instruments
+	dups   *dupRecorder // the consumer's duplicate table, shared by its handlers
 
 	// Infrastructure failures (SQLITE_BUSY among them) are retried in
 	// place, waiting backoff, doubling up to maxBackoff.
@@ -663,6 +777,12 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // run handles one delivery in one transaction and returns its outcome.
 func (h *handler[T]) run(ctx context.Context, rt Route[T], payload []byte, m outbox.Meta) (outcome string, err error) {
+	if h.dups.due() {
+		// Before the delivery's transaction: a failed probe must not
+		// abort it (PostgreSQL), and SQLite allows one writer. It never
+		// fails the delivery.
+		_ = probeDuplicates(ctx, h.store, h.dups)
+	}
 	tx, err := h.store.Begin(ctx)
 	if err != nil {
 		return "", fmt.Errorf("inbox: %s: begin: %w", h.name, err)
@@ -695,7 +815,13 @@ func (h *handler[T]) run(ctx context.Context, rt Route[T], payload []byte, m out
 		if err := h.sameEvent(ctx, tx, m); err != nil {
 			return "", err
 		}
-		return OutcomeDuplicate, commit()
+		if err := commit(); err != nil {
+			return "", err
+		}
+		if h.dups.tryRecord() {
+			h.recordDuplicate(ctx, m)
+		}
+		return OutcomeDuplicate, nil
 	}
 	if rt.LatestOnly {
 		query, args := h.q.Guard(h.name, m.Type, m.Key, m.Sequence)

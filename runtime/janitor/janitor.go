@@ -4,6 +4,10 @@
 // table holds little more than pending and FAILED rows (the seed design's
 // "the outbox table must not grow forever").
 //
+// With the inbox retention it also deletes old rows of the inbox's record
+// of duplicate deliveries (<inbox>_duplicate, schema version 2), by
+// last_seen_at; on a database still at version 1 that step is skipped.
+//
 // It never holds long locks: rows go in bounded batches, each one short
 // statement (or, for the archive on MySQL and SQLite, one short
 // transaction), oldest first, with a pause between batches; a run stops when
@@ -19,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxgen/outboxgen/runtime/driver"
@@ -34,6 +39,13 @@ type Store interface {
 	DeleteInbox(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
 }
 
+// DuplicateStore is implemented by stores that also hold the inbox's
+// record of duplicate deliveries (every driver.Driver does): the janitor
+// deletes its old rows with the inbox retention.
+type DuplicateStore interface {
+	DeleteInboxDuplicates(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
+}
+
 // Target names what a batch cleaned.
 type Target string
 
@@ -43,6 +55,8 @@ const (
 	Outbox Target = "outbox"
 	// Inbox: inbox rows.
 	Inbox Target = "inbox"
+	// InboxDuplicates: rows of the inbox's record of duplicate deliveries.
+	InboxDuplicates Target = "inbox_duplicate"
 )
 
 // Batch is one batch that removed rows, passed to Config.OnBatch.
@@ -62,6 +76,16 @@ type Result struct {
 	// Inbox is the number of inbox rows deleted, in InboxBatches batches.
 	Inbox        int64
 	InboxBatches int
+	// Duplicates is the number of rows of the duplicate record deleted, in
+	// DuplicateBatches batches (0 when the database is at schema version
+	// 1, which lacks the table).
+	Duplicates       int64
+	DuplicateBatches int
+	// DuplicatesSkipped says why the duplicate record was skipped this run
+	// ("" when it was not): the table is missing (schema version 1) or the
+	// janitor may not use it. The record is optional, so this never fails
+	// a run.
+	DuplicatesSkipped string
 }
 
 // Janitor removes old rows. Create it with New. RunOnce may be called
@@ -74,6 +98,9 @@ type Janitor struct {
 	log   *slog.Logger
 	need  dberr.Need // what the janitor needs, for error advice
 	runMu sync.Mutex
+	// dupSkipLogged is the dberr.Class (+1) for which the skipped
+	// duplicate table was last logged; 0: not skipped (or never logged).
+	dupSkipLogged atomic.Int32
 }
 
 // New returns a janitor for store (a driver.Driver) with opts.
@@ -120,6 +147,10 @@ func need(store Store, opts Config) dberr.Need {
 	if opts.InboxRetention > 0 {
 		tables += ", " + inboxT
 		privs += ", " + del + " on " + inboxT
+		if _, ok := store.(DuplicateStore); ok {
+			tables += ", " + inboxT + "_duplicate"
+			privs += ", " + del + " on " + inboxT + "_duplicate"
+		}
 	}
 	return dberr.Need{Component: "janitor", Tables: tables, Privileges: privs}
 }
@@ -173,6 +204,9 @@ func (j *Janitor) run(ctx context.Context) (Result, time.Duration, error) {
 			return j.store.DeleteInbox(ctx, j.opts.InboxRetention, j.opts.BatchSize)
 		})
 	}
+	if err == nil && j.opts.InboxRetention > 0 {
+		res.Duplicates, res.DuplicateBatches, res.DuplicatesSkipped, err = j.duplicates(ctx)
+	}
 	took := time.Since(start)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -184,10 +218,70 @@ func (j *Janitor) run(ctx context.Context) (Result, time.Duration, error) {
 	return res, took, nil
 }
 
+// duplicates deletes the old rows of the inbox's duplicate record, when
+// the store has one and the janitor can use it. The record is optional:
+// a missing table (schema version 1) or a missing privilege skips it,
+// with the reason returned and logged (once, until it changes), and never
+// fails the run.
+func (j *Janitor) duplicates(ctx context.Context) (n int64, batches int, skipped string, err error) {
+	ds, ok := j.store.(DuplicateStore)
+	if !ok {
+		return 0, 0, "", nil
+	}
+	skip := func(err error) string {
+		var why string
+		switch c := dberr.Classify(err); c {
+		case dberr.Missing:
+			why = "the inbox's duplicate table is missing (schema version 1); `outboxgen migrate up` adds it"
+		case dberr.Denied, dberr.Mismatch:
+			why = "the janitor may not use the inbox's duplicate table; grant it " + j.dupPrivileges() + " there (`outboxgen grants` prints every grant)"
+		default:
+			return ""
+		}
+		if j.dupSkipLogged.Swap(int32(dberr.Classify(err))+1) != int32(dberr.Classify(err))+1 {
+			j.log.WarnContext(ctx, "janitor: duplicate deliveries' record skipped: "+why, slog.Any("error", err))
+		}
+		return why
+	}
+	if c, ok := j.store.(interface {
+		Check(context.Context, driver.Table) error
+	}); ok {
+		if err := c.Check(ctx, driver.InboxDuplicates); err != nil {
+			if why := skip(err); why != "" {
+				return 0, 0, why, nil
+			}
+			return 0, 0, "", err
+		}
+	}
+	n, batches, err = j.drain(ctx, InboxDuplicates, false, func(ctx context.Context) (int64, error) {
+		return ds.DeleteInboxDuplicates(ctx, j.opts.InboxRetention, j.opts.BatchSize)
+	})
+	if err != nil {
+		// Gone since the check passed, a privilege revoked (or a store
+		// without Check): a DELETE outside a transaction that failed
+		// changed nothing.
+		if why := skip(err); why != "" {
+			return n, batches, why, nil
+		}
+		return n, batches, "", err
+	}
+	if j.dupSkipLogged.Swap(0) != 0 {
+		j.log.InfoContext(ctx, "janitor: the inbox's duplicate table is cleaned again")
+	}
+	return n, batches, "", nil
+}
+
+// dupPrivileges names the privileges the janitor needs on the duplicate
+// table.
+func (j *Janitor) dupPrivileges() string {
+	return "SELECT and DELETE (and UPDATE on PostgreSQL)"
+}
+
 func resultAttrs(res Result, took time.Duration) []any {
 	return []any{
 		slog.Int64("sent_rows", res.Sent), slog.Int("sent_batches", res.SentBatches), slog.Bool("archived", res.Archived),
-		slog.Int64("inbox_rows", res.Inbox), slog.Int("inbox_batches", res.InboxBatches), slog.Duration("took", took),
+		slog.Int64("inbox_rows", res.Inbox), slog.Int("inbox_batches", res.InboxBatches),
+		slog.Int64("duplicate_rows", res.Duplicates), slog.Int("duplicate_batches", res.DuplicateBatches), slog.Duration("took", took),
 	}
 }
 

@@ -3,9 +3,12 @@ package janitor_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"log/slog"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,4 +169,132 @@ func TestArchiveTableFromSchema(t *testing.T) {
 			t.Errorf("archive %q: New = %v, want %q", c.archive, err, c.want)
 		}
 	}
+}
+
+// seedDuplicates inserts n rows of the inbox's duplicate record last seen
+// ago ago.
+func seedDuplicates(t *testing.T, env dbEnv, n int, ago time.Duration) {
+	t.Helper()
+	table := dialect.InboxDuplicateTable(testdb.Tables.Inbox)
+	for i := range n {
+		q := "INSERT INTO " + table + " (consumer, event_id, count, first_seen_at, last_seen_at) VALUES ('c', " +
+			env.d.Placeholder(1) + ", 1, " + drivertest.OpsAgo(env.d, ago) + ", " + drivertest.OpsAgo(env.d, ago) + ")"
+		if _, err := env.db.Exec(q, fmt.Sprintf("e-%s-%d", ago, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The janitor deletes the duplicate record's old rows with the inbox
+// retention, in batches; on a database at schema version 1 (no such
+// table) it skips them and succeeds.
+func TestJanitorDeletesDuplicates(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, env dbEnv) {
+		table := dialect.InboxDuplicateTable(testdb.Tables.Inbox)
+		seedDuplicates(t, env, 3, 8*day)
+		seedDuplicates(t, env, 2, day)
+		var batches []janitor.Batch
+		j, err := janitor.New(env.store, janitor.Config{Logger: quiet, BatchSize: 2,
+			OnBatch: func(b janitor.Batch) { batches = append(batches, b) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := j.RunOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Duplicates != 3 || res.DuplicateBatches != 2 {
+			t.Errorf("result %+v, want 3 duplicate rows deleted in 2 batches", res)
+		}
+		wantBatches := []janitor.Batch{{Target: janitor.InboxDuplicates, Rows: 2}, {Target: janitor.InboxDuplicates, Rows: 1}}
+		if !reflect.DeepEqual(batches, wantBatches) {
+			t.Errorf("batches %+v, want %+v", batches, wantBatches)
+		}
+		if n := drivertest.OpsCount(t, env.db, table, ""); n != 2 {
+			t.Errorf("%d duplicate rows left, want the 2 young ones", n)
+		}
+		// Schema version 1: no duplicate table.
+		if _, err := env.db.Exec("DROP TABLE " + table); err != nil {
+			t.Fatal(err)
+		}
+		res, err = j.RunOnce(context.Background())
+		if err != nil || res.Sent+res.Inbox+res.Duplicates != 0 || !strings.Contains(res.DuplicatesSkipped, "missing") {
+			t.Errorf("run without the duplicate table = %+v, %v; want nothing removed, the table skipped as missing, no error", res, err)
+		}
+	})
+}
+
+// A janitor whose database user may not use the duplicate table (no
+// privilege, or SELECT only) cleans the outbox and the inbox and skips
+// the duplicate record, saying why once; it never fails the run.
+func TestJanitorDuplicatesDenied(t *testing.T) {
+	for _, name := range []string{"postgres", "mysql"} {
+		for _, dupGrant := range []string{"", "SELECT"} {
+			t.Run(name+"/"+map[string]string{"": "none", "SELECT": "select"}[dupGrant], func(t *testing.T) {
+				d, err := dialect.Parse(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				dsn := testdb.DSN(t, name)
+				admin, err := sql.Open(testdb.Driver(t, name), dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { admin.Close() })
+				testdb.ApplySchema(t, admin, name, templates.DefaultTables)
+				env := dbEnv{db: admin, d: d}
+				seedDuplicates(t, env, 2, 8*day)
+				out, in, dup := testdb.Tables.Outbox, testdb.Tables.Inbox, dialect.InboxDuplicateTable(testdb.Tables.Inbox)
+				grants := []string{"GRANT SELECT, DELETE, UPDATE ON " + out + " TO {user}", "GRANT SELECT, DELETE, UPDATE ON " + in + " TO {user}",
+					"GRANT SELECT ON " + dialect.VersionTable(out) + " TO {user}"}
+				if dupGrant != "" {
+					grants = append(grants, "GRANT "+dupGrant+" ON "+dup+" TO {user}")
+				}
+				limited, err := sql.Open(testdb.Driver(t, name), drivertest.LimitedUser(t, d, admin, dsn, grants...))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { limited.Close() })
+				drv, err := sqldriver.New(limited, testdb.SchemaWith(d, archiveTables))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var logs strings.Builder
+				var mu sync.Mutex
+				j, err := janitor.New(drv, janitor.Config{Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for range 2 {
+					res, err := j.RunOnce(context.Background())
+					if err != nil {
+						t.Fatalf("run: %v", err)
+					}
+					if !strings.Contains(res.DuplicatesSkipped, "may not use the inbox's duplicate table") {
+						t.Errorf("DuplicatesSkipped = %q", res.DuplicatesSkipped)
+					}
+				}
+				mu.Lock()
+				got := logs.String()
+				mu.Unlock()
+				if n := strings.Count(got, "duplicate deliveries' record skipped"); n != 1 || !strings.Contains(got, "level=WARN") {
+					t.Errorf("the skipped table was logged %d times (want once, at WARN):\n%s", n, got)
+				}
+				if n := drivertest.OpsCount(t, admin, dup, ""); n != 2 {
+					t.Errorf("%d duplicate rows, want the 2 left alone", n)
+				}
+			})
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
 }

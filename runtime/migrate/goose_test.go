@@ -48,17 +48,20 @@ func TestGoose(t *testing.T) {
 			if err != nil {
 				t.Fatalf("goose up: %v", err)
 			}
-			if len(res) != 2 {
-				t.Fatalf("goose applied %d migrations, want 2: %v", len(res), res)
+			if len(res) != 3 {
+				t.Fatalf("goose applied %d migrations, want 3: %v", len(res), res)
 			}
-			if v, err := p.GetDBVersion(ctx); err != nil || v != 2 {
-				t.Fatalf("goose version %d, %v; want 2", v, err)
+			if v, err := p.GetDBVersion(ctx); err != nil || v != 3 {
+				t.Fatalf("goose version %d, %v; want 3", v, err)
+			}
+			if !hasDuplicateTable(db) {
+				t.Error("goose did not create the inbox's duplicate table (migration 2)")
 			}
 			s, err := migrate.Status(ctx, db, dialect.Dialect(d), tables, migrate.WithMigrations(set))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.Current != 2 || len(s.Recorded) != 2 || len(s.Pending) != 0 || s.Runtime != "ok" {
+			if s.Current != 3 || len(s.Recorded) != 3 || len(s.Pending) != 0 || s.Runtime != "ok" {
 				t.Errorf("status after goose up: %+v", s)
 			}
 			drv, err := sqldriver.New(db, testdb.SchemaWith(dialect.Dialect(d), tables))
@@ -72,6 +75,62 @@ func TestGoose(t *testing.T) {
 			r, err := migrate.Up(ctx, db, dialect.Dialect(d), tables, migrate.WithMigrations(set))
 			if err != nil || r.Changed() {
 				t.Errorf("migrate up after goose up: %+v, %v", r, err)
+			}
+		})
+	}
+}
+
+// TestGooseUpgrade: a database goose migrated to version 1 (the files an
+// older outboxgen wrote) is taken to version 2 when its file
+// (0002_inbox_duplicates.up.sql) is added to the directory: the inbox's duplicate table exists from 2 on, the
+// version table records each, and the runtime's check of the table
+// passes.
+func TestGooseUpgrade(t *testing.T) {
+	for _, d := range testdb.Dialects() {
+		t.Run(d, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testdb.Open(t, d)
+			ms, err := templates.RenderMigrations(d, templates.Tables{Outbox: tables.Outbox, Inbox: tables.Inbox}, templates.Header{Source: "events.yaml"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ms) != 2 || ms[1].FileName() != "0002_inbox_duplicates.up.sql" {
+				t.Fatalf("migrations %v, want 0001 and 0002_inbox_duplicates", ms)
+			}
+			dir := t.TempDir()
+			gd := map[string]goose.Dialect{"postgres": goose.DialectPostgres, "mysql": goose.DialectMySQL, "sqlite": goose.DialectSQLite3}[d]
+			for i, m := range ms {
+				if err := os.WriteFile(filepath.Join(dir, m.FileName()), m.SQL, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				p, err := goose.NewProvider(gd, db, os.DirFS(dir))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := p.Up(ctx); err != nil {
+					t.Fatalf("goose up to %d: %v", i+1, err)
+				}
+				if v, err := p.GetDBVersion(ctx); err != nil || v != int64(i+1) {
+					t.Fatalf("goose version %d, %v; want %d", v, err, i+1)
+				}
+				if got := hasDuplicateTable(db); got != (i >= 1) {
+					t.Fatalf("at version %d the duplicate table exists: %v", i+1, got)
+				}
+			}
+			s, err := migrate.Status(ctx, db, dialect.Dialect(d), tables)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Current != 2 || len(s.Pending) != 0 || s.Runtime != "ok" {
+				t.Errorf("status after goose up to 2: %+v", s)
+			}
+			drv, err := sqldriver.New(db, testdb.SchemaWith(dialect.Dialect(d), tables))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := drv.Check(ctx, driver.InboxDuplicates); err != nil {
+				t.Errorf("check of the duplicate table after goose up: %v", err)
 			}
 		})
 	}

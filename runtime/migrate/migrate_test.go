@@ -27,15 +27,15 @@ import (
 
 var tables = outbox.Tables{Outbox: "shop_outbox", Inbox: "shop_inbox"}
 
-// withTest returns outboxgen's migrations plus the test migrations in
-// testdata: version 2 (additive, CompatibleFrom 1) and, with breaking,
-// version 3 (CompatibleFrom 3).
+// withTest returns outboxgen's migrations (1 and 2) plus the test
+// migrations in testdata: version 3 (additive, CompatibleFrom 1) and, with
+// breaking, version 4 (CompatibleFrom 4).
 func withTest(t *testing.T, breaking bool) *templates.MigrationSet {
 	t.Helper()
-	infos := []templates.MigrationInfo{{Version: 2, Name: "test_trace_id", CompatibleFrom: 1}}
+	infos := []templates.MigrationInfo{{Version: 3, Name: "test_trace_id", CompatibleFrom: 1}}
 	files := []string{"test_migration.sql.tmpl"}
 	if breaking {
-		infos = append(infos, templates.MigrationInfo{Version: 3, Name: "test_tenant", CompatibleFrom: 3})
+		infos = append(infos, templates.MigrationInfo{Version: 4, Name: "test_tenant", CompatibleFrom: 4})
 		files = append(files, "breaking_migration.sql.tmpl")
 	}
 	set, err := templates.Builtin().Extend(infos, os.DirFS("testdata"), files...)
@@ -43,6 +43,23 @@ func withTest(t *testing.T, breaking bool) *templates.MigrationSet {
 		t.Fatal(err)
 	}
 	return set
+}
+
+// version1 returns outboxgen's first migration only: what an outboxgen
+// before migration 2 (the inbox's duplicate table) migrated with.
+func version1(t *testing.T) *templates.MigrationSet {
+	t.Helper()
+	set, err := templates.Builtin().Until(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// hasDuplicateTable reports whether migration 2's table exists.
+func hasDuplicateTable(db *sql.DB) bool {
+	_, err := db.Exec(dialect.SelectColumns(dialect.InboxDuplicateTable(tables.Inbox), dialect.InboxDuplicateColumns))
+	return err == nil
 }
 
 // applyLegacy creates the tables as outboxgen's DDL did before versioned
@@ -160,7 +177,8 @@ func pending(t *testing.T, db *sql.DB) int {
 
 // TestUpKeepsEverything: tables at version 1 (created by migrate, or by
 // the DDL of before versioned migrations), rows written and relayed, rows
-// written and not yet relayed; then migrate up to the test migration:
+// written and not yet relayed; then migrate up through outboxgen's
+// migration 2 (the inbox's duplicate table) to the test migration:
 // nothing is lost, the relay sends the rest, and new rows go through.
 func TestUpKeepsEverything(t *testing.T) {
 	for _, d := range testdb.Dialects() {
@@ -171,7 +189,7 @@ func TestUpKeepsEverything(t *testing.T) {
 				db := testdb.Open(t, d)
 				dia := dialect.Dialect(d)
 				if start == "migrated" {
-					r, err := migrate.Up(ctx, db, dia, tables)
+					r, err := migrate.Up(ctx, db, dia, tables, migrate.WithMigrations(version1(t)))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -192,26 +210,33 @@ func TestUpKeepsEverything(t *testing.T) {
 				sent := writeEvents(t, db, dia, "before", 12)
 				relayAll(t, db, dia, b) // the start-up check accepts version 1
 				waiting := writeEvents(t, db, dia, "waiting", 9)
+				if hasDuplicateTable(db) {
+					t.Fatal("the duplicate table exists at version 1")
+				}
 
 				r, err := migrate.Up(ctx, db, dia, tables, migrate.WithMigrations(withTest(t, false)))
 				if err != nil {
 					t.Fatalf("Up: %v\n%s", err, r)
 				}
-				if r.From != 1 || r.To != 2 || len(r.Applied) != 1 || r.Applied[0].Version != 2 || r.Baselined != (start == "legacy") {
+				if r.From != 1 || r.To != 3 || len(r.Applied) != 2 || r.Applied[0].File != "0002_inbox_duplicates.up.sql" ||
+					r.Applied[1].Version != 3 || r.Baselined != (start == "legacy") {
 					t.Fatalf("Up report: %+v", r)
 				}
 				t.Logf("Up:\n%s", r)
+				if !hasDuplicateTable(db) {
+					t.Fatal("migration 2 did not create the inbox's duplicate table")
+				}
 				if _, err := db.Exec("SELECT trace_id FROM " + tables.Outbox + " WHERE 1 = 0"); err != nil {
-					t.Fatalf("migration 2 not applied: %v", err)
+					t.Fatalf("migration 3 not applied: %v", err)
 				}
 				// Up again: nothing to do.
 				again, err := migrate.Up(ctx, db, dia, tables, migrate.WithMigrations(withTest(t, false)))
-				if err != nil || again.Changed() || again.To != 2 {
+				if err != nil || again.Changed() || again.To != 3 {
 					t.Fatalf("second Up: %+v, %v", again, err)
 				}
 
 				after := writeEvents(t, db, dia, "after", 7)
-				relayAll(t, db, dia, b) // version 2 is compatible from 1: accepted
+				relayAll(t, db, dia, b) // versions 2 and 3 are compatible from 1: accepted
 
 				var rows int
 				if err := db.QueryRow("SELECT COUNT(*) FROM " + tables.Outbox + " WHERE status = 1").Scan(&rows); err != nil {
@@ -227,7 +252,7 @@ func TestUpKeepsEverything(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if s.Current != 2 || s.Unrecorded || len(s.Pending) != 0 || len(s.Recorded) != 2 || s.Runtime != "ok" {
+				if s.Current != 3 || s.Unrecorded || len(s.Pending) != 0 || len(s.Recorded) != 3 || s.Runtime != "ok" {
 					t.Errorf("status after Up: %+v", s)
 				}
 			})
@@ -285,10 +310,10 @@ func TestCheckRefusesNewerSchema(t *testing.T) {
 			}
 			err = drv.Check(ctx, driver.Outbox)
 			if err == nil {
-				t.Fatal("Check accepted schema version 3 (compatible from 3)")
+				t.Fatal("Check accepted schema version 4 (compatible from 4)")
 			}
 			t.Logf("Check: %v", err)
-			for _, want := range []string{"schema version 3", "knows version 3 or later", "upgrade github.com/outboxgen/outboxgen"} {
+			for _, want := range []string{"schema version 4", "knows version 4 or later", "upgrade github.com/outboxgen/outboxgen"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("Check error lacks %q: %v", want, err)
 				}
@@ -297,13 +322,13 @@ func TestCheckRefusesNewerSchema(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.Current != 3 || s.Runtime != "upgrade" || len(s.Pending) != 0 {
+			if s.Current != 4 || s.Runtime != "upgrade" || len(s.Pending) != 0 {
 				t.Errorf("status: %+v", s)
 			}
 			t.Logf("status of a newer database:\n%s", s)
 			// migrate up from this outboxgen changes nothing.
 			r, err := migrate.Up(ctx, db, dia, tables)
-			if err != nil || r.Changed() || !strings.Contains(r.String(), "newer than the 1 this outboxgen knows") {
+			if err != nil || r.Changed() || !strings.Contains(r.String(), "newer than the 2 this outboxgen knows") {
 				t.Errorf("Up on a newer database: %v, %v", r, err)
 			}
 		})
@@ -319,7 +344,7 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := s.String()
-	for _, want := range []string{"version:    none", "0001_outbox_tables.up.sql        pending", "pending:    1 (run: outboxgen migrate -db DSN up)"} {
+	for _, want := range []string{"version:    none", "0001_outbox_tables.up.sql        pending", "0002_inbox_duplicates.up.sql     pending", "pending:    2 (run: outboxgen migrate -db DSN up)"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("status lacks %q:\n%s", want, text)
 		}
@@ -328,7 +353,7 @@ func TestStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(r.String(), "applied 0001_outbox_tables.up.sql (version 1, ") {
+	if !strings.Contains(r.String(), "applied 0001_outbox_tables.up.sql (version 1, ") || !strings.Contains(r.String(), "applied 0002_inbox_duplicates.up.sql (version 2, ") {
 		t.Errorf("report:\n%s", r)
 	}
 	s, err = migrate.Status(ctx, db, dialect.SQLite, tables)
@@ -336,7 +361,7 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	text = s.String()
-	for _, want := range []string{"version:    1, recorded in shop_outbox_version (usable by runtimes that know version 1 or later)", "this outboxgen runs on versions 1 to 1: compatible", "0001_outbox_tables.up.sql        applied 20", "pending:    none"} {
+	for _, want := range []string{"version:    2, recorded in shop_outbox_version (usable by runtimes that know version 1 or later)", "this outboxgen runs on versions 1 to 2: compatible", "0001_outbox_tables.up.sql        applied 20", "0002_inbox_duplicates.up.sql     applied 20", "pending:    none"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("status lacks %q:\n%s", want, text)
 		}
@@ -384,7 +409,7 @@ func TestConcurrentUp(t *testing.T) {
 					applied[a.Version]++
 				}
 			}
-			if applied[1] != 1 || applied[2] != 1 || len(applied) != 2 {
+			if applied[1] != 1 || applied[2] != 1 || applied[3] != 1 || len(applied) != 3 {
 				t.Errorf("migrations applied (version: times) %v, want each once", applied)
 			}
 			db, err := sql.Open(testdb.Driver(t, d), dsn)
@@ -396,7 +421,7 @@ func TestConcurrentUp(t *testing.T) {
 			if err := db.QueryRow("SELECT COUNT(*), MAX(version) FROM "+dialect.VersionTable(tables.Outbox)).Scan(&rows, &maxVersion); err != nil {
 				t.Fatal(err)
 			}
-			if rows != 2 || maxVersion != 2 {
+			if rows != 3 || maxVersion != 3 {
 				t.Errorf("version table: %d rows, max %d", rows, maxVersion)
 			}
 		})
@@ -406,7 +431,7 @@ func TestConcurrentUp(t *testing.T) {
 // TestFailedMigration: a migration failing at its second statement is
 // rolled back entirely on PostgreSQL and SQLite; on MySQL, whose DDL
 // commits itself, the first statement stays and the error says so. Either
-// way the version stays 1.
+// way the version stays 2 (outboxgen's migrations before it applied).
 func TestFailedMigration(t *testing.T) {
 	for _, d := range testdb.Dialects() {
 		t.Run(d, func(t *testing.T) {
@@ -414,7 +439,7 @@ func TestFailedMigration(t *testing.T) {
 			ctx := context.Background()
 			db := testdb.Open(t, d)
 			dia := dialect.Dialect(d)
-			set, err := templates.Builtin().Extend([]templates.MigrationInfo{{Version: 2, Name: "test_fails", CompatibleFrom: 1}}, os.DirFS("testdata"), "failing_migration.sql.tmpl")
+			set, err := templates.Builtin().Extend([]templates.MigrationInfo{{Version: 3, Name: "test_fails", CompatibleFrom: 1}}, os.DirFS("testdata"), "failing_migration.sql.tmpl")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -423,14 +448,14 @@ func TestFailedMigration(t *testing.T) {
 				t.Fatal("Up succeeded")
 			}
 			t.Logf("Up: %v", err)
-			if r.To != 1 || len(r.Applied) != 1 {
+			if r.To != 2 || len(r.Applied) != 2 {
 				t.Errorf("report: %+v", r)
 			}
 			want := "failed at statement 2 of 4, and was rolled back (nothing of it is applied)"
 			if d == "mysql" {
 				want = "MySQL commits each DDL statement: statements 1 to 1 are applied and the version is not recorded"
 			}
-			if !strings.Contains(err.Error(), "migration 0002_test_fails.up.sql") || !strings.Contains(err.Error(), want) {
+			if !strings.Contains(err.Error(), "migration 0003_test_fails.up.sql") || !strings.Contains(err.Error(), want) {
 				t.Errorf("error lacks %q: %v", want, err)
 			}
 			_, colErr := db.Exec("SELECT half_done FROM " + tables.Outbox + " WHERE 1 = 0")
@@ -438,7 +463,7 @@ func TestFailedMigration(t *testing.T) {
 				t.Errorf("first statement applied: %v", colErr == nil)
 			}
 			s, err := migrate.Status(ctx, db, dia, tables, migrate.WithMigrations(set))
-			if err != nil || s.Current != 1 || len(s.Pending) != 1 {
+			if err != nil || s.Current != 2 || len(s.Pending) != 1 {
 				t.Errorf("status: %+v, %v", s, err)
 			}
 		})

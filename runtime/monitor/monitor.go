@@ -78,10 +78,15 @@ const (
 	// (Check returns the error instead), once per failure streak; resolved
 	// by the next successful check.
 	CheckFailing Kind = "check_failing"
+	// WALSlot: the WAL relay's replication slot is missing, not streamed
+	// from, losing WAL, or retains more than Thresholds.SlotLagBytes
+	// (Config.SlotCheck; sql.wal only). The message is the check's error,
+	// which says what to do.
+	WALSlot Kind = "wal_slot"
 )
 
 // Kinds lists every Kind in a stable order.
-var Kinds = []Kind{Stale, OldestPending, Failed, ExpiredLeases, CheckFailing}
+var Kinds = []Kind{Stale, OldestPending, Failed, ExpiredLeases, WALSlot, CheckFailing}
 
 // Alert is a crossed threshold.
 type Alert struct {
@@ -256,13 +261,34 @@ func (m *Monitor) Check(ctx context.Context) (driver.Stats, []Alert, error) {
 	m.mu.Lock()
 	m.last, m.lastAt, m.have = st, m.now(), true
 	m.mu.Unlock()
+	slotErr := m.checkSlot(ctx)
 	var alerts []Alert
 	for _, k := range Kinds {
+		if k == WALSlot {
+			if slotErr != nil {
+				alerts = append(alerts, Alert{Kind: WALSlot, Stats: st, Err: slotErr, Message: slotErr.Error()})
+			}
+			continue
+		}
 		if m.crossed(k, st) {
 			alerts = append(alerts, m.alert(k, st, false))
 		}
 	}
 	return st, alerts, nil
+}
+
+// checkSlot runs Config.SlotCheck, if set, within Interval.
+func (m *Monitor) checkSlot(ctx context.Context) error {
+	if m.opts.SlotCheck == nil {
+		return nil
+	}
+	max := m.opts.Thresholds.SlotLagBytes
+	if max < 0 {
+		max = 0 // Never: no lag limit; the slot's state is still checked
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.opts.Interval)
+	defer cancel()
+	return m.opts.SlotCheck(ctx, max)
 }
 
 // crossed reports whether st crosses k's threshold.
@@ -296,6 +322,8 @@ func (m *Monitor) alert(k Kind, st driver.Stats, resolved bool) Alert {
 			a.Message = fmt.Sprintf("resolved: %d FAILED outbox rows (threshold %d)", st.Failed, th.Failed)
 		case ExpiredLeases:
 			a.Message = fmt.Sprintf("resolved: %d outbox rows with an expired relay lease (threshold %d)", st.ExpiredLeases, th.ExpiredLeases)
+		case WALSlot:
+			a.Message = "resolved: the WAL relay's replication slot is streamed from and within its lag limit"
 		}
 		return a
 	}

@@ -50,6 +50,22 @@ type Schema struct {
 	Dialects []Dialect
 	// EventTypes are the declared events with their per-type settings.
 	EventTypes []EventType
+	// WAL is sql.wal: PostgreSQL writers write events into the WAL
+	// (pg_logical_emit_message) for package walrelay instead of inserting
+	// them into the outbox table. NewWriter, WriterFor and NewBinding pass
+	// WithWAL when it is set, so every writer of the schema follows it:
+	// per-key order holds only when all writers of an outbox use one path.
+	WAL bool
+}
+
+// withWAL returns opts with WithWAL in front when s.WAL: in front, so
+// that nothing the caller passes can be undone by it (WithWAL only sets a
+// flag that no other option touches).
+func (s Schema) withWAL(opts []WriterOption) []WriterOption {
+	if !s.WAL {
+		return opts
+	}
+	return append([]WriterOption{WithWAL()}, opts...)
 }
 
 // source returns the spec file name for messages.
@@ -200,7 +216,8 @@ func (s Schema) DialectOf(db *sql.DB) (Dialect, error) {
 }
 
 // NewWriter returns a Writer for the outbox table in dialect d, which
-// events.yaml must list.
+// events.yaml must list; with s.WAL a PostgreSQL writer writes into the
+// WAL (WithWAL).
 func (s Schema) NewWriter(d Dialect, opts ...WriterOption) (*Writer, error) {
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
@@ -208,7 +225,7 @@ func (s Schema) NewWriter(d Dialect, opts ...WriterOption) (*Writer, error) {
 	if err := s.CheckDialect(d, "the writer's dialect"); err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
-	return NewWriter(d, s.Tables.Outbox, opts...)
+	return NewWriter(d, s.Tables.Outbox, s.withWAL(opts)...)
 }
 
 // WriterFor returns a Writer for the outbox table on db, in the dialect
@@ -218,7 +235,7 @@ func (s Schema) WriterFor(db *sql.DB, opts ...WriterOption) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
-	return NewWriter(d, s.Tables.Outbox, opts...)
+	return NewWriter(d, s.Tables.Outbox, s.withWAL(opts)...)
 }
 
 // ErrUnbound is matched by the error of a generated package-level InsertX
@@ -246,7 +263,7 @@ func NewBinding(s Schema) *Binding {
 	}
 	b := &Binding{schema: s}
 	if len(s.Dialects) == 1 {
-		b.w.Store(MustNewWriter(s.Dialects[0], s.Tables.Outbox))
+		b.w.Store(MustNewWriter(s.Dialects[0], s.Tables.Outbox, s.withWAL(nil)...))
 	}
 	return b
 }
@@ -265,6 +282,14 @@ func (b *Binding) Bind(w *Writer) error {
 	}
 	if err := b.schema.CheckDialect(w.Dialect(), "the writer"); err != nil {
 		return fmt.Errorf("outbox: bind: %w", err)
+	}
+	if w.Dialect() == Postgres && b.schema.WAL != (w.wal != nil) {
+		// Mixing the two write paths for one outbox breaks per-key order
+		// (the stream and the polling relay order independently).
+		if b.schema.WAL {
+			return fmt.Errorf("outbox: bind: sql.wal in %s is true, but the writer inserts into the table: create it from the schema (the generated NewWriter) or with outbox.WithWAL()", b.schema.source())
+		}
+		return fmt.Errorf("outbox: bind: the writer writes into the WAL (WithWAL), but sql.wal in %s is not set: drop WithWAL, or set sql.wal: true and regenerate", b.schema.source())
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

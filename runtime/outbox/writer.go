@@ -86,6 +86,10 @@ type Writer struct {
 	identity    string
 	maxMessage  int                           // cap of payload + headers bytes; <= 0: none
 	propagator  propagation.TextMapPropagator // nil: no trace context stored
+	walOn       bool                          // WithWAL was given
+	// wal is set by NewWriter when WithWAL was given and the dialect is
+	// Postgres: Insert and InsertTx then emit into the WAL, not the table.
+	wal *WALWriter
 }
 
 // NewWriter returns a Writer for table in dialect d. Its message size cap
@@ -108,6 +112,11 @@ func NewWriter(d Dialect, table string, opts ...WriterOption) (*Writer, error) {
 	}
 	for _, opt := range opts {
 		opt(w)
+	}
+	if w.walOn && d == Postgres {
+		// Built after the options, so the WAL path sees the final size
+		// cap and propagator (it reads them from w on every insert).
+		w.wal = &WALWriter{w: w, prefix: WALPrefix(table), sequence: walSequence(table)}
 	}
 	return w, nil
 }
@@ -228,7 +237,10 @@ func (w *Writer) Exec(ctx context.Context, tx Tx, st Statement) error {
 // usable.
 //
 // Prepare stores no trace context: Insert and InsertTx do (see
-// WithTracePropagator).
+// WithTracePropagator). Prepare and Exec always build and run the table
+// INSERT, also for a writer made WithWAL: their callers (txpublisher)
+// re-emit events with caller-chosen ids and rely on the table's id check,
+// which the WAL has no equivalent of.
 func (w *Writer) Prepare(ev Event, opts ...InsertOption) (Statement, error) {
 	return w.prepare(ev, nil, opts...)
 }
@@ -320,7 +332,8 @@ func truncate(s string, n int) string {
 	return string(r[:n]) + "..."
 }
 
-// Insert writes ev into the outbox table inside tx and returns its event id.
+// Insert writes ev into the outbox table inside tx and returns its event id
+// (into the WAL for a PostgreSQL writer made WithWAL: see WAL).
 // It runs no other statement, so the business transaction stays short,
 // except when a caller-chosen id (WithEventID) is already taken: then one
 // SELECT compares the existing row with ev (see Exec).
@@ -329,9 +342,15 @@ func (w *Writer) Insert(ctx context.Context, tx Execer, ev Event, opts ...Insert
 }
 
 // InsertTx is Insert through any Tx (pgxoutbox passes a pgx.Tx this way).
+// A PostgreSQL writer made WithWAL emits ev into the WAL instead (see
+// WALWriter.InsertTx); Insert, pgxoutbox.Insert and every generated
+// InsertX come through here, so the one check below routes them all.
 func (w *Writer) InsertTx(ctx context.Context, tx Tx, ev Event, opts ...InsertOption) (EventID, error) {
 	if w == nil {
 		return EventID{}, ErrNilWriter
+	}
+	if w.wal != nil {
+		return w.wal.InsertTx(ctx, tx, ev, opts...)
 	}
 	st, err := w.prepare(ev, telemetry.Headers(ctx, w.propagator), opts...)
 	if err != nil {

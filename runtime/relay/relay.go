@@ -2,12 +2,10 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
 	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
+	"github.com/outboxgen/outboxgen/runtime/internal/outmsg"
 	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
@@ -416,31 +415,21 @@ func rowIDsOf(rows []driver.Row) []int64 {
 	return ids
 }
 
-// message builds the watermill message of a row.
+// message builds the watermill message of a row (package outmsg, shared
+// with the streaming relay, so both publish identical messages).
 func (r *Relay) message(ctx context.Context, rw driver.Row) (*message.Message, error) {
-	var h map[string]string
-	if len(rw.Headers) > 0 && string(rw.Headers) != "null" {
-		if err := json.Unmarshal(rw.Headers, &h); err != nil {
-			return nil, Permanent(fmt.Errorf("relay: row %d: headers are not a JSON object of strings: %w", rw.ID, err))
-		}
-	}
-	payload, err := outbox.DecodeStoredPayload(h[outbox.HeaderPayloadEncoding], rw.Payload)
+	return rowMessage(ctx, rw)
+}
+
+// rowMessage is the message of a row; an error is permanent.
+func rowMessage(ctx context.Context, rw driver.Row) (*message.Message, error) {
+	msg, err := outmsg.Build(ctx, outmsg.Event{
+		EventID: rw.EventID, Seq: rw.ID, Type: rw.Type, Key: rw.Key, Version: rw.Version,
+		CreatedAt: rw.CreatedAt, Headers: rw.Headers, Payload: rw.Payload,
+	})
 	if err != nil {
 		return nil, Permanent(fmt.Errorf("relay: row %d: %w", rw.ID, err))
 	}
-	delete(h, outbox.HeaderPayloadEncoding)
-	msg := message.NewMessage(rw.EventID, payload)
-	for k, v := range h {
-		msg.Metadata.Set(k, v)
-	}
-	msg.Metadata.Set(MetadataType, rw.Type)
-	msg.Metadata.Set(MetadataKey, rw.Key)
-	msg.Metadata.Set(MetadataVersion, strconv.Itoa(rw.Version))
-	msg.Metadata.Set(MetadataCreatedAt, rw.CreatedAt.UTC().Format(time.RFC3339Nano))
-	msg.Metadata.Set(MetadataEventID, rw.EventID)
-	msg.Metadata.Set(MetadataSequence, strconv.FormatInt(rw.ID, 10))
-	msg.Metadata.Set(MetadataPartitionKey, rw.Key)
-	msg.SetContext(ctx)
 	return msg, nil
 }
 

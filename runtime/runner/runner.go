@@ -274,6 +274,16 @@ func (r *Runner) registerGauges(m metric.Meter) error {
 	return err
 }
 
+// MeterProvider returns the provider behind the runner's /metrics (nil
+// without a metrics address), for parts a process runs beside the runner,
+// such as the streaming relay of `outboxgen relay` with sql.wal.
+func (r *Runner) MeterProvider() metric.MeterProvider {
+	if r.provider == nil {
+		return nil
+	}
+	return r.provider
+}
+
 // Parts names the parts that run, in start order.
 func (r *Runner) Parts() []string { return append([]string(nil), r.parts...) }
 

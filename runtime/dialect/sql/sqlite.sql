@@ -164,6 +164,14 @@ ON CONFLICT (consumer, biz_type, biz_id) DO UPDATE
 SET last_seq = excluded.last_seq, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 WHERE /* TEMPLATE: inbox_key */outbox_inbox_key.last_seq < excluded.last_seq;
 
+-- A duplicate delivery (InboxRecord changed nothing): counted per consumer
+-- and event, in the delivery's transaction.
+-- name: InboxRecordDuplicate :exec
+INSERT INTO /* TEMPLATE: inbox_duplicate */outbox_inbox_duplicate (consumer, event_id, biz_type, biz_id)
+VALUES (sqlc.arg(consumer), sqlc.arg(event_id), sqlc.arg(biz_type), sqlc.arg(biz_id))
+ON CONFLICT (consumer, event_id) DO UPDATE
+SET count = /* TEMPLATE: inbox_duplicate */outbox_inbox_duplicate.count + 1, last_seen_at = strftime('%Y-%m-%d %H:%M:%f', 'now');
+
 -- name: OpsStats :one
 SELECT COUNT(*),
     COALESCE((julianday('now') - julianday(MIN(created_at))) * 86400.0, 0),
@@ -190,6 +198,15 @@ WHERE (consumer, event_id) IN (
     FROM /* TEMPLATE: inbox */outbox_inbox
     WHERE processed_at < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(older_than))
     ORDER BY processed_at
+    LIMIT sqlc.arg(max_rows));
+
+-- name: OpsDeleteInboxDuplicates :execrows
+DELETE FROM /* TEMPLATE: inbox_duplicate */outbox_inbox_duplicate
+WHERE (consumer, event_id) IN (
+    SELECT consumer, event_id
+    FROM /* TEMPLATE: inbox_duplicate */outbox_inbox_duplicate
+    WHERE last_seen_at < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(older_than))
+    ORDER BY last_seen_at
     LIMIT sqlc.arg(max_rows));
 
 -- The archive is a transaction of OpsArchivePick, which copies the batch
@@ -322,6 +339,93 @@ LIMIT sqlc.arg(max_rows);
 DELETE FROM /* TEMPLATE: inbox */outbox_inbox
 WHERE consumer = sqlc.arg(consumer)
   AND event_id IN (sqlc.slice(event_ids));
+
+-- The console (runtime/admin: Relays, BlockedKeys, Delete, Inbox,
+-- RecentDuplicates).
+
+-- name: AdminLeases :many
+SELECT lease_owner, COUNT(*), COALESCE(SUM(CASE WHEN lease_expires_at < strftime('%Y-%m-%d %H:%M:%f', 'now') THEN 1 ELSE 0 END), 0),
+    MIN(lease_expires_at), MAX(lease_expires_at), MIN(created_at)
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE status = 0
+  AND lease_owner IS NOT NULL
+  AND lease_owner <> '~held'
+GROUP BY lease_owner
+ORDER BY COUNT(*) DESC, lease_owner
+LIMIT sqlc.arg(max_rows);
+
+-- name: AdminBlockedKeys :many
+SELECT e.id, e.event_id, e.biz_type, e.biz_id, e.topic, e.payload_version, e.status, e.retry_count, e.next_retry_time,
+    e.lease_owner, e.lease_expires_at, e.last_error, e.created_at, e.updated_at, e.sent_at, w.waiting, w.oldest_waiting
+FROM (
+    SELECT h.biz_id, h.head_id, COUNT(o.id) AS waiting, MIN(o.created_at) AS oldest_waiting
+    FROM (
+        SELECT x.biz_id, MIN(x.id) AS head_id
+        FROM (
+            SELECT f.biz_id, f.id FROM /* TEMPLATE: outbox */outbox_event f
+            WHERE f.status = 2 AND f.biz_id > sqlc.arg(after_key) /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+            UNION ALL
+            SELECT b.biz_id, b.id FROM /* TEMPLATE: outbox */outbox_event b
+            WHERE b.status = 0 AND b.next_retry_time > strftime('%Y-%m-%d %H:%M:%f', 'now') AND b.retry_count > 0 AND b.biz_id > sqlc.arg(after_key)
+              /* IF unordered */AND b.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+        ) x
+        GROUP BY x.biz_id
+    ) h
+    JOIN /* TEMPLATE: outbox */outbox_event o ON o.biz_id = h.biz_id AND o.id > h.head_id AND o.status = 0
+        /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+    GROUP BY h.biz_id, h.head_id
+    ORDER BY h.biz_id
+    LIMIT sqlc.arg(max_rows)
+) w
+JOIN /* TEMPLATE: outbox */outbox_event e ON e.id = w.head_id
+ORDER BY w.biz_id;
+
+-- name: AdminLockFailed :many
+-- A write, not a SELECT: it takes SQLite's write lock at the start of the
+-- transaction. A transaction that reads first and writes later gets
+-- SQLITE_BUSY at once (without waiting) when a relay wrote meanwhile,
+-- unless the DSN sets _txlock=immediate.
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET status = status
+WHERE id IN (sqlc.slice(ids))
+  AND status = 2
+RETURNING id;
+
+-- name: AdminDeleteFailed :execrows
+DELETE FROM /* TEMPLATE: outbox */outbox_event
+WHERE id IN (sqlc.slice(ids))
+  AND status = 2;
+
+-- name: AdminInboxHandled :many
+SELECT r.consumer, COUNT(*), MAX(r.processed_at)
+FROM (
+    SELECT consumer, processed_at
+    FROM /* TEMPLATE: inbox */outbox_inbox
+    WHERE processed_at >= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(window_secs))
+    ORDER BY processed_at DESC
+    LIMIT sqlc.arg(scan_rows)
+) r
+GROUP BY r.consumer
+ORDER BY r.consumer;
+
+-- name: AdminInboxDuplicates :many
+SELECT r.consumer, COUNT(*), MAX(r.last_seen_at)
+FROM (
+    SELECT consumer, last_seen_at
+    FROM /* TEMPLATE: inbox_duplicate */outbox_inbox_duplicate
+    WHERE last_seen_at >= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(window_secs))
+    ORDER BY last_seen_at DESC
+    LIMIT sqlc.arg(scan_rows)
+) r
+GROUP BY r.consumer
+ORDER BY r.consumer;
+
+-- name: AdminRecentDuplicates :many
+SELECT consumer, event_id, COALESCE(biz_type, ''), COALESCE(biz_id, ''), count, first_seen_at, last_seen_at
+FROM /* TEMPLATE: inbox_duplicate */outbox_inbox_duplicate
+WHERE consumer = sqlc.arg(consumer)
+ORDER BY last_seen_at DESC
+LIMIT sqlc.arg(max_rows);
 
 -- The schema version (the start-up check, outboxgen migrate): the newest
 -- migration recorded in the version table and the oldest version a

@@ -26,6 +26,7 @@ func runAdmin(t *testing.T, open func(t *testing.T) Env) {
 	t.Run("Overview", func(t *testing.T) { adminTestOverview(t, open(t)) })
 	t.Run("OverviewEmpty", func(t *testing.T) { adminTestOverviewEmpty(t, open(t)) })
 	t.Run("Inbox", func(t *testing.T) { adminTestInbox(t, open(t)) })
+	runConsole(t, open)
 }
 
 // adminSet runs "UPDATE outbox SET set WHERE id = id".

@@ -63,8 +63,8 @@ func testHeldBehindFailed(t *testing.T, e *env) {
 	if owner, _ := e.heldState(t, late[0]); owner != dialect.HeldOwner {
 		t.Fatalf("late row of p: owner %q, want held", owner)
 	}
-	if n, err := e.Driver.Requeue(e.ctx, ids[:1]); err != nil || n != 1 {
-		t.Fatalf("Requeue = %d, %v", n, err)
+	if n, rel, err := e.Driver.RequeueAndRelease(e.ctx, ids[:1]); err != nil || n != 1 || rel != 3 {
+		t.Fatalf("RequeueAndRelease = %d requeued, %d released, %v; want 1 and 3 (two held rows of p and the late one)", n, rel, err)
 	}
 	for _, id := range append(ids[1:3], late[0]) {
 		if owner, due := e.heldState(t, id); owner != "" || !due {

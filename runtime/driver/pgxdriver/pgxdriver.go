@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
@@ -57,6 +58,7 @@ func New(pool *pgxpool.Pool, schema outbox.Schema) (*Driver, error) {
 	if x.Admin, err = driverutil.NewAdmin("pgxdriver", poolQuerier{pool}, dialect.Postgres, tables); err != nil {
 		return nil, fmt.Errorf("pgxdriver: %w", err)
 	}
+	x.Admin.Relay, x.Admin.Check = relayQ, x.Check
 	x.check = driverutil.Checker{
 		What: "pgxdriver", Schema: schema, Dialect: dialect.Postgres,
 		Text:  driverutil.TextQuery(pool.QueryRow),
@@ -92,3 +94,23 @@ func (q poolQuerier) Exec(ctx context.Context, query string, args ...any) (int64
 	tag, err := q.pool.Exec(ctx, query, args...)
 	return tag.RowsAffected(), err
 }
+
+// InTx runs f in one transaction of the pool.
+func (q poolQuerier) InTx(ctx context.Context, f func(driverutil.Querier) error) error {
+	return pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error { return f(txQuerier{tx}) })
+}
+
+// txQuerier adapts a pgx transaction to driverutil.Querier.
+type txQuerier struct{ tx pgx.Tx }
+
+func (q txQuerier) Query(ctx context.Context, query string, args ...any) (driverutil.Rows, error) {
+	return q.tx.Query(ctx, query, args...)
+}
+
+func (q txQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := q.tx.Exec(ctx, query, args...)
+	return tag.RowsAffected(), err
+}
+
+// InTx runs f in the transaction already open: transactions do not nest.
+func (q txQuerier) InTx(_ context.Context, f func(driverutil.Querier) error) error { return f(q) }

@@ -186,37 +186,6 @@ func (x *Driver) ExtendLease(ctx context.Context, owner string, ids []int64, lea
 	return x.execIDs(ctx, "extend lease", ids, func(q *dialect.RelayQueries) (string, []any) { return q.ExtendLease(owner, ids, lease) })
 }
 
-// Requeue makes FAILED ids pending again and releases the rows held
-// behind them: one pgx batch (one implicit transaction) per chunk of ids.
-func (x *Driver) Requeue(ctx context.Context, ids []int64) (int64, error) {
-	q, err := x.relayQ.Get(nil)
-	if err != nil {
-		return 0, fmt.Errorf("pgxdriver: requeue: %w", err)
-	}
-	var total int64
-	err = driverutil.Chunks(ids, func(part []int64) error {
-		b := &pgx.Batch{}
-		query, args := q.Requeue(part)
-		b.Queue(query, args...)
-		query, args = q.ReleaseHeld(part)
-		b.Queue(query, args...)
-		br := x.pool.SendBatch(ctx, b)
-		tag, err := br.Exec()
-		if err == nil {
-			_, err = br.Exec()
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("pgxdriver: requeue: %w", err)
-		}
-		total += tag.RowsAffected()
-		return nil
-	})
-	return total, err
-}
-
 // ReleaseHeld makes the held rows of the keys of ids due again.
 func (x *Driver) ReleaseHeld(ctx context.Context, ids []int64) (int64, error) {
 	var total int64

@@ -320,42 +320,6 @@ func (x *Driver) ExtendLease(ctx context.Context, owner string, ids []int64, lea
 	})
 }
 
-// Requeue makes FAILED ids pending again and releases the rows held
-// behind them, one transaction per chunk of ids.
-func (x *Driver) Requeue(ctx context.Context, ids []int64) (int64, error) {
-	q, err := x.relayQ.Get(nil)
-	if err != nil {
-		return 0, fmt.Errorf("sqldriver: requeue: %w", err)
-	}
-	var total int64
-	err = driverutil.Chunks(ids, func(part []int64) error {
-		tx, err := x.db.BeginTx(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("sqldriver: requeue: begin: %w", err)
-		}
-		defer tx.Rollback() //nolint:errcheck // no-op after Commit
-		query, args := q.Requeue(part)
-		res, err := tx.ExecContext(ctx, query, args...)
-		if err != nil {
-			return fmt.Errorf("sqldriver: requeue: %w", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return fmt.Errorf("sqldriver: requeue: rows affected: %w", err)
-		}
-		query, args = q.ReleaseHeld(part)
-		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
-			return fmt.Errorf("sqldriver: requeue: release held rows: %w", err)
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("sqldriver: requeue: commit: %w", err)
-		}
-		total += n
-		return nil
-	})
-	return total, err
-}
-
 // ReleaseHeld makes the held rows of the keys of ids due again.
 func (x *Driver) ReleaseHeld(ctx context.Context, ids []int64) (int64, error) {
 	return x.execIDs(ctx, "release held rows", ids, (*dialect.RelayQueries).ReleaseHeld)

@@ -72,9 +72,10 @@ func New(db *sql.DB, schema outbox.Schema) (*Driver, error) {
 		return nil, fmt.Errorf("sqldriver: %w", err)
 	}
 	x := &Driver{db: db, d: d, schema: schema, tables: tables, relayQ: relayQ}
-	if x.Admin, err = driverutil.NewAdmin("sqldriver", dbQuerier{db}, d, tables); err != nil {
+	if x.Admin, err = driverutil.NewAdmin("sqldriver", dbQuerier{db: db, begin: x.beginRelayTx}, d, tables); err != nil {
 		return nil, fmt.Errorf("sqldriver: %w", err)
 	}
+	x.Admin.Relay, x.Admin.Check = relayQ, x.Check
 	x.check = driverutil.Checker{
 		What: "sqldriver", Schema: schema, Dialect: d,
 		Text:  driverutil.TextQuery(db.QueryRowContext),
@@ -124,7 +125,10 @@ func (x *Driver) checkTimeZone(ctx context.Context) error {
 }
 
 // dbQuerier adapts *sql.DB to driverutil.Querier.
-type dbQuerier struct{ db *sql.DB }
+type dbQuerier struct {
+	db    *sql.DB
+	begin func(context.Context) (*sql.Tx, error)
+}
 
 func (q dbQuerier) Query(ctx context.Context, query string, args ...any) (driverutil.Rows, error) {
 	rows, err := q.db.QueryContext(ctx, query, args...)
@@ -141,6 +145,44 @@ func (q dbQuerier) Exec(ctx context.Context, query string, args ...any) (int64, 
 	}
 	return res.RowsAffected()
 }
+
+// InTx runs f in a transaction begun as the relay's (beginRelayTx).
+func (q dbQuerier) InTx(ctx context.Context, f func(driverutil.Querier) error) error {
+	tx, err := q.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	if err := f(txQuerier{tx}); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// txQuerier adapts *sql.Tx to driverutil.Querier.
+type txQuerier struct{ tx *sql.Tx }
+
+func (q txQuerier) Query(ctx context.Context, query string, args ...any) (driverutil.Rows, error) {
+	rows, err := q.tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return sqlRows{rows}, nil
+}
+
+func (q txQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := q.tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// InTx runs f in the transaction already open: transactions do not nest.
+func (q txQuerier) InTx(_ context.Context, f func(driverutil.Querier) error) error { return f(q) }
 
 // sqlRows adapts *sql.Rows (whose Close returns an error) to driverutil.Rows.
 type sqlRows struct{ *sql.Rows }

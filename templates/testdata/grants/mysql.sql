@@ -36,6 +36,9 @@ GRANT SELECT ON orders.outbox_event_version TO 'outbox_monitor'@'%';
 GRANT SELECT, DELETE ON orders.outbox_event TO 'outbox_janitor'@'%';
 GRANT SELECT ON orders.outbox_event_version TO 'outbox_janitor'@'%';
 GRANT SELECT, DELETE ON orders.outbox_inbox TO 'outbox_janitor'@'%';
+-- outbox_inbox_duplicate (schema version 2): the record of duplicate
+-- deliveries, deleted with the inbox retention.
+GRANT SELECT, DELETE ON orders.outbox_inbox_duplicate TO 'outbox_janitor'@'%';
 -- Archive mode (janitor.Options.ArchiveTable): moves rows instead.
 GRANT INSERT ON orders.outbox_archive TO 'outbox_janitor'@'%';
 
@@ -47,3 +50,7 @@ GRANT INSERT ON orders.outbox_archive TO 'outbox_janitor'@'%';
 -- every consumer needs the grants of its own business tables.
 GRANT SELECT, INSERT, UPDATE ON orders.outbox_inbox TO 'app_consumer'@'%';
 GRANT SELECT, INSERT, UPDATE ON orders.outbox_inbox_key TO 'app_consumer'@'%';
+-- outbox_inbox_duplicate (schema version 2): a duplicate delivery is
+-- counted there (INSERT ... ON DUPLICATE KEY UPDATE count = count + 1;
+-- SELECT also lets the start-up check find it).
+GRANT SELECT, INSERT, UPDATE ON orders.outbox_inbox_duplicate TO 'app_consumer'@'%';

@@ -49,6 +49,9 @@ GRANT USAGE ON SCHEMA public TO outbox_janitor;
 GRANT SELECT, UPDATE, DELETE ON public.outbox_event TO outbox_janitor;
 GRANT SELECT ON public.outbox_event_version TO outbox_janitor;
 GRANT SELECT, UPDATE, DELETE ON public.outbox_inbox TO outbox_janitor;
+-- outbox_inbox_duplicate (schema version 2): the record of duplicate
+-- deliveries, deleted with the inbox retention.
+GRANT SELECT, UPDATE, DELETE ON public.outbox_inbox_duplicate TO outbox_janitor;
 -- Archive mode (janitor.Options.ArchiveTable): moves rows instead.
 GRANT INSERT ON public.outbox_archive TO outbox_janitor;
 
@@ -60,3 +63,7 @@ GRANT CONNECT ON DATABASE orders TO app_consumer;
 GRANT USAGE ON SCHEMA public TO app_consumer;
 GRANT SELECT, INSERT ON public.outbox_inbox TO app_consumer;
 GRANT SELECT, INSERT, UPDATE ON public.outbox_inbox_key TO app_consumer;
+-- outbox_inbox_duplicate (schema version 2): a duplicate delivery is
+-- counted there (INSERT ... ON CONFLICT DO UPDATE count = count + 1, which
+-- reads the row: SELECT; SELECT also lets the start-up check find it).
+GRANT SELECT, INSERT, UPDATE ON public.outbox_inbox_duplicate TO app_consumer;

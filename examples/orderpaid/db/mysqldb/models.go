@@ -61,6 +61,16 @@ type OutboxInbox struct {
 	ProcessedAt time.Time
 }
 
+type OutboxInboxDuplicate struct {
+	Consumer    string
+	EventID     string
+	BizType     sql.NullString
+	BizID       sql.NullString
+	Count       int64
+	FirstSeenAt time.Time
+	LastSeenAt  time.Time
+}
+
 type OutboxInboxKey struct {
 	Consumer  string
 	BizType   string

@@ -88,3 +88,39 @@ CREATE TABLE IF NOT EXISTS shipping_outbox_version (
     PRIMARY KEY (version)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 INSERT INTO shipping_outbox_version (version, compatible_from) VALUES (1, 1);
+
+-- shipping_inbox_duplicate: the deliveries a consumer's inbox skipped because it
+-- had handled the event already, one row per consumer and event: how many
+-- times, first and last. The inbox writes it in the duplicate's own
+-- transaction (never on the path of a first delivery). Operators read it
+-- ("recent duplicates per consumer"), the janitor deletes rows by
+-- last_seen_at with the inbox retention. Additive: runtimes that know only
+-- version 1 ignore it.
+CREATE TABLE shipping_inbox_duplicate (
+    consumer      VARCHAR(64)  NOT NULL, -- the inbox's consumer
+    event_id      VARCHAR(64)  NOT NULL,
+    biz_type      VARCHAR(64)  NULL,
+    biz_id        VARCHAR(128) NULL,
+    count         BIGINT       NOT NULL DEFAULT 1, -- duplicate deliveries (the handled one not included)
+    first_seen_at DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    last_seen_at  DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (consumer, event_id), -- upsert: ON DUPLICATE KEY UPDATE count = count + 1
+    -- Recent duplicates of one consumer: WHERE consumer = ? ORDER BY
+    -- last_seen_at DESC LIMIT n.
+    KEY shipping_inbox_dup_recent_idx (consumer, last_seen_at),
+    -- Janitor retention and the console's window: WHERE last_seen_at < cutoff.
+    KEY shipping_inbox_dup_seen_idx (last_seen_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- shipping_outbox_version: the migrations of these tables applied so far, one row
+-- each, written with the migration itself (by outboxgen migrate or any tool
+-- running the numbered files). The runtime's start-up check reads the
+-- newest: compatible_from is the oldest version a runtime must know to use
+-- the tables (an additive change keeps older runtimes working).
+CREATE TABLE IF NOT EXISTS shipping_outbox_version (
+    version         INT          NOT NULL, -- the migration's number (NNNN of its file)
+    compatible_from INT          NOT NULL,
+    applied_at      DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (version)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+INSERT INTO shipping_outbox_version (version, compatible_from) VALUES (2, 1);

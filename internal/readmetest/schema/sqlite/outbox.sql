@@ -100,3 +100,40 @@ CREATE TABLE IF NOT EXISTS shipping_outbox_version (
     applied_at      DATETIME NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
 );
 INSERT INTO shipping_outbox_version (version, compatible_from) VALUES (1, 1);
+
+-- shipping_inbox_duplicate: the deliveries a consumer's inbox skipped because it
+-- had handled the event already, one row per consumer and event: how many
+-- times, first and last. The inbox writes it in the duplicate's own
+-- transaction (never on the path of a first delivery). Operators read it
+-- ("recent duplicates per consumer"), the janitor deletes rows by
+-- last_seen_at with the inbox retention. Additive: runtimes that know only
+-- version 1 ignore it.
+CREATE TABLE shipping_inbox_duplicate (
+    consumer      TEXT     NOT NULL, -- the inbox's consumer
+    event_id      TEXT     NOT NULL,
+    biz_type      TEXT,
+    biz_id        TEXT,
+    count         INTEGER  NOT NULL DEFAULT 1, -- duplicate deliveries (the handled one not included)
+    first_seen_at DATETIME NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    last_seen_at  DATETIME NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    PRIMARY KEY (consumer, event_id) -- upsert: ON CONFLICT DO UPDATE count + 1
+) WITHOUT ROWID;
+
+-- Recent duplicates of one consumer: WHERE consumer = ? ORDER BY
+-- last_seen_at DESC LIMIT n.
+CREATE INDEX shipping_inbox_dup_recent_idx ON shipping_inbox_duplicate (consumer, last_seen_at);
+
+-- Janitor retention and the console's window: WHERE last_seen_at < cutoff.
+CREATE INDEX shipping_inbox_dup_seen_idx ON shipping_inbox_duplicate (last_seen_at);
+
+-- shipping_outbox_version: the migrations of these tables applied so far, one row
+-- each, written with the migration itself (by outboxgen migrate or any tool
+-- running the numbered files). The runtime's start-up check reads the
+-- newest: compatible_from is the oldest version a runtime must know to use
+-- the tables (an additive change keeps older runtimes working).
+CREATE TABLE IF NOT EXISTS shipping_outbox_version (
+    version         INTEGER  PRIMARY KEY, -- the migration's number (NNNN of its file)
+    compatible_from INTEGER  NOT NULL,
+    applied_at      DATETIME NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+);
+INSERT INTO shipping_outbox_version (version, compatible_from) VALUES (2, 1);

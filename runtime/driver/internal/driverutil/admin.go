@@ -1,18 +1,22 @@
 package driverutil
 
 // The operator methods of driver.Driver (Overview, FindEvents, GetEvent,
-// Replay, FindInbox, ForgetInbox), written once over Querier, which both
-// drivers adapt their handle to.
+// Requeue, Replay, DeleteFailed, FindInbox, ForgetInbox, and the console's
+// Leases, BlockedKeys, InboxConsumers, RecentDuplicates), written once over
+// Querier, which both drivers adapt their handle to.
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
 )
 
 // Rows is what both *sql.Rows and pgx.Rows offer (Close adapted).
@@ -23,12 +27,17 @@ type Rows interface {
 	Close()
 }
 
-// Querier runs statements on the driver's database handle.
+// Querier runs statements on the driver's database handle, or in one
+// transaction of it.
 type Querier interface {
 	// Query runs a statement that returns rows.
 	Query(ctx context.Context, query string, args ...any) (Rows, error)
 	// Exec runs a statement and returns the rows it changed.
 	Exec(ctx context.Context, query string, args ...any) (int64, error)
+	// InTx runs f in one transaction (MySQL: READ COMMITTED, as the
+	// relay's) and commits it when f returns nil; otherwise, or when ctx
+	// ends, it rolls back and nothing f did happened.
+	InTx(ctx context.Context, f func(tx Querier) error) error
 }
 
 // Admin implements the operator methods for one driver.
@@ -39,6 +48,13 @@ type Admin struct {
 	// Queries are the operator statements; Ops the monitor's (Stats).
 	Queries *dialect.AdminQueries
 	Ops     *dialect.OpsQueries
+	// Relay are the relay's statements (Requeue, ReleaseHeld); set by the
+	// driver after NewAdmin.
+	Relay *RelayQueries
+	// Check is the driver's Check: the optional duplicate table
+	// (driver.InboxDuplicates) is used only when it passes. Set by the
+	// driver after NewAdmin.
+	Check func(ctx context.Context, t driver.Table) error
 }
 
 // NewAdmin returns the operator methods of dialect d for tables.
@@ -247,19 +263,131 @@ func (a *Admin) get(ctx context.Context, q string, args []any, what string) (dri
 	return e, nil
 }
 
-// Replay implements driver.Driver.
-func (a *Admin) Replay(ctx context.Context, ids []int64) (int64, error) {
+// MaxID implements driver.Driver.
+func (a *Admin) MaxID(ctx context.Context) (int64, error) {
+	var n int64
+	q, args := a.Queries.MaxID()
+	if err := a.one(ctx, q, args, &n); err != nil {
+		return 0, a.errf("read the highest row id", err)
+	}
+	return n, nil
+}
+
+// execChunks runs build's statement for each chunk of ids of at most
+// dialect.MaxInList, in tx, and returns the rows changed in all.
+func execChunks(ctx context.Context, tx Querier, ids []int64, build func([]int64) (string, []any)) (int64, error) {
 	var total int64
 	err := Chunks(ids, func(c []int64) error {
-		q, args := a.Queries.Replay(c)
-		n, err := a.Q.Exec(ctx, q, args...)
+		q, args := build(c)
+		n, err := tx.Exec(ctx, q, args...)
 		total += n
 		return err
 	})
+	return total, err
+}
+
+// Requeue implements driver.Driver: every chunk of ids, and the release of
+// the rows held behind them, in one transaction.
+func (a *Admin) Requeue(ctx context.Context, ids []int64) (int64, error) {
+	n, _, err := a.RequeueAndRelease(ctx, ids)
+	return n, err
+}
+
+// RequeueAndRelease implements driver.Driver: Requeue, which also returns
+// how many held rows it released. The first statement of the
+// transaction writes (the requeue's UPDATE), so that on SQLite the
+// transaction takes the write lock before it reads anything, also when
+// the database was opened without _txlock=immediate.
+func (a *Admin) RequeueAndRelease(ctx context.Context, ids []int64) (requeued, released int64, err error) {
+	if len(ids) == 0 {
+		return 0, 0, nil
+	}
+	q, err := a.Relay.Get(nil)
 	if err != nil {
-		return total, a.errf("replay", err)
+		return 0, 0, a.errf("requeue", err)
+	}
+	err = a.Q.InTx(ctx, func(tx Querier) error {
+		n, err := execChunks(ctx, tx, ids, q.Requeue)
+		if err != nil {
+			return err
+		}
+		r, err := execChunks(ctx, tx, ids, q.ReleaseHeld)
+		if err != nil {
+			return fmt.Errorf("release held rows: %w", err)
+		}
+		requeued, released = n, r
+		return nil
+	})
+	if err != nil {
+		return 0, 0, a.errf("requeue", err)
+	}
+	return requeued, released, nil
+}
+
+// Replay implements driver.Driver: every chunk of ids in one transaction.
+func (a *Admin) Replay(ctx context.Context, ids []int64) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var total int64
+	err := a.Q.InTx(ctx, func(tx Querier) error {
+		n, err := execChunks(ctx, tx, ids, a.Queries.Replay)
+		total = n
+		return err
+	})
+	if err != nil {
+		return 0, a.errf("replay", err)
 	}
 	return total, nil
+}
+
+// DeleteFailed implements driver.Driver: lock the FAILED rows among ids,
+// release the rows held behind them, delete them, in one transaction.
+func (a *Admin) DeleteFailed(ctx context.Context, ids []int64) (deleted, released int64, err error) {
+	if len(ids) == 0 {
+		return 0, 0, nil
+	}
+	q, err := a.Relay.Get(nil)
+	if err != nil {
+		return 0, 0, a.errf("delete failed rows", err)
+	}
+	err = a.Q.InTx(ctx, func(tx Querier) error {
+		var failed []int64
+		err := Chunks(ids, func(c []int64) error {
+			query, args := a.Queries.LockFailed(c)
+			rows, err := tx.Query(ctx, query, args...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				failed = append(failed, id)
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+		if len(failed) == 0 {
+			return nil
+		}
+		slices.Sort(failed)
+		r, err := execChunks(ctx, tx, failed, q.ReleaseHeld)
+		if err != nil {
+			return fmt.Errorf("release held rows: %w", err)
+		}
+		n, err := execChunks(ctx, tx, failed, a.Queries.DeleteFailed)
+		deleted, released = n, r
+		return err
+	})
+	if err != nil {
+		return 0, 0, a.errf("delete failed rows", err)
+	}
+	return deleted, released, nil
 }
 
 // FindInbox implements driver.Driver.
@@ -302,4 +430,180 @@ func (a *Admin) ForgetInbox(ctx context.Context, consumer string, eventIDs []str
 		eventIDs = eventIDs[n:]
 	}
 	return total, nil
+}
+
+// checkLimit returns an error unless 1 <= limit <= dialect.MaxInList.
+func checkLimit(limit int) error {
+	if limit < 1 || limit > dialect.MaxInList {
+		return fmt.Errorf("limit is %d: use 1 to %d", limit, dialect.MaxInList)
+	}
+	return nil
+}
+
+// Leases implements driver.Driver.
+func (a *Admin) Leases(ctx context.Context, limit int) ([]driver.RelayLeases, error) {
+	if err := checkLimit(limit); err != nil {
+		return nil, a.errf("leases", err)
+	}
+	q, args := a.Queries.Leases(limit)
+	var out []driver.RelayLeases
+	err := a.each(ctx, q, args, func(r Rows) error {
+		var l driver.RelayLeases
+		var first, last, oldest Time
+		if err := r.Scan(&l.Owner, &l.Rows, &l.Expired, &first, &last, &oldest); err != nil {
+			return err
+		}
+		l.FirstExpiresAt, l.LastExpiresAt, l.OldestCreatedAt = first.T, last.T, oldest.T
+		out = append(out, l)
+		return nil
+	})
+	if err != nil {
+		return nil, a.errf("leases", err)
+	}
+	return out, nil
+}
+
+// BlockedKeys implements driver.Driver.
+func (a *Admin) BlockedKeys(ctx context.Context, p driver.BlockedKeysParams) ([]driver.BlockedKey, error) {
+	if err := checkLimit(p.Limit); err != nil {
+		return nil, a.errf("blocked keys", err)
+	}
+	if len(p.Unordered) > dialect.MaxInList {
+		return nil, a.errf("blocked keys", fmt.Errorf("%d unordered types: give at most %d", len(p.Unordered), dialect.MaxInList))
+	}
+	q, args := a.Queries.BlockedKeys(p.Unordered, p.AfterKey, p.Limit)
+	var out []driver.BlockedKey
+	err := a.each(ctx, q, args, func(r Rows) error {
+		var b driver.BlockedKey
+		dest, done := eventDest(&b.Head)
+		var oldest Time
+		if err := r.Scan(append(dest, &b.Waiting, &oldest)...); err != nil {
+			return err
+		}
+		done()
+		b.Key, b.HeadStatus, b.OldestWaitingAt = b.Head.Key, b.Head.Status.String(), oldest.T
+		out = append(out, b)
+		return nil
+	})
+	if err != nil {
+		return nil, a.errf("blocked keys", err)
+	}
+	return out, nil
+}
+
+// hasDuplicates reports whether the inbox's duplicate table (schema
+// version 2) exists: false, nil when it is missing.
+func (a *Admin) hasDuplicates(ctx context.Context) (bool, error) {
+	if a.Check == nil {
+		return false, errors.New("no table check (the driver did not set Admin.Check)")
+	}
+	err := a.Check(ctx, driver.InboxDuplicates)
+	if err != nil && dberr.Classify(err) == dberr.Missing {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// InboxConsumers implements driver.Driver.
+func (a *Admin) InboxConsumers(ctx context.Context, window time.Duration, scanRows int64) ([]driver.InboxConsumer, error) {
+	if window <= 0 || scanRows < 1 {
+		return nil, a.errf("inbox consumers", fmt.Errorf("window %s and scan rows %d: both must be positive", window, scanRows))
+	}
+	byName := map[string]*driver.InboxConsumer{}
+	get := func(name string) *driver.InboxConsumer {
+		c := byName[name]
+		if c == nil {
+			c = &driver.InboxConsumer{Consumer: name}
+			byName[name] = c
+		}
+		return c
+	}
+	var scanned int64
+	q, args := a.Queries.InboxHandled(window, scanRows)
+	err := a.each(ctx, q, args, func(r Rows) error {
+		var name string
+		var n int64
+		var last Time
+		if err := r.Scan(&name, &n, &last); err != nil {
+			return err
+		}
+		c := get(name)
+		c.Handled, c.LastProcessedAt = n, last.T
+		scanned += n
+		return nil
+	})
+	if err != nil {
+		return nil, a.errf("inbox consumers: handled", err)
+	}
+	ok, err := a.hasDuplicates(ctx)
+	if err != nil {
+		return nil, a.errf("inbox consumers", err)
+	}
+	if ok {
+		q, args = a.Queries.InboxDuplicates(window, scanRows)
+		err = a.each(ctx, q, args, func(r Rows) error {
+			var name string
+			var n int64
+			var last Time
+			if err := r.Scan(&name, &n, &last); err != nil {
+				return err
+			}
+			c := get(name)
+			c.Duplicates, c.LastDuplicateAt = n, last.T
+			return nil
+		})
+		if err != nil {
+			return nil, a.errf("inbox consumers: duplicates", err)
+		}
+	}
+	out := make([]driver.InboxConsumer, 0, len(byName))
+	for _, c := range byName {
+		c.Capped = scanned >= scanRows
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(x, y driver.InboxConsumer) int { return cmp.Compare(x.Consumer, y.Consumer) })
+	return out, nil
+}
+
+// RecentDuplicates implements driver.Driver.
+func (a *Admin) RecentDuplicates(ctx context.Context, consumer string, limit int) ([]driver.InboxDuplicate, error) {
+	if consumer == "" {
+		return nil, a.errf("recent duplicates", errors.New("no consumer named"))
+	}
+	if err := checkLimit(limit); err != nil {
+		return nil, a.errf("recent duplicates", err)
+	}
+	ok, err := a.hasDuplicates(ctx)
+	if err != nil || !ok {
+		if err != nil {
+			err = a.errf("recent duplicates", err)
+		}
+		return nil, err
+	}
+	q, args := a.Queries.RecentDuplicates(consumer, limit)
+	var out []driver.InboxDuplicate
+	err = a.each(ctx, q, args, func(r Rows) error {
+		var d driver.InboxDuplicate
+		var first, last Time
+		if err := r.Scan(&d.Consumer, &d.EventID, &d.Type, &d.Key, &d.Count, &first, &last); err != nil {
+			return err
+		}
+		d.FirstSeenAt, d.LastSeenAt = first.T, last.T
+		out = append(out, d)
+		return nil
+	})
+	if err != nil {
+		return nil, a.errf("recent duplicates", err)
+	}
+	return out, nil
+}
+
+// DeleteInboxDuplicates implements driver.Driver.
+func (a *Admin) DeleteInboxDuplicates(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	q, args := a.Ops.DeleteInboxDuplicates(olderThan, limit)
+	n, err := a.Q.Exec(ctx, q, args...)
+	if err != nil {
+		return n, a.errf("delete inbox duplicates", err)
+	}
+	return n, nil
 }

@@ -189,7 +189,7 @@ type Checker struct {
 	mu        sync.Mutex
 	dialectOK bool
 	versionOK bool
-	tableOK   [3]bool
+	tableOK   [4]bool
 }
 
 // TextQuery returns a Checker.Text that runs its query with queryRow:
@@ -259,6 +259,8 @@ func (c *Checker) Check(ctx context.Context, t driver.Table) error {
 		table, key, cols = c.Schema.Tables.Outbox, "sql.outbox_table", dialect.OutboxColumns
 	case driver.Inbox:
 		table, key, cols = c.Schema.Tables.Inbox, "sql.inbox_table", dialect.InboxColumns
+	case driver.InboxDuplicates:
+		table, key, cols = dialect.InboxDuplicateTable(c.Schema.Tables.Inbox), "sql.inbox_table", dialect.InboxDuplicateColumns
 	case driver.Archive:
 		table, key, cols = c.Schema.Tables.Archive, "sql.archive_table", dialect.OutboxColumns
 		if table == "" {
@@ -268,6 +270,11 @@ func (c *Checker) Check(ctx context.Context, t driver.Table) error {
 	}
 	if err := c.Probe(ctx, dialect.SelectColumns(table, cols)); err != nil {
 		err = fmt.Errorf("%s: check table %s: %w", c.What, table, err)
+		if dberr.Classify(err) == dberr.Missing && t == driver.InboxDuplicates {
+			return &dberr.Error{Class: dberr.Missing, Err: err, Advice: fmt.Sprintf(
+				"table %q (the inbox's record of duplicate deliveries) comes with schema version %d: run `outboxgen migrate -db DSN -f %s up` (or apply the numbered migrations with your migration tool); until then duplicates are not recorded",
+				table, dialect.InboxDuplicateVersion, c.source())}
+		}
 		if dberr.Classify(err) == dberr.Missing {
 			return &dberr.Error{Class: dberr.Missing, Err: err, Advice: fmt.Sprintf(
 				"table %q (%s in %s) does not exist or lacks columns this runtime needs (%s): apply the schema (`outboxgen schema -f %s -dialect %s` prints it, or run your migrations); if the table has another name, set %s in %s and regenerate",

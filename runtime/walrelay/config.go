@@ -1,0 +1,253 @@
+package walrelay
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outboxgen/outboxgen/runtime/internal/instanceid"
+	"github.com/outboxgen/outboxgen/runtime/relay"
+)
+
+// Defaults of Config.
+const (
+	DefaultConcurrency      = 16
+	DefaultMaxInFlight      = 4096
+	DefaultQuickRetries     = 3
+	DefaultRetryDelay       = 200 * time.Millisecond
+	DefaultPublishTimeout   = 30 * time.Second
+	DefaultStatusInterval   = time.Second
+	DefaultTakeoverInterval = 5 * time.Second
+	DefaultShutdownTimeout  = 10 * time.Second
+	DefaultMaxParkedKeys    = 100_000
+	DefaultReconnectMax     = 30 * time.Second
+
+	// MaxInFlightLimit bounds Config.MaxInFlight (events held in memory).
+	MaxInFlightLimit = 1 << 20
+)
+
+// Config configures a Relay. The zero value of every field but Publisher
+// means "use the default".
+type Config struct {
+	// Publisher receives every event. Required: the same watermill
+	// publisher the polling relay uses.
+	Publisher message.Publisher
+
+	// Slot is the logical replication slot's name (default
+	// "outboxgen_" + the outbox table). It is created (pgoutput) when
+	// missing. The slot is also the lock: one relay streams from it at a
+	// time; others wait as standbys.
+	Slot string
+	// Publication is the publication pgoutput is started with (default
+	// the slot's name). pgoutput needs one even to send logical decoding
+	// messages only: it is created, empty (FOR no table), when missing.
+	Publication string
+
+	// FailoverSlot creates a missing slot as a failover slot (PostgreSQL
+	// 17+: pg_create_logical_replication_slot(..., failover => true)), so
+	// that a physical standby with sync_replication_slots = on keeps it in
+	// step and the relay resumes on the new primary after a failover. On
+	// older servers the creation fails with what to do.
+	FailoverSlot bool
+
+	// Replication is the connection configuration of the replication
+	// connection. Default: the pool's, with replication=database. Its role
+	// needs the REPLICATION attribute.
+	Replication *pgconn.Config
+
+	// Concurrency is the number of Publish calls under way at once
+	// (default 16). A call carries one event or, when events of several
+	// keys are waiting, the next events of up to MaxPublishBatch keys (of
+	// one topic). Events of one key are published one at a time, in
+	// commit order.
+	Concurrency int
+	// MaxInFlight bounds the events received from the stream and not yet
+	// acknowledged by the broker or parked (default 4096). At the bound
+	// the relay stops reading the stream (PostgreSQL keeps the WAL).
+	MaxInFlight int
+
+	// QuickRetries is the number of publish attempts of an event, RetryDelay
+	// apart, before it is parked in the outbox table (default 3). Attempts
+	// made while the circuit breaker is open do not count.
+	QuickRetries int
+	// RetryDelay is the pause between quick retries (default 200ms).
+	RetryDelay time.Duration
+	// Backoff gives the next_retry_time of a parked event, after its
+	// attempt-th failure (default relay.DefaultBackoff, as the polling
+	// relay's). The parked row is charged one attempt.
+	Backoff func(attempt int) time.Duration
+	// BreakerBackoff is the circuit breaker's pause after its n-th trip or
+	// failed probe (default 1s doubling to 1 minute, ±20%).
+	BreakerBackoff func(n int) time.Duration
+	// PublishTimeout bounds one publish (default 30s): the message context
+	// is cancelled then; bound the publisher's own timeout too.
+	PublishTimeout time.Duration
+
+	// StatusInterval is how often the relay reports its confirmed position
+	// to PostgreSQL and samples the slot's lag (default 1s; PostgreSQL's
+	// wal_sender_timeout, 60s by default, must be longer).
+	StatusInterval time.Duration
+	// TakeoverInterval is how often a standby tries to start streaming
+	// while another instance holds the slot (default 5s): the longest a
+	// dead instance's stream stays idle once PostgreSQL noticed the death.
+	TakeoverInterval time.Duration
+	// ShutdownTimeout bounds how long Run waits for the publishes under way
+	// after its context is cancelled (default 10s).
+	ShutdownTimeout time.Duration
+	// ReconnectMax caps the pause between attempts after a connection or
+	// database error (default 30s).
+	ReconnectMax time.Duration
+
+	// MaxParkedKeys bounds the keys remembered as parked (with unsent rows
+	// in the outbox table). Above it, every streamed event checks the table
+	// for its key instead (default 100000).
+	MaxParkedKeys int
+	// MaxMessageBytes caps a logical message's content the relay decodes
+	// (default outbox.MaxWALEnvelope): larger ones are malformed.
+	MaxMessageBytes int
+
+	// OnMalformed, if set, is called for each message of the outbox's
+	// prefix that could not be decoded, after it was logged (it is then
+	// skipped: it cannot be published). It must not block for long.
+	OnMalformed func(Malformed)
+
+	// InstanceID names this relay in logs (default hostname-pid-random).
+	InstanceID string
+	// Logger receives structured logs (default slog.Default()).
+	Logger *slog.Logger
+	// TracerProvider and MeterProvider default to the global ones. The
+	// relay records the polling relay's publish instruments
+	// (outboxgen.relay.*) and its own (outboxgen.walrelay.*).
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+}
+
+// Malformed describes a logical message of the outbox's prefix that could
+// not be decoded.
+type Malformed struct {
+	// LSN is the message's position in the WAL.
+	LSN string
+	// Size is the content's length in bytes.
+	Size int
+	// Error says what is wrong.
+	Error error
+}
+
+// DefaultSlot is the default replication slot (and publication) name of
+// the outbox table table: "outboxgen_" + table.
+func DefaultSlot(table string) string { return "outboxgen_" + table }
+
+func (c *Config) setDefaults(table string) {
+	if c.Slot == "" {
+		c.Slot = DefaultSlot(table)
+	}
+	if c.Publication == "" {
+		c.Publication = c.Slot
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.QuickRetries == 0 {
+		c.QuickRetries = DefaultQuickRetries
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = DefaultRetryDelay
+	}
+	if c.Backoff == nil {
+		c.Backoff = relay.DefaultBackoff
+	}
+	if c.BreakerBackoff == nil {
+		c.BreakerBackoff = relay.ExponentialBackoff(relay.DefaultBreakerInitial, relay.DefaultBreakerMax, relay.DefaultBackoffJitter)
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = DefaultPublishTimeout
+	}
+	if c.StatusInterval == 0 {
+		c.StatusInterval = DefaultStatusInterval
+	}
+	if c.TakeoverInterval == 0 {
+		c.TakeoverInterval = DefaultTakeoverInterval
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.ReconnectMax == 0 {
+		c.ReconnectMax = DefaultReconnectMax
+	}
+	if c.MaxParkedKeys == 0 {
+		c.MaxParkedKeys = DefaultMaxParkedKeys
+	}
+	if c.InstanceID == "" {
+		c.InstanceID = instanceid.New("", "walrelay")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports every invalid setting, each saying how to fix it. New
+// applies the defaults first.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Publisher == nil {
+		errs = append(errs, errors.New("walrelay: Config.Publisher is nil: set it to a watermill message.Publisher"))
+	}
+	if !validSlotName(c.Slot) {
+		errs = append(errs, fmt.Errorf("walrelay: Config.Slot %q is not a valid replication slot name: use 1 to 63 lower-case letters, digits and underscores", c.Slot))
+	}
+	if !validSlotName(c.Publication) {
+		errs = append(errs, fmt.Errorf("walrelay: Config.Publication %q is not a valid name: use 1 to 63 lower-case letters, digits and underscores", c.Publication))
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("walrelay: Config.Concurrency is %d: use at least 1 (or 0 for %d)", c.Concurrency, DefaultConcurrency))
+	}
+	if c.MaxInFlight < 1 || c.MaxInFlight > MaxInFlightLimit {
+		errs = append(errs, fmt.Errorf("walrelay: Config.MaxInFlight is %d: use 1 to %d (or 0 for %d)", c.MaxInFlight, MaxInFlightLimit, DefaultMaxInFlight))
+	}
+	if c.QuickRetries < 1 {
+		errs = append(errs, fmt.Errorf("walrelay: Config.QuickRetries is %d: use at least 1 (or 0 for %d)", c.QuickRetries, DefaultQuickRetries))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"RetryDelay", c.RetryDelay}, {"PublishTimeout", c.PublishTimeout}, {"StatusInterval", c.StatusInterval},
+		{"TakeoverInterval", c.TakeoverInterval}, {"ShutdownTimeout", c.ShutdownTimeout}, {"ReconnectMax", c.ReconnectMax}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("walrelay: Config.%s is %s: use a positive duration (or 0 for the default)", d.name, d.v))
+		}
+	}
+	if c.MaxParkedKeys < 1 {
+		errs = append(errs, fmt.Errorf("walrelay: Config.MaxParkedKeys is %d: use at least 1 (or 0 for %d)", c.MaxParkedKeys, DefaultMaxParkedKeys))
+	}
+	if c.MaxMessageBytes < 0 {
+		errs = append(errs, fmt.Errorf("walrelay: Config.MaxMessageBytes is %d: use 0 for the default or a positive size", c.MaxMessageBytes))
+	}
+	if c.Logger == nil {
+		errs = append(errs, errors.New("walrelay: Config.Logger is nil: leave it nil before New to use slog.Default()"))
+	}
+	return errors.Join(errs...)
+}
+
+// validSlotName reports whether s is a valid replication slot name
+// (PostgreSQL: lower-case letters, digits and underscores, at most 63).
+func validSlotName(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

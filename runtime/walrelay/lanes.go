@@ -1,0 +1,472 @@
+package walrelay
+
+// The dispatcher: events of one key form a lane, published one at a time
+// in stream (commit) order. Concurrency workers (long-lived goroutines, so
+// that an event costs no goroutine start nor stack growth) take lanes whose
+// head event may start, in the order they became ready. A worker that
+// finds several lanes ready takes their heads together (at most
+// MaxPublishBatch) and publishes those of one topic in a single Publish
+// call (watermill's Publish takes several messages): each belongs to a
+// different key, and a key's next event is taken only once its head is
+// settled, so per-key order holds. An event is settled (reported to the
+// reader) once the broker acknowledged it or it was durably parked in the
+// outbox table. A batch the broker refuses is charged to nobody: each of
+// its events is then published on its own, through the single-event path
+// with its retries, circuit breaker accounting and parking, exactly as if
+// it had never been batched (events the broker took from the refused
+// batch are published again: duplicates, never losses). A single event
+// takes that path at once.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
+	"github.com/outboxgen/outboxgen/runtime/internal/outmsg"
+	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
+	"github.com/outboxgen/outboxgen/runtime/relay"
+)
+
+// lane is the queue of one key's events. It is in dispatcher.lanes while
+// it has events; it is in dispatcher.ready while its head may start (no
+// worker holds it).
+type lane struct {
+	key   string
+	queue []*event
+	busy  bool // a worker publishes its head
+}
+
+type dispatcher struct {
+	r       *Relay
+	parked  *parkedKeys
+	settled chan<- *txn
+	brk     *breaker
+	singles chan struct{} // bounds the events delivered one by one at once (Concurrency)
+
+	ctx    context.Context // cancelled by stop: start no new publish
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	cond  *sync.Cond // signalled when a lane becomes ready, and at stop
+	lanes map[string]*lane
+	ready []*lane // lanes whose head may start, in the order they became ready
+}
+
+// MaxPublishBatch is the most events one Publish call of the WAL relay
+// carries: the heads of that many keys' lanes, when that many are ready.
+const MaxPublishBatch = 64
+
+func newDispatcher(r *Relay, parked *parkedKeys, settled chan<- *txn) *dispatcher {
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &dispatcher{
+		r: r, parked: parked, settled: settled,
+		brk:     newBreaker(r),
+		singles: make(chan struct{}, r.cfg.Concurrency),
+		ctx:     ctx, cancel: cancel,
+		lanes: map[string]*lane{},
+	}
+	d.cond = sync.NewCond(&d.mu)
+	for range r.cfg.Concurrency {
+		d.wg.Add(1)
+		go d.worker()
+	}
+	return d
+}
+
+// dispatch queues ev on its key's lane; a lane that was empty becomes
+// ready.
+func (d *dispatcher) dispatch(ev *event) {
+	d.mu.Lock()
+	l := d.lanes[ev.Key]
+	if l == nil {
+		l = &lane{key: ev.Key}
+		d.lanes[ev.Key] = l
+	}
+	l.queue = append(l.queue, ev)
+	if len(l.queue) == 1 && !l.busy {
+		d.ready = append(d.ready, l)
+		d.cond.Signal()
+	}
+	d.mu.Unlock()
+}
+
+// stop makes the workers start no new publish and waits up to timeout for
+// those under way. Unsettled events are left unconfirmed: the next session
+// streams them again.
+func (d *dispatcher) stop(timeout time.Duration) {
+	d.cancel()
+	d.brk.wake()
+	d.mu.Lock()
+	d.cond.Broadcast()
+	d.mu.Unlock()
+	done := make(chan struct{})
+	go func() { d.wg.Wait(); close(done) }()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		d.r.log.Warn("publishes still running at the shutdown timeout: abandoned; their events are published again by the next stream")
+	}
+}
+
+// take waits for ready lanes and takes the heads of up to MaxPublishBatch
+// of them, marking their lanes busy; nil when stopping.
+func (d *dispatcher) take(buf []*event) []*event {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for len(d.ready) == 0 && d.ctx.Err() == nil {
+		d.cond.Wait()
+	}
+	if d.ctx.Err() != nil {
+		return nil
+	}
+	n := min(len(d.ready), MaxPublishBatch)
+	for _, l := range d.ready[:n] {
+		l.busy = true
+		buf = append(buf, l.queue[0])
+	}
+	clear(d.ready[:n])
+	d.ready = d.ready[n:]
+	if len(d.ready) > 0 {
+		d.cond.Signal() // more for another worker
+	}
+	return buf
+}
+
+// done pops the settled head of ev's lane, which becomes ready again if it
+// has more events.
+func (d *dispatcher) done(ev *event) {
+	d.mu.Lock()
+	l := d.lanes[ev.Key]
+	l.queue[0] = nil
+	l.queue = l.queue[1:]
+	l.busy = false
+	if len(l.queue) > 0 {
+		d.ready = append(d.ready, l)
+		d.cond.Signal()
+	} else {
+		delete(d.lanes, ev.Key)
+	}
+	d.mu.Unlock()
+}
+
+// worker publishes the heads of ready lanes until the dispatcher stops.
+func (d *dispatcher) worker() {
+	defer d.wg.Done()
+	var buf, batch []*event
+	for {
+		evs := d.take(buf[:0])
+		if evs == nil {
+			return
+		}
+		buf = evs
+		// Events of keys that may have parked rows are checked against the
+		// table first (deliver); the others of one topic go out together
+		// while the breaker is closed.
+		batch = batch[:0]
+		var singles []*event
+		for _, ev := range evs {
+			if d.parked.mayHave(ev.Key) {
+				singles = append(singles, ev)
+			} else {
+				batch = append(batch, ev)
+			}
+		}
+		if d.brk.isOpen() {
+			singles, batch = append(singles, batch...), batch[:0]
+		}
+		for len(batch) > 0 {
+			// One topic per Publish call: the batch's first event's.
+			group, rest := batch[:0:0], batch[:0]
+			for _, ev := range batch {
+				if ev.Topic == batch[0].Topic {
+					group = append(group, ev)
+				} else {
+					rest = append(rest, ev)
+				}
+			}
+			batch = rest
+			if len(group) == 1 || !d.publishBatch(group) {
+				singles = append(singles, group...)
+			}
+		}
+		if !d.deliverAll(singles) {
+			return // shutting down: the unsettled events are streamed again
+		}
+	}
+}
+
+// publishBatch publishes evs (different keys, one topic) in one Publish
+// call and settles them when the broker takes it; false when it did not
+// (nothing settled: the caller publishes them one by one), or when the
+// breaker opened meanwhile.
+func (d *dispatcher) publishBatch(evs []*event) bool {
+	r := d.r
+	if d.ctx.Err() != nil {
+		return false
+	}
+	if err := r.publishMany(context.WithoutCancel(d.ctx), evs); err != nil {
+		r.log.Debug("batch publish failed: publishing its events one by one", slog.Int("events", len(evs)), slog.String("error", telemetry.ErrorText(err)))
+		return false
+	}
+	d.brk.success(false)
+	r.update(func(s *Status) { s.Published += int64(len(evs)) })
+	for _, ev := range evs {
+		d.settled <- ev.tx
+		d.done(ev)
+	}
+	return true
+}
+
+// deliverAll delivers evs one by one (each with its own retries and
+// parking), concurrently (at most Concurrency single deliveries at once
+// across the workers, so parking checks cannot swamp the pool), and
+// settles them; false when shutdown cut one off.
+func (d *dispatcher) deliverAll(evs []*event) bool {
+	one := func(ev *event) bool {
+		select {
+		case d.singles <- struct{}{}:
+		case <-d.ctx.Done():
+			return false
+		}
+		ok := d.deliver(ev)
+		<-d.singles
+		if !ok {
+			return false
+		}
+		d.settled <- ev.tx
+		d.done(ev)
+		return true
+	}
+	switch len(evs) {
+	case 0:
+		return true
+	case 1:
+		return one(evs[0])
+	}
+	var wg sync.WaitGroup
+	ok := make([]bool, len(evs))
+	for i, ev := range evs {
+		wg.Add(1)
+		go func() { defer wg.Done(); ok[i] = one(ev) }()
+	}
+	wg.Wait()
+	for _, o := range ok {
+		if !o {
+			return false
+		}
+	}
+	return true
+}
+
+// deliver publishes ev, or parks it; false when shutdown cut it off
+// (unsettled).
+func (d *dispatcher) deliver(ev *event) bool {
+	r := d.r
+	if d.parked.mayHave(ev.Key) {
+		blocked, err := d.retryDB(func(ctx context.Context) (bool, error) { return r.q.parkIfBlocked(ctx, r.pool, ev) })
+		if err != nil {
+			return false
+		}
+		if blocked {
+			d.parkedOne(ev, "behind unsent rows of its key")
+			return true
+		}
+		d.parked.remove(ev.Key)
+		r.update(func(s *Status) { s.ParkedKeys = d.parked.size() })
+	}
+	attempts := 0
+	for {
+		probe, ok := d.brk.acquire(d.ctx)
+		if !ok {
+			return false
+		}
+		epoch := d.brk.epochNow()
+		// A publish under way at shutdown is waited for (stop), not cut.
+		err := r.publish(context.WithoutCancel(d.ctx), ev, attempts+1)
+		if err == nil {
+			d.brk.success(probe)
+			r.update(func(s *Status) { s.Published++ })
+			return true
+		}
+		if d.ctx.Err() != nil && !errors.Is(err, relay.ErrPermanent) {
+			return false // shutting down: streamed again by the next session
+		}
+		permanent := errors.Is(err, relay.ErrPermanent)
+		counted := d.brk.failure(ev.Key, probe, epoch, permanent)
+		text := telemetry.ErrorText(err)
+		if !counted {
+			r.log.Debug("publish failed while the circuit breaker is open: not counted", slog.String("event_id", ev.ID.String()), slog.String("error", text))
+			continue
+		}
+		attempts++
+		r.log.Warn("publish failed", slog.String("event_id", ev.ID.String()), slog.String("type", ev.Type), slog.String("key", ev.Key),
+			slog.String("topic", ev.Topic), slog.Int("attempt", attempts), slog.Bool("permanent", permanent), slog.String("error", text))
+		if permanent || attempts >= r.cfg.QuickRetries {
+			delay := max(r.cfg.Backoff(1), 0)
+			_, err := d.retryDB(func(ctx context.Context) (bool, error) {
+				return true, r.q.park(ctx, r.pool, ev, text, delay)
+			})
+			if err != nil {
+				return false
+			}
+			d.parked.add(ev.Key)
+			r.update(func(s *Status) { s.ParkedKeys = d.parked.size() })
+			d.parkedOne(ev, "its publish kept failing: "+text)
+			return true
+		}
+		t := time.NewTimer(r.cfg.RetryDelay)
+		select {
+		case <-t.C:
+		case <-d.ctx.Done():
+			t.Stop()
+			return false
+		}
+	}
+}
+
+func (d *dispatcher) parkedOne(ev *event, why string) {
+	r := d.r
+	r.update(func(s *Status) { s.Parked++ })
+	r.met.parked(d.ctx)
+	r.log.Warn("event parked in the outbox table: the polling relay publishes it (retries, FAILED, requeue); its key streams again once its parked rows are sent",
+		slog.String("event_id", ev.ID.String()), slog.Int64("id", ev.Seq), slog.String("type", ev.Type), slog.String("key", ev.Key),
+		slog.String("lsn", ev.lsn.String()), slog.String("why", why))
+}
+
+// retryDB runs f until it succeeds, waiting with a growing pause after
+// each database error; it gives up only when the dispatcher stops (the
+// event stays unsettled, so it is streamed again), never by settling an
+// event that is neither published nor parked.
+func (d *dispatcher) retryDB(f func(ctx context.Context) (bool, error)) (bool, error) {
+	bo := backoff.New(100*time.Millisecond, d.r.cfg.ReconnectMax)
+	for {
+		ctx, cancel := context.WithTimeout(d.ctx, 30*time.Second)
+		v, err := f(ctx)
+		cancel()
+		if err == nil {
+			return v, nil
+		}
+		if d.ctx.Err() != nil {
+			return false, d.ctx.Err()
+		}
+		wait := bo.Next()
+		d.r.log.Warn("parking in the outbox table failed: retrying (the stream of this key waits)", slog.String("error", telemetry.ErrorText(err)), slog.Duration("retry_in", wait))
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-d.ctx.Done():
+			t.Stop()
+			return false, d.ctx.Err()
+		}
+	}
+}
+
+// buildMessage builds ev's watermill message with package outmsg, as the
+// polling relay builds a row's: the sequence is the id the event would
+// have had, and has if parked, so a parked event is published unchanged.
+func buildMessage(ctx context.Context, ev *event) (*message.Message, error) {
+	msg, err := outmsg.Build(ctx, outmsg.Event{
+		EventID: ev.ID.String(), Seq: ev.Seq, Type: ev.Type, Key: ev.Key, Version: ev.Version,
+		CreatedAt: ev.CreatedAt, Headers: ev.Headers, Payload: ev.Payload,
+	})
+	if err != nil {
+		return nil, relay.Permanent(fmt.Errorf("walrelay: event %s: %w", ev.ID, err))
+	}
+	return msg, nil
+}
+
+// publish publishes ev once, bounded by PublishTimeout, with the polling
+// relay's producer span and publish metrics.
+func (r *Relay) publish(ctx context.Context, ev *event, attempt int) (err error) {
+	msg, err := buildMessage(ctx, ev)
+	var md map[string]string
+	if msg != nil {
+		md = msg.Metadata
+	}
+	sctx, end := r.tel.StartSend(ctx, md, telemetry.Message{
+		Topic: ev.Topic, Type: ev.Type, EventID: ev.ID.String(), Key: ev.Key,
+		Sequence: ev.Seq, Attempt: attempt, CreatedAt: ev.CreatedAt,
+	})
+	defer func() { end(err) }()
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(sctx, r.cfg.PublishTimeout)
+	defer cancel()
+	msg.SetContext(pctx)
+	res := make(chan error, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				res <- fmt.Errorf("walrelay: publisher panicked: %v", p)
+			}
+		}()
+		res <- r.cfg.Publisher.Publish(ev.Topic, msg)
+	}()
+	select {
+	case err = <-res:
+		return err
+	case <-pctx.Done():
+		return fmt.Errorf("walrelay: publish of event %s did not return within %s (Config.PublishTimeout): %w", ev.ID, r.cfg.PublishTimeout, context.Cause(pctx))
+	}
+}
+
+// publishMany publishes evs (one topic) in one Publish call, bounded by
+// PublishTimeout, each message with its own producer span and publish
+// metrics, as publish gives a single one. An event whose message cannot be
+// built fails the call before anything is sent.
+func (r *Relay) publishMany(ctx context.Context, evs []*event) (err error) {
+	msgs := make([]*message.Message, len(evs))
+	ends := make([]func(error), 0, len(evs))
+	cancels := make([]context.CancelFunc, 0, len(evs))
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+		for _, end := range ends {
+			end(err)
+		}
+	}()
+	deadline := time.Now().Add(r.cfg.PublishTimeout)
+	for i, ev := range evs {
+		msg, berr := buildMessage(ctx, ev)
+		if berr != nil {
+			return berr
+		}
+		sctx, end := r.tel.StartSend(ctx, msg.Metadata, telemetry.Message{
+			Topic: ev.Topic, Type: ev.Type, EventID: ev.ID.String(), Key: ev.Key,
+			Sequence: ev.Seq, Attempt: 1, CreatedAt: ev.CreatedAt,
+		})
+		ends = append(ends, end)
+		pctx, cancel := context.WithDeadline(sctx, deadline)
+		cancels = append(cancels, cancel)
+		msg.SetContext(pctx)
+		msgs[i] = msg
+	}
+	res := make(chan error, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				res <- fmt.Errorf("walrelay: publisher panicked: %v", p)
+			}
+		}()
+		res <- r.cfg.Publisher.Publish(evs[0].Topic, msgs...)
+	}()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case err = <-res:
+		return err
+	case <-t.C:
+		return fmt.Errorf("walrelay: publish of %d events did not return within %s (Config.PublishTimeout): %w", len(evs), r.cfg.PublishTimeout, context.DeadlineExceeded)
+	}
+}

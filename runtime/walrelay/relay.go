@@ -1,0 +1,334 @@
+package walrelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
+	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
+)
+
+// Relay streams the events of one outbox from a logical replication slot
+// to a watermill publisher. Create it with New and start it with Run.
+type Relay struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	table  string
+	prefix string
+	repl   *pgconn.Config
+	log    *slog.Logger
+	tel    *telemetry.Relay
+	met    *metrics
+	q      queries
+
+	running sync.Mutex
+
+	// state read by Status, metrics and tests.
+	mu     sync.Mutex
+	status Status
+}
+
+// Status is what a Relay is doing.
+type Status struct {
+	// Streaming is true while this instance holds the slot.
+	Streaming bool
+	// Confirmed is the last position reported to PostgreSQL as flushed:
+	// every event committed before it was published or parked.
+	Confirmed pglogrepl.LSN
+	// Published, Parked and Malformed count events since Run started.
+	Published, Parked, Malformed int64
+	// InFlight is the number of events received and not yet settled.
+	InFlight int
+	// OldestUnconfirmed is the commit time of the oldest transaction
+	// whose events are not all settled (zero when none).
+	OldestUnconfirmed time.Time
+	// BreakerOpen is true while the circuit breaker holds publishing.
+	BreakerOpen bool
+	// ParkedKeys is the number of keys remembered as parked.
+	ParkedKeys int
+}
+
+// Status returns a snapshot of what the relay is doing.
+func (r *Relay) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status
+}
+
+func (r *Relay) update(f func(*Status)) {
+	r.mu.Lock()
+	f(&r.status)
+	r.mu.Unlock()
+}
+
+// ErrRunning is returned by Run while another Run of the same Relay runs.
+var ErrRunning = errors.New("walrelay: already running: call Run once per Relay")
+
+// New returns a streaming relay for the outbox of schema on the PostgreSQL
+// database of pool. pool serves the slot set-up, parking and lag queries;
+// the stream has its own replication connection (Config.Replication).
+func New(pool *pgxpool.Pool, schema outbox.Schema, cfg Config) (*Relay, error) {
+	if pool == nil {
+		return nil, errors.New("walrelay: pool is nil: pass the pgxpool.Pool of the database holding the outbox")
+	}
+	if err := schema.Validate(); err != nil {
+		return nil, fmt.Errorf("walrelay: %w", err)
+	}
+	if err := schema.CheckDialect(dialect.Postgres, "the WAL relay"); err != nil {
+		return nil, fmt.Errorf("walrelay: %w", err)
+	}
+	table := schema.Tables.Outbox
+	cfg.setDefaults(table)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	repl := cfg.Replication
+	if repl == nil {
+		repl = pool.Config().ConnConfig.Config.Copy()
+	} else {
+		repl = repl.Copy()
+	}
+	if repl.RuntimeParams == nil {
+		repl.RuntimeParams = map[string]string{}
+	}
+	repl.RuntimeParams["replication"] = "database"
+	repl.RuntimeParams["application_name"] = "outboxgen-walrelay"
+	// A receive deadline (the reader's status timer) must only interrupt
+	// the read, never cancel the walsender's work or close the connection.
+	repl.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+	}
+	tp, mp := cfg.TracerProvider, cfg.MeterProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	tel, err := telemetry.NewRelay(tp, mp, cfg.Publisher, false, nil)
+	if err != nil {
+		return nil, fmt.Errorf("walrelay: telemetry: %w", err)
+	}
+	r := &Relay{
+		cfg: cfg, pool: pool, table: table, prefix: outbox.WALPrefix(table), repl: repl,
+		log: cfg.Logger.With(slog.String("walrelay", cfg.InstanceID), slog.String("slot", cfg.Slot), slog.String("table", table)),
+		tel: tel, q: newQueries(table),
+	}
+	if r.met, err = newMetrics(mp, r); err != nil {
+		return nil, fmt.Errorf("walrelay: metrics: %w", err)
+	}
+	return r, nil
+}
+
+// Slot returns the replication slot's name.
+func (r *Relay) Slot() string { return r.cfg.Slot }
+
+// Run streams until ctx is cancelled. It sets up the publication and slot
+// when missing, then starts streaming; while another instance holds the
+// slot it waits as a standby, retrying every TakeoverInterval, and takes
+// over when that instance's connection ends. Connection and database
+// errors are logged and retried with a growing pause (at most
+// ReconnectMax). Run returns nil after a graceful shutdown (publishes under
+// way waited for, the confirmed position reported), or an error that
+// waiting cannot mend: wal_level is not logical, a missing privilege, the
+// slot belongs to another database or plugin.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.TryLock() {
+		return ErrRunning
+	}
+	defer r.running.Unlock()
+	bo := backoff.New(100*time.Millisecond, r.cfg.ReconnectMax)
+	standby := false
+	for ctx.Err() == nil {
+		err := r.session(ctx, &standby)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var wait time.Duration
+		switch {
+		case err == nil:
+			bo.Reset()
+			continue
+		case errors.Is(err, errSlotActive):
+			if !standby {
+				r.log.Info("another instance streams from the slot: standing by", slog.Duration("retry_every", r.cfg.TakeoverInterval))
+				standby = true
+			}
+			wait = r.cfg.TakeoverInterval
+			bo.Reset()
+		case isFatal(err):
+			return err
+		default:
+			wait = bo.Next()
+			r.log.Warn("stream interrupted: reconnecting", slog.String("error", telemetry.ErrorText(err)), slog.Duration("retry_in", wait))
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// errSlotActive: START_REPLICATION found the slot held by another
+// connection (SQLSTATE 55006).
+var errSlotActive = errors.New("walrelay: the replication slot is active in another connection")
+
+// fatalError marks an error that waiting cannot mend.
+type fatalError struct{ err error }
+
+func (e fatalError) Error() string { return e.err.Error() }
+func (e fatalError) Unwrap() error { return e.err }
+
+func isFatal(err error) bool {
+	var f fatalError
+	return errors.As(err, &f)
+}
+
+// classify turns a set-up error into errSlotActive, a fatal error with
+// what to do, or itself.
+func classify(what string, err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return fmt.Errorf("walrelay: %s: %w", what, err)
+	}
+	switch {
+	case pe.Code == "55006":
+		return errSlotActive
+	case pe.Code == "55000" && containsFold(pe.Message, "wal_level"):
+		return fatalError{fmt.Errorf("walrelay: %s: %w: set wal_level = logical (and max_replication_slots, max_wal_senders) in postgresql.conf and restart PostgreSQL", what, err)}
+	case pe.Code == "55000" && containsFold(pe.Message+" "+pe.Detail, "invalidated"):
+		return fatalError{fmt.Errorf("walrelay: %s: %w: the slot lost WAL (max_slot_wal_keep_size) and the events written in the gap cannot be streamed: reconcile them from the business data, then drop the slot (pg_drop_replication_slot) so that the relay creates a new one", what, err)}
+	case pe.Code == "42501" || pe.Code == "28000":
+		return fatalError{fmt.Errorf("walrelay: %s: %w: the relay's role needs the REPLICATION attribute (ALTER ROLE ... REPLICATION) and CREATE on the database to create the publication, or create slot and publication beforehand", what, err)}
+	}
+	return fmt.Errorf("walrelay: %s: %w", what, err)
+}
+
+func containsFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if equalFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func equalFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// setup creates the publication and the slot when missing. conn is the
+// replication connection (the slot is created through it).
+func (r *Relay) setup(ctx context.Context, conn *pgconn.PgConn) error {
+	var level string
+	if err := r.pool.QueryRow(ctx, "SELECT current_setting('wal_level')").Scan(&level); err != nil {
+		return classify("read wal_level", err)
+	}
+	if level != "logical" {
+		return fatalError{fmt.Errorf("walrelay: the server runs with wal_level = %s: set wal_level = logical (and max_replication_slots, max_wal_senders) in postgresql.conf and restart PostgreSQL", level)}
+	}
+	var pubExists bool
+	if err := r.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", r.cfg.Publication).Scan(&pubExists); err != nil {
+		return classify("look up the publication", err)
+	}
+	if !pubExists {
+		// Empty: the relay needs only the logical decoding messages, which
+		// pgoutput sends whatever the publication lists.
+		if _, err := r.pool.Exec(ctx, "CREATE PUBLICATION "+r.cfg.Publication); err != nil {
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != "42710" { // created meanwhile by another instance
+				return classify("create publication "+r.cfg.Publication, err)
+			}
+		} else {
+			r.log.Info("publication created", slog.String("publication", r.cfg.Publication))
+		}
+	}
+	var db, plugin, cur string
+	var found bool
+	err := r.pool.QueryRow(ctx, `SELECT coalesce(database, ''), coalesce(plugin, ''), current_database() FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot).Scan(&db, &plugin, &cur)
+	switch {
+	case err == nil:
+		found = true
+	case errors.Is(err, pgxNoRows):
+	default:
+		return classify("look up the replication slot", err)
+	}
+	if found {
+		if db != cur || plugin != "pgoutput" {
+			return fatalError{fmt.Errorf("walrelay: replication slot %s exists for database %q with plugin %q; the relay needs a pgoutput slot of database %q: choose another Config.Slot", r.cfg.Slot, db, plugin, cur)}
+		}
+		return nil
+	}
+	if r.cfg.FailoverSlot {
+		var version int
+		if err := r.pool.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+			return classify("read the server version", err)
+		}
+		if version < 170000 {
+			return fatalError{fmt.Errorf("walrelay: Config.FailoverSlot needs PostgreSQL 17 or later (failover slots); this server is %d: unset it, and see the README on failover", version)}
+		}
+		_, err = r.pool.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)", r.cfg.Slot)
+	} else {
+		_, err = pglogrepl.CreateReplicationSlot(ctx, conn, r.cfg.Slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication})
+	}
+	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42710" { // another instance created it
+			return nil
+		}
+		return classify("create replication slot "+r.cfg.Slot, err)
+	}
+	r.log.Info("replication slot created", slog.String("plugin", "pgoutput"), slog.Bool("failover", r.cfg.FailoverSlot))
+	return nil
+}
+
+// Setup creates the publication and the replication slot when missing,
+// without streaming, and returns. Run does the same at its start; call
+// Setup as a deploy step before writers switch to WAL mode (events
+// written before the slot exists are never streamed), e.g. next to the
+// schema migration. Its errors say what to do (wal_level, privileges).
+func (r *Relay) Setup(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	conn, err := pgconn.ConnectConfig(cctx, r.repl)
+	cancel()
+	if err != nil {
+		return classify("connect for replication", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	return r.setup(ctx, conn)
+}

@@ -1,0 +1,336 @@
+package walrelay
+
+// The stream: one session per START_REPLICATION. A single goroutine (the
+// reader) owns the replication connection: it receives the WAL, hands
+// each event to the dispatcher (lanes.go), collects the settlements, and
+// reports the confirmed position. Nothing else touches the connection.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
+)
+
+var pgxNoRows = pgx.ErrNoRows
+
+// txn is one committed transaction of the stream that carried events of
+// the outbox, from its BEGIN to the settlement of its last event.
+type txn struct {
+	end        pglogrepl.LSN // TransactionEndLSN: confirming it skips the transaction on restart
+	commitTime time.Time
+	pending    int  // events not settled yet
+	committed  bool // its COMMIT was received
+}
+
+// event is one decoded event on its way to the broker.
+type event struct {
+	outbox.WALEvent
+	lsn pglogrepl.LSN
+	tx  *txn
+}
+
+type session struct {
+	r    *Relay
+	conn *pgconn.PgConn
+
+	settled       chan *txn // one per settled event
+	fifo          []*txn    // transactions with events, in commit order
+	cur           *txn      // between BEGIN and COMMIT
+	curHas        bool      // cur carried an outbox event
+	inFlight      int
+	confirmed     pglogrepl.LSN // everything before it is settled: the next report
+	sentConfirmed pglogrepl.LSN // the last position reported to PostgreSQL
+	disp          *dispatcher
+}
+
+// session connects, sets up, starts streaming and streams until ctx is
+// done or the connection fails.
+func (r *Relay) session(ctx context.Context, standby *bool) (err error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	conn, err := pgconn.ConnectConfig(cctx, r.repl)
+	cancel()
+	if err != nil {
+		return classify("connect for replication", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := r.setup(sctx, conn); err != nil {
+		return err
+	}
+	var confirmed pglogrepl.LSN
+	if err := r.pool.QueryRow(sctx, "SELECT coalesce(confirmed_flush_lsn, '0/0'::pg_lsn)::text FROM pg_replication_slots WHERE slot_name = $1", r.cfg.Slot).Scan(&confirmed); err != nil {
+		return classify("read the slot's confirmed position", err)
+	}
+	err = pglogrepl.StartReplication(sctx, conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+		Mode: pglogrepl.LogicalReplication,
+		PluginArgs: []string{
+			"proto_version '1'",
+			"publication_names '" + r.cfg.Publication + "'",
+			"messages 'true'",
+		},
+	})
+	if err != nil {
+		return classify("start replication from slot "+r.cfg.Slot, err)
+	}
+	// Holding the slot, load the keys with unsent rows: their events go to
+	// the table until those rows are sent.
+	parked, err := r.loadParked(sctx)
+	if err != nil {
+		return classify("load the keys parked in "+r.table, err)
+	}
+	cancel()
+	*standby = false
+	r.log.Info("streaming", slog.String("from", confirmed.String()), slog.Int("parked_keys", parked.size()), slog.Bool("check_every_key", parked.checkAll))
+	r.update(func(s *Status) { s.Streaming = true; s.Confirmed = confirmed })
+	defer r.update(func(s *Status) { s.Streaming = false; s.InFlight = 0; s.OldestUnconfirmed = time.Time{} })
+
+	s := &session{
+		r: r, conn: conn,
+		settled:   make(chan *txn, r.cfg.MaxInFlight+1),
+		confirmed: confirmed, sentConfirmed: confirmed,
+	}
+	s.disp = newDispatcher(r, parked, s.settled)
+	err = s.stream(ctx)
+	// Shutdown or a broken connection: stop starting publishes, wait for
+	// those under way (ShutdownTimeout), confirm what was settled.
+	s.disp.stop(r.cfg.ShutdownTimeout)
+	s.drain()
+	if err == nil || ctx.Err() != nil {
+		if ferr := s.report(); ferr != nil {
+			r.log.Warn("could not report the final confirmed position; the events after the last reported one will be published again", slog.String("error", telemetry.ErrorText(ferr)))
+		} else {
+			r.log.Info("stream stopped", slog.String("confirmed", s.confirmed.String()))
+		}
+	}
+	return err
+}
+
+// stream is the reader loop.
+func (s *session) stream(ctx context.Context) error {
+	r := s.r
+	stopWatch := context.AfterFunc(ctx, func() { _ = s.conn.Conn().SetReadDeadline(time.Now()) })
+	defer stopWatch()
+	defer func() { _ = s.conn.Conn().SetReadDeadline(time.Time{}) }()
+	statusDue := time.Now().Add(r.cfg.StatusInterval)
+	wait := time.NewTimer(time.Hour)
+	defer wait.Stop()
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.drain()
+		if now := time.Now(); !now.Before(statusDue) {
+			if err := s.report(); err != nil {
+				return fmt.Errorf("walrelay: send standby status: %w", err)
+			}
+			r.sampleLag(ctx, s)
+			statusDue = now.Add(r.cfg.StatusInterval)
+		}
+		if s.inFlight >= r.cfg.MaxInFlight {
+			// Backpressure: stop reading until events settle.
+			wait.Reset(time.Until(statusDue))
+			select {
+			case <-ctx.Done():
+			case t := <-s.settled:
+				s.settle(t)
+			case <-wait.C:
+			}
+			if !wait.Stop() {
+				select {
+				case <-wait.C:
+				default:
+				}
+			}
+			continue
+		}
+		// A read deadline on the socket, not a context: a context per
+		// message costs pgconn a watcher goroutine per message. The
+		// deadline (the next status report) bounds the wait; shutdown
+		// interrupts it (interrupt).
+		_ = s.conn.Conn().SetReadDeadline(statusDue)
+		msg, err := s.conn.ReceiveMessage(context.Background())
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("walrelay: receive from the replication stream: %w", err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if err := s.handle(ctx, m.Data); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("walrelay: replication stream: %w", pgconn.ErrorResponseToPgError(m))
+		}
+	}
+}
+
+// handle processes one CopyData message of the stream.
+func (s *session) handle(ctx context.Context, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("walrelay: parse keepalive: %w", err)
+		}
+		// Everything before ServerWALEnd was sent: with nothing unsettled,
+		// it is all done, and confirming it lets PostgreSQL recycle the WAL
+		// of other databases and of transactions without events.
+		if len(s.fifo) == 0 && s.cur == nil && k.ServerWALEnd > s.confirmed {
+			s.confirmed = k.ServerWALEnd
+		}
+		if k.ReplyRequested {
+			return s.report()
+		}
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("walrelay: parse XLogData: %w", err)
+		}
+		return s.logical(ctx, x)
+	}
+	return nil
+}
+
+// logical processes one pgoutput message.
+func (s *session) logical(ctx context.Context, x pglogrepl.XLogData) error {
+	msg, err := pglogrepl.Parse(x.WALData)
+	if err != nil {
+		// A pgoutput message this build does not parse (not one the relay
+		// asked for): skip it.
+		s.r.log.Debug("pgoutput message skipped", slog.String("lsn", x.WALStart.String()), slog.String("error", err.Error()))
+		return nil
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.BeginMessage:
+		s.cur = &txn{commitTime: m.CommitTime}
+		s.curHas = false
+	case *pglogrepl.CommitMessage:
+		if s.cur == nil {
+			return nil
+		}
+		s.cur.end = m.TransactionEndLSN
+		s.cur.committed = true
+		if !s.curHas && len(s.fifo) == 0 && m.TransactionEndLSN > s.confirmed {
+			s.confirmed = m.TransactionEndLSN
+		}
+		s.cur = nil
+		s.advance()
+	case *pglogrepl.LogicalDecodingMessage:
+		if m.Prefix != s.r.prefix {
+			return nil
+		}
+		if !m.Transactional || s.cur == nil {
+			s.r.malformed(ctx, m.LSN, len(m.Content), errors.New("a non-transactional message: written with pg_logical_emit_message(false, ...), it is not tied to a commit and is skipped"))
+			return nil
+		}
+		ev, err := outbox.DecodeWALEvent(m.Content, s.r.cfg.MaxMessageBytes)
+		if err != nil {
+			s.r.malformed(ctx, m.LSN, len(m.Content), err)
+			return nil
+		}
+		if !s.curHas {
+			s.curHas = true
+			s.fifo = append(s.fifo, s.cur)
+		}
+		s.cur.pending++
+		s.inFlight++
+		// The content slice belongs to the connection's buffer: copy.
+		ev.Payload = append([]byte(nil), ev.Payload...)
+		ev.Headers = append([]byte(nil), ev.Headers...)
+		if len(ev.Headers) == 0 {
+			ev.Headers = nil
+		}
+		s.disp.dispatch(&event{WALEvent: ev, lsn: m.LSN, tx: s.cur})
+	}
+	return nil
+}
+
+// drain takes every settlement waiting.
+func (s *session) drain() {
+	for {
+		select {
+		case t := <-s.settled:
+			s.settle(t)
+		default:
+			s.advance()
+			return
+		}
+	}
+}
+
+func (s *session) settle(t *txn) {
+	t.pending--
+	s.inFlight--
+}
+
+// advance moves the confirmed position over the leading transactions whose
+// events are all settled.
+func (s *session) advance() {
+	for len(s.fifo) > 0 {
+		t := s.fifo[0]
+		if !t.committed || t.pending > 0 {
+			break
+		}
+		if t.end > s.confirmed {
+			s.confirmed = t.end
+		}
+		s.fifo[0] = nil
+		s.fifo = s.fifo[1:]
+	}
+	oldest := time.Time{}
+	if len(s.fifo) > 0 {
+		oldest = s.fifo[0].commitTime
+	}
+	n := s.inFlight
+	c := s.confirmed
+	s.r.update(func(st *Status) { st.Confirmed = c; st.InFlight = n; st.OldestUnconfirmed = oldest })
+}
+
+// report sends the confirmed position as written, flushed and applied.
+func (s *session) report() error {
+	s.advance()
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: s.confirmed, WALFlushPosition: s.confirmed, WALApplyPosition: s.confirmed,
+	})
+	if err == nil {
+		s.sentConfirmed = s.confirmed
+	}
+	return err
+}
+
+// malformed logs a message of the outbox's prefix that cannot be
+// published, with its position, and counts it.
+func (r *Relay) malformed(ctx context.Context, lsn pglogrepl.LSN, size int, err error) {
+	r.log.ErrorContext(ctx, "outbox WAL message cannot be decoded: skipped (it cannot be published); inspect it with pg_logical_slot_peek_binary_changes or pg_waldump at this position",
+		slog.String("lsn", lsn.String()), slog.Int("bytes", size), slog.String("error", err.Error()))
+	r.update(func(s *Status) { s.Malformed++ })
+	r.met.malformed(ctx)
+	if r.cfg.OnMalformed != nil {
+		r.cfg.OnMalformed(Malformed{LSN: lsn.String(), Size: size, Error: err})
+	}
+}
