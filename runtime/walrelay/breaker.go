@@ -27,6 +27,10 @@ type breaker struct {
 	next     time.Time // when open: the next probe
 	probing  bool
 	changed  chan struct{} // closed and replaced on every state change
+
+	inflight  int    // publishes under way (single events and batches)
+	successes uint64 // publishes the broker accepted so far
+	waiters   int    // lanes in verdict: wake them on every publish's end
 }
 
 func newBreaker(r *Relay) *breaker {
@@ -92,10 +96,83 @@ func (b *breaker) acquire(ctx context.Context) (probe, ok bool) {
 	}
 }
 
+// begin and end bracket every publish call (an event alone or a batch),
+// so that verdict knows whether other publishes are still under way.
+func (b *breaker) begin() {
+	b.mu.Lock()
+	b.inflight++
+	b.mu.Unlock()
+}
+
+func (b *breaker) end() {
+	b.mu.Lock()
+	b.inflight--
+	if b.waiters > 0 {
+		b.signal()
+	}
+	b.mu.Unlock()
+}
+
+// forget drops key from the keys failed since the last success: its event
+// was parked, so its failures are settled and must not combine with a
+// later, unrelated key's failure into a false outage.
+func (b *breaker) forget(key string) {
+	b.mu.Lock()
+	delete(b.failKeys, key)
+	b.mu.Unlock()
+}
+
+// successCount returns how many publishes the broker accepted so far.
+func (b *breaker) successCount() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.successes
+}
+
+// verdict decides, once an event's quick retries failed, between a poison
+// event and the start of a broker outage. An event whose publishes fail
+// fast (a refused connection, a full client buffer) can use up its quick
+// retries before the other keys' publishes, still under way, fail and
+// open the breaker: parking it then would be wrong. So verdict waits until
+// the evidence is in: park (true) once another publish succeeded since
+// since (the broker works: the event is poison) or no other publish is
+// under way (nothing else to learn from: a lone failing key is parked);
+// false once the breaker opened (an outage: the event waits with the
+// others and is tried again when a probe closes the breaker). ok is false
+// when ctx ends.
+func (b *breaker) verdict(ctx context.Context, since uint64) (park, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for {
+		switch {
+		case b.open:
+			return false, true
+		case b.successes != since || b.inflight == 0:
+			return true, true
+		}
+		b.waiters++
+		ch := b.changed
+		b.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-ch:
+		}
+		b.mu.Lock()
+		b.waiters--
+		if ctx.Err() != nil {
+			return false, false
+		}
+	}
+}
+
 // success records a publish the broker accepted.
 func (b *breaker) success(probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.successes++
+	if b.waiters > 0 {
+		b.signal()
+	}
 	clear(b.failKeys)
 	if probe {
 		b.probing = false

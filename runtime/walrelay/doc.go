@@ -26,8 +26,13 @@
 // record, nothing else. PostgreSQL decodes a transactional message for a
 // slot only if its transaction commits, and sends transactions in commit
 // order: "rolled back ⇒ never published" needs nothing from the relay, and
-// per-key order is commit order, without the polling relay's condition
-// that writers lock the aggregate before writing its event.
+// while a key streams its order is commit order, without the polling
+// relay's condition that writers lock the aggregate before writing its
+// event. Parked events are the exception: in the table they are ordered by
+// their outbox_seq, taken when the event was written, which is commit order
+// only when writers lock the aggregate (as the table outbox needs anyway;
+// latest_only consumers rely on the same sequence). Lock the aggregate
+// when a key's events may be written by concurrent transactions.
 //
 // A logical message rather than an INSERT the relay streams: into the
 // outbox table, the INSERT keeps the table outbox's cost on the writer;
@@ -134,7 +139,10 @@
 // checked), so order holds across restarts and for rows left by the table
 // outbox before a switch to WAL mode; rows that table-mode writers insert
 // while the stream runs are not seen: switch every writer of an outbox at
-// once.
+// once (stop the table-mode instances before WAL-mode ones start writing,
+// rather than a rolling deploy that mixes them), and do not write the same
+// keys through txpublisher or Writer.Prepare/Exec, which always insert
+// into the table.
 //
 // # Broker outages
 //
@@ -146,7 +154,13 @@
 // single failing key never opens it (other keys' successes reset the
 // count): that key is parked. When only one key has traffic during an
 // outage, its event is parked (it cannot be told from a poison event);
-// the polling relay then publishes it after the outage.
+// the polling relay then publishes it after the outage. An event whose
+// quick retries failed is parked only once another publish succeeded
+// meanwhile or none is under way (breaker.verdict): a publish that fails
+// fast at the start of an outage, while the others still wait for the
+// broker, would otherwise be parked before their failures open the
+// breaker. A parked key's failures are forgotten, so that they never
+// combine with a later key's into a false outage.
 //
 // # One streamer per slot, takeover
 //

@@ -213,7 +213,10 @@ func (d *dispatcher) publishBatch(evs []*event) bool {
 	if d.ctx.Err() != nil {
 		return false
 	}
-	if err := r.publishMany(context.WithoutCancel(d.ctx), evs); err != nil {
+	d.brk.begin()
+	err := r.publishMany(context.WithoutCancel(d.ctx), evs)
+	d.brk.end()
+	if err != nil {
 		r.log.Debug("batch publish failed: publishing its events one by one", slog.Int("events", len(evs)), slog.String("error", telemetry.ErrorText(err)))
 		return false
 	}
@@ -284,6 +287,7 @@ func (d *dispatcher) deliver(ev *event) bool {
 		r.update(func(s *Status) { s.ParkedKeys = d.parked.size() })
 	}
 	attempts := 0
+	since := d.brk.successCount() // see breaker.verdict
 	for {
 		probe, ok := d.brk.acquire(d.ctx)
 		if !ok {
@@ -291,7 +295,9 @@ func (d *dispatcher) deliver(ev *event) bool {
 		}
 		epoch := d.brk.epochNow()
 		// A publish under way at shutdown is waited for (stop), not cut.
+		d.brk.begin()
 		err := r.publish(context.WithoutCancel(d.ctx), ev, attempts+1)
+		d.brk.end()
 		if err == nil {
 			d.brk.success(probe)
 			r.update(func(s *Status) { s.Published++ })
@@ -310,6 +316,15 @@ func (d *dispatcher) deliver(ev *event) bool {
 		attempts++
 		r.log.Warn("publish failed", slog.String("event_id", ev.ID.String()), slog.String("type", ev.Type), slog.String("key", ev.Key),
 			slog.String("topic", ev.Topic), slog.Int("attempt", attempts), slog.Bool("permanent", permanent), slog.String("error", text))
+		if !permanent && attempts >= r.cfg.QuickRetries {
+			park, ok := d.brk.verdict(d.ctx, since)
+			if !ok {
+				return false
+			}
+			if !park {
+				continue // an outage: wait for the breaker's probe
+			}
+		}
 		if permanent || attempts >= r.cfg.QuickRetries {
 			delay := max(r.cfg.Backoff(1), 0)
 			_, err := d.retryDB(func(ctx context.Context) (bool, error) {
@@ -319,6 +334,7 @@ func (d *dispatcher) deliver(ev *event) bool {
 				return false
 			}
 			d.parked.add(ev.Key)
+			d.brk.forget(ev.Key)
 			r.update(func(s *Status) { s.ParkedKeys = d.parked.size() })
 			d.parkedOne(ev, "its publish kept failing: "+text)
 			return true

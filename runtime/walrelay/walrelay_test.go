@@ -155,10 +155,16 @@ func TestRestartResumes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s, err := walrelay.SlotStatus(context.Background(), pool, r1.Slot())
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The walsender ends the session a moment after Run returned.
+	var s walrelay.Slot
+	waitFor(t, 10*time.Second, "the slot inactive", func() bool {
+		var err error
+		s, err = walrelay.SlotStatus(context.Background(), pool, r1.Slot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !s.Active
+	})
 	if !s.Exists || s.Active || s.LagBytes <= 0 {
 		t.Errorf("slot while the relay is down: %+v: want it to exist, inactive, retaining WAL", s)
 	}
@@ -694,4 +700,32 @@ func TestCommitOrderWithoutLock(t *testing.T) {
 		t.Fatalf("published %s then %s; want commit order %s (B) then %s (A)", msgs[0].EventID, msgs[1].EventID, idB, idA)
 	}
 	checkOrder(t, msgs, map[string]int{"k": 2})
+}
+
+// TestLonePoisonKeysParkOneAfterAnother: a poison event parked, then,
+// with no other traffic, a poison event of another key: it is parked too.
+// The first key's failures were settled by its parking and must not
+// combine with the second's into a false outage (the breaker would open,
+// the second key's failures would count as probes only, and it would hold
+// the stream's confirmed position for good).
+func TestLonePoisonKeysParkOneAfterAnother(t *testing.T) {
+	pool := logicalPool(t)
+	b := startNATS(t)
+	w := walWriter(t)
+	pub := &failing{Publisher: b.pub}
+	pub.on.Store(true)
+	r := newRelay(t, pool, pub, func(c *walrelay.Config) { c.Backoff = func(int) time.Duration { return time.Hour } })
+	runRelay(t, r)
+	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
+
+	write(t, pool, w, false, payload{Key: "p", N: 1, Tag: "poison"})
+	waitFor(t, 30*time.Second, "the first poison event parked", func() bool { return r.Status().Parked == 1 })
+	write(t, pool, w, false, payload{Key: "q", N: 1, Tag: "poison"})
+	waitFor(t, 30*time.Second, "the second poison event parked", func() bool { return r.Status().Parked == 2 })
+	if s := r.Status(); s.BreakerOpen {
+		t.Errorf("status %+v: the breaker opened on two lone poison keys", s)
+	}
+	if rows := outboxRows(t, pool); len(rows) != 2 || rows[0][1] != "p" || rows[1][1] != "q" {
+		t.Errorf("outbox rows %v: want the two poison events, p then q", rows)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -63,12 +64,22 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		if err == nil || attempt == conflictRetries || !dberr.Conflict(err) || ctx.Err() != nil {
 			return rows, err
 		}
+		// Claims retried at once tend to collide again with the same
+		// concurrent claims: wait a few random milliseconds, longer each
+		// time.
+		t := time.NewTimer(time.Duration(attempt) * (time.Millisecond + rand.N(4*time.Millisecond)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return rows, err
+		case <-t.C:
+		}
 	}
 }
 
 // conflictRetries is how many times a claim runs when the database
 // rolls it back as a deadlock victim.
-const conflictRetries = 3
+const conflictRetries = 5
 
 // claimTx runs a claim (with p.Record written first) in one transaction.
 func (x *Driver) claimTx(ctx context.Context, q *dialect.RelayQueries, p driver.ClaimParams, query string, args []any) ([]driver.Row, error) {
