@@ -85,6 +85,18 @@ func catalog(t *testing.T, d Dialect) []rendered {
 	if d == Postgres {
 		add("OutboxNotifyInsert", "", NotifyInsert(tb.Outbox), nil)
 		add("RelayListen", "", Listen(tb.Outbox), nil)
+		wq, err := NewWALQueries(d, tb.Outbox)
+		must(err)
+		s, a := wq.UnsentKeys(100000)
+		add("WALUnsentKeys", "", s, a)
+		row := ParkedRow{ID: 101, EventID: "0190c7a4-0000-7000-8000-000000000001", Type: "ORDER_PAID", Key: "order-1", Topic: "orders",
+			Version: 1, Payload: `{}`, CreatedAt: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), Attempts: 1, Delay: time.Minute, LastError: "broker down"}
+		s, a = wq.Park(row)
+		add("WALPark", "", s, a)
+		s, a = wq.ParkIfBlocked(row)
+		add("WALParkIfBlocked", "", s, a)
+	} else if _, err := NewWALQueries(d, tb.Outbox); err == nil {
+		t.Errorf("NewWALQueries accepted %s", d)
 	}
 
 	for _, unordered := range [][]string{nil, catalogUnordered} {

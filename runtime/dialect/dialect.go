@@ -66,7 +66,10 @@ type spec struct {
 	// arrayIDs: the Relay*Array statements bind an id list as one array.
 	arrayIDs bool
 	// notify: OutboxNotifyInsert and RelayListen (LISTEN/NOTIFY).
-	notify  bool
+	notify bool
+	// wal: the WAL relay's statements on the outbox table (WAL*; logical
+	// decoding is PostgreSQL's).
+	wal     bool
 	archive archiveMode
 
 	file file // parsed sql/<dialect>.sql
@@ -80,6 +83,7 @@ var specs = []*spec{
 		duration: func(d time.Duration) any { return d.Seconds() },
 		arrayIDs: true,
 		notify:   true,
+		wal:      true,
 		archive:  archiveMove,
 	},
 	{

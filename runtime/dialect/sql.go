@@ -82,6 +82,7 @@ func (d *stmtDef) needed(s *spec) bool { return d.need == nil || d.need(s) }
 func needClaimInTx(s *spec) bool   { return s.claimInTx }
 func needArrayIDs(s *spec) bool    { return s.arrayIDs }
 func needNotify(s *spec) bool      { return s.notify }
+func needWAL(s *spec) bool         { return s.wal }
 func needArchiveMove(s *spec) bool { return s.archive == archiveMove }
 func needArchivePick(s *spec) bool { return s.archive != archiveMove }
 func needArchiveCopy(s *spec) bool { return s.archive == archivePickCopyDelete }

@@ -102,15 +102,14 @@ func (m *metrics) malformed(ctx context.Context) { m.malformedC.Add(context.With
 func (r *Relay) sampleLag(ctx context.Context, _ *session) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var b int64
-	err := r.pool.QueryRow(ctx, "SELECT coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::int8, 0) FROM pg_replication_slots WHERE slot_name = $1", r.cfg.Slot).Scan(&b)
-	if err != nil {
-		if ctx.Err() == nil {
+	s, err := SlotStatus(ctx, r.pool, r.cfg.Slot)
+	if err != nil || !s.Exists {
+		if err != nil && ctx.Err() == nil {
 			r.log.Debug("slot lag not sampled", slog.String("error", telemetry.ErrorText(err)))
 		}
 		return
 	}
-	r.met.lagBytes.Store(b)
+	r.met.lagBytes.Store(s.LagBytes)
 }
 
 // Querier is what SlotStatus needs: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.

@@ -121,10 +121,14 @@ func New(pool *pgxpool.Pool, schema outbox.Schema, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("walrelay: telemetry: %w", err)
 	}
+	wq, err := dialect.NewWALQueries(dialect.Postgres, table)
+	if err != nil {
+		return nil, fmt.Errorf("walrelay: %w", err)
+	}
 	r := &Relay{
 		cfg: cfg, pool: pool, table: table, prefix: outbox.WALPrefix(table), repl: repl,
 		log: cfg.Logger.With(slog.String("walrelay", cfg.InstanceID), slog.String("slot", cfg.Slot), slog.String("table", table)),
-		tel: tel, q: newQueries(table),
+		tel: tel, q: queries{wq},
 	}
 	if r.met, err = newMetrics(mp, r); err != nil {
 		return nil, fmt.Errorf("walrelay: metrics: %w", err)

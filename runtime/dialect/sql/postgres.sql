@@ -549,3 +549,49 @@ SELECT pg_advisory_lock(sqlc.arg(lock_key));
 
 -- name: MigrateUnlock :exec
 SELECT pg_advisory_unlock(sqlc.arg(lock_key));
+
+-- The WAL relay (runtime/walrelay; dialect/wal.go). Keys with rows not
+-- sent (pending or FAILED), through the partial per-key index on the
+-- unsent rows: the keys whose streamed events must be parked behind them.
+-- name: WALUnsentKeys :many
+SELECT DISTINCT biz_id
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE status <> 1
+LIMIT sqlc.arg(max_rows);
+
+-- An event whose publish kept failing, parked for the polling relay: the
+-- row the writer would have inserted, its id the outbox_seq it took from
+-- the table's sequence at write time, charged the attempts given and due
+-- after delay. ON CONFLICT: parked already by an earlier stream of the same
+-- events (a restart).
+-- name: WALPark :exec
+INSERT INTO /* TEMPLATE: outbox */outbox_event (id, event_id, biz_type, biz_id, topic, payload_version, payload, headers,
+    created_at, retry_count, next_retry_time, last_error)
+VALUES (sqlc.arg(id)::bigint, sqlc.arg(event_id)::uuid, sqlc.arg(biz_type)::text, sqlc.arg(biz_id)::text, sqlc.arg(topic)::text,
+    sqlc.arg(payload_version)::int, sqlc.arg(payload)::text::json, sqlc.arg(headers)::text::json,
+    sqlc.arg(created_at)::timestamptz, sqlc.arg(retry_count)::int, now() + sqlc.arg(delay) * interval '1 second',
+    sqlc.arg(last_error)::text)
+ON CONFLICT DO NOTHING;
+
+-- An event of a key remembered as parked: parked too while the key has
+-- unsent rows, in the statement that checks it, so that the polling relay
+-- marking the key's last row sent cannot slip between the check and the
+-- insert. One snapshot (READ COMMITTED, one statement): either the check
+-- sees the row unsent and the event goes behind it, or it sees it sent
+-- (so published) and the event streams after it. Returns whether the key
+-- had unsent rows.
+-- name: WALParkIfBlocked :one
+WITH blocked AS (
+    SELECT EXISTS (SELECT 1 FROM /* TEMPLATE: outbox */outbox_event WHERE biz_id = sqlc.arg(biz_id)::text AND status <> 1) AS b
+), ins AS (
+    INSERT INTO /* TEMPLATE: outbox */outbox_event (id, event_id, biz_type, biz_id, topic, payload_version, payload, headers,
+        created_at, retry_count, next_retry_time, last_error)
+    SELECT sqlc.arg(id)::bigint, sqlc.arg(event_id)::uuid, sqlc.arg(biz_type)::text, sqlc.arg(biz_id)::text, sqlc.arg(topic)::text,
+        sqlc.arg(payload_version)::int, sqlc.arg(payload)::text::json, sqlc.arg(headers)::text::json,
+        sqlc.arg(created_at)::timestamptz, sqlc.arg(retry_count)::int, now() + sqlc.arg(delay) * interval '1 second',
+        sqlc.arg(last_error)::text
+    FROM blocked
+    WHERE b
+    ON CONFLICT DO NOTHING
+)
+SELECT b FROM blocked;
