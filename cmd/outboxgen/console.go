@@ -164,52 +164,16 @@ func firstLine(path string) (string, error) {
 func (c *consoleFlags) authenticated() bool { return c.token != "" || c.user != "" }
 
 // checkListen refuses an address other than loopback when neither a token
-// nor basic auth is set: ":8080", 0.0.0.0, ::, a LAN address, or a host
-// name that does not resolve to loopback addresses only.
+// nor basic auth is set (console.Config.CheckListen: ":8080", 0.0.0.0, ::,
+// a LAN address, or a host name that does not resolve to loopback
+// addresses only), with the flags that fix it.
 func (c *consoleFlags) checkListen(ctx context.Context) error {
-	host, _, err := net.SplitHostPort(c.listen)
-	if err != nil {
-		return fmt.Errorf("-listen %q: use host:port, e.g. 127.0.0.1:8080", c.listen)
+	cfg := console.Config{Token: c.token, BasicAuthUser: c.user, BasicAuthPassword: c.passwd}
+	if err := cfg.CheckListen(ctx, c.listen); err != nil {
+		return fmt.Errorf("-listen %v. Listen on 127.0.0.1 (the default) and reach it through an SSH tunnel or kubectl port-forward, "+
+			"or set a token ($%s or -token-file FILE) or -basic-auth-file FILE", err, envConsoleToken)
 	}
-	if c.authenticated() {
-		return nil
-	}
-	loop, why := isLoopback(ctx, host)
-	if loop {
-		return nil
-	}
-	return fmt.Errorf("-listen %s: %s, and the console has no authentication: anyone who reaches it could requeue and delete events. "+
-		"Listen on 127.0.0.1 (the default) and reach it through an SSH tunnel or kubectl port-forward, "+
-		"or set a token ($%s or -token-file FILE) or -basic-auth-file FILE", c.listen, why, envConsoleToken)
-}
-
-// isLoopback reports whether host names loopback addresses only, and if
-// not, why.
-func isLoopback(ctx context.Context, host string) (bool, string) {
-	if host == "" {
-		return false, "an empty host listens on every interface"
-	}
-	if ip := net.ParseIP(strings.Trim(host, "[]")); ip != nil {
-		if ip.IsLoopback() {
-			return true, ""
-		}
-		if ip.IsUnspecified() {
-			return false, host + " listens on every interface"
-		}
-		return false, host + " is not a loopback address"
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
-	if err != nil || len(addrs) == 0 {
-		return false, host + " does not resolve"
-	}
-	for _, a := range addrs {
-		if !a.IP.IsLoopback() {
-			return false, host + " resolves to " + a.IP.String() + ", not a loopback address"
-		}
-	}
-	return true, ""
+	return nil
 }
 
 // serve opens the database, listens, prints what it serves and serves

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -279,15 +280,25 @@ func writeTemp(t *testing.T, content string) string {
 	return p
 }
 
-// TestIsLoopback: loopback addresses and names resolving only to them pass.
-func TestIsLoopback(t *testing.T) {
+// TestCheckListen: without authentication, loopback addresses and names
+// resolving only to them pass; anything else is refused with the fix.
+func TestCheckListen(t *testing.T) {
 	ctx := context.Background()
 	for host, want := range map[string]bool{
-		"127.0.0.1": true, "127.3.4.5": true, "::1": true, "[::1]": true, "localhost": true,
+		"127.0.0.1": true, "127.3.4.5": true, "::1": true, "localhost": true,
 		"": false, "0.0.0.0": false, "::": false, "10.0.0.1": false, "2001:db8::1": false, "no-such-host.invalid": false,
 	} {
-		if got, why := isLoopback(ctx, host); got != want {
-			t.Errorf("isLoopback(%q) = %v (%s), want %v", host, got, why, want)
+		c := consoleFlags{listen: net.JoinHostPort(host, "8080")}
+		err := c.checkListen(ctx)
+		if (err == nil) != want {
+			t.Errorf("checkListen(%q) = %v, want ok %v", c.listen, err, want)
+		}
+		if err != nil && !strings.Contains(err.Error(), "-token-file") {
+			t.Errorf("checkListen(%q) = %v: the error does not say how to fix it", c.listen, err)
+		}
+		c.token = "0123456789abcdef"
+		if err := c.checkListen(ctx); err != nil {
+			t.Errorf("checkListen(%q) with a token = %v", c.listen, err)
 		}
 	}
 }

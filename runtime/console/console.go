@@ -32,6 +32,7 @@
 package console
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -216,24 +217,53 @@ func (c Config) Validate() error {
 }
 
 // CheckListen refuses to serve the console on a listen address other
-// than loopback (127.0.0.0/8, ::1, localhost) unless c requires a token
-// or basic authentication: without them anyone who reaches the address
-// could requeue, replay and delete events.
-func (c Config) CheckListen(addr string) error {
+// than loopback unless c requires a token or basic authentication: without
+// them anyone who reaches the address could requeue, replay and delete
+// events. Not loopback: an empty host, 0.0.0.0, ::, any other address, or
+// a host name that does not resolve to loopback addresses only (looked up
+// within ctx). The error says why, not what to do instead: callers know
+// their own options (outboxgen console names its flags).
+func (c Config) CheckListen(ctx context.Context, addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: use host:port, e.g. 127.0.0.1:8080", addr)
+	}
 	if c.Token != "" || c.BasicAuthUser != "" {
 		return nil
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("console: listen address %q: use host:port, e.g. 127.0.0.1:8080", addr)
+	if ok, why := loopback(ctx, host); !ok {
+		return fmt.Errorf("%s: %s, and the console has no authentication: anyone who reaches it could requeue and delete events", addr, why)
 	}
-	if host == "localhost" {
-		return nil
+	return nil
+}
+
+// loopback reports whether host names loopback addresses only, and if
+// not, why.
+func loopback(ctx context.Context, host string) (bool, string) {
+	if host == "" {
+		return false, "an empty host listens on every interface"
 	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
+	if ip := net.ParseIP(strings.Trim(host, "[]")); ip != nil {
+		if ip.IsLoopback() {
+			return true, ""
+		}
+		if ip.IsUnspecified() {
+			return false, host + " listens on every interface"
+		}
+		return false, host + " is not a loopback address"
 	}
-	return fmt.Errorf("console: listen address %q is not loopback: anyone reaching it could change the outbox; set a token or basic auth, or listen on 127.0.0.1", addr)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil || len(addrs) == 0 {
+		return false, host + " does not resolve"
+	}
+	for _, a := range addrs {
+		if !a.IP.IsLoopback() {
+			return false, host + " resolves to " + a.IP.String() + ", not a loopback address"
+		}
+	}
+	return true, ""
 }
 
 // handler is the console.

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"encoding/base64"
 	"io"
 	"log/slog"
@@ -471,15 +472,15 @@ func TestConfig(t *testing.T) {
 			t.Errorf("BasePath outbox: %v", err)
 		}
 		for addr, ok := range map[string]bool{"127.0.0.1:8080": true, "[::1]:8080": true, "localhost:80": true, ":8080": false, "0.0.0.0:8080": false, "10.0.0.1:80": false, "nohost": false} {
-			err := console.Config{}.CheckListen(addr)
+			err := console.Config{}.CheckListen(context.Background(), addr)
 			if (err == nil) != ok {
 				t.Errorf("CheckListen(%q) = %v", addr, err)
 			}
-			if err := (console.Config{Token: "0123456789abcdef"}).CheckListen(addr); err != nil && ok {
+			if err := (console.Config{Token: "0123456789abcdef"}).CheckListen(context.Background(), addr); err != nil && ok {
 				t.Errorf("CheckListen(%q) with a token = %v", addr, err)
 			}
 		}
-		if err := (console.Config{BasicAuthUser: "u", BasicAuthPassword: "p"}).CheckListen("0.0.0.0:80"); err != nil {
+		if err := (console.Config{BasicAuthUser: "u", BasicAuthPassword: "p"}).CheckListen(context.Background(), "0.0.0.0:80"); err != nil {
 			t.Errorf("CheckListen with basic auth: %v", err)
 		}
 	})
