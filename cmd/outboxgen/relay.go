@@ -61,6 +61,7 @@ type procFlags struct {
 	// relay.Config (the publishing ones are shared with the sweeper)
 	batchSize, concurrency, maxAttempts          int
 	maxInFlight                                  int
+	parallelClaims                               int
 	pollInterval, lease, shutdown, publish       time.Duration
 	dbBackoffMax                                 time.Duration
 	holdRecheck                                  time.Duration
@@ -129,6 +130,7 @@ func newProcFlags(cmd, synopsis string, groups int, stderr io.Writer) *procFlags
 		p.hasRelay = true
 		fl.DurationVar(&p.pollInterval, "poll-interval", relay.DefaultPollInterval, "relay: delay between the end of one poll and the next")
 		fl.IntVar(&p.maxInFlight, "max-in-flight", 0, "relay: most rows leased and not yet recorded at once; the next batch is claimed while slow publishes run, up to it (0: 4 × -batch-size)")
+		fl.IntVar(&p.parallelClaims, "parallel-claims", 0, "relay: claims run at once while a backlog lasts (0: 2; 1: one at a time)")
 		fl.StringVar(&p.instanceID, "instance-id", "", "relay: lease owner name, unique among the relays of a table, at most 64 bytes (default hostname-pid-random)")
 		fl.StringVar(&p.walSlot, "wal-slot", "", "relay, with sql.wal: the logical replication slot the streaming relay reads (default outboxgen_<outbox table>; the publication is always outboxgen_<outbox table>, as the grants script creates it)")
 		fl.BoolVar(&p.walFailover, "wal-failover-slot", false, "relay, with sql.wal: create a missing slot as a failover slot (PostgreSQL 17+), so that it survives a failover to a standby with sync_replication_slots = on")
@@ -408,7 +410,7 @@ func (p *procFlags) runnerConfig(db *opsDB, log *slog.Logger) (runner.Config, er
 			return cfg, fmt.Errorf("-backoff-jitter is %v: use 0 to less than 1", jitter)
 		}
 		cfg.Relay = &relay.Config{
-			BatchSize: p.batchSize, MaxInFlight: p.maxInFlight, PollInterval: p.pollInterval, LeaseDuration: p.lease, Concurrency: p.concurrency,
+			BatchSize: p.batchSize, MaxInFlight: p.maxInFlight, ParallelClaims: p.parallelClaims, PollInterval: p.pollInterval, LeaseDuration: p.lease, Concurrency: p.concurrency,
 			MaxAttempts: p.maxAttempts, Backoff: retry, PublishTimeout: p.publish, BreakerBackoff: breaker,
 			DatabaseBackoffMax: p.dbBackoffMax, ShutdownTimeout: p.shutdown, InstanceID: p.instanceID,
 			HoldRecheck: p.holdRecheck,

@@ -24,6 +24,7 @@ const (
 	DefaultPollInterval    = 2 * time.Second
 	DefaultLeaseDuration   = 30 * time.Second
 	DefaultConcurrency     = 8
+	DefaultParallelClaims  = 2
 	DefaultMaxAttempts     = 5
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultPublishTimeout  = time.Minute
@@ -51,6 +52,8 @@ const (
 	MaxBatchSize = dialect.MaxInList
 	// MaxRowsInFlight bounds Config.MaxInFlight.
 	MaxRowsInFlight = 100 * MaxBatchSize
+	// MaxParallelClaims bounds Config.ParallelClaims.
+	MaxParallelClaims = 8
 	// SlowPublish is the longest a publish runs before it stops counting
 	// against Config.Concurrency: eight times the recent typical publish
 	// (at least 2ms), at most this.
@@ -84,6 +87,17 @@ type Config struct {
 	// as it stays under this bound, so a slow publish idles only its own
 	// key and never the instance. It must be at least BatchSize.
 	MaxInFlight int
+
+	// ParallelClaims is how many claims may run at once (default 2; 1
+	// claims one at a time). A claim always runs beside the publishing of
+	// the rows before it; while a backlog lasts (the last claim came back
+	// full), this many run beside each other, on connections of their
+	// own, so the database works on one while it commits another. They
+	// lease under SKIP LOCKED like claims of separate instances, so
+	// per-key order holds exactly as it does between instances, and
+	// together they stay within MaxInFlight. SQLite, with one writer,
+	// runs them one after the other.
+	ParallelClaims int
 
 	// PollInterval is the delay between the end of a poll that found less
 	// than a full window and the start of the next (fixed delay, so a slow
@@ -222,6 +236,9 @@ func (o *Config) setDefaults() {
 	if o.MaxInFlight == 0 && o.BatchSize > 0 {
 		o.MaxInFlight = 4 * o.BatchSize
 	}
+	if o.ParallelClaims == 0 {
+		o.ParallelClaims = DefaultParallelClaims
+	}
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = DefaultMaxAttempts
 	}
@@ -264,6 +281,9 @@ func (o Config) Validate() error {
 	}
 	if o.MaxInFlight < o.BatchSize || o.MaxInFlight > MaxRowsInFlight {
 		errs = append(errs, fmt.Errorf("relay: Config.MaxInFlight is %d: use BatchSize (%d) to %d (or 0 for 4 × BatchSize)", o.MaxInFlight, o.BatchSize, MaxRowsInFlight))
+	}
+	if o.ParallelClaims < 1 || o.ParallelClaims > MaxParallelClaims {
+		errs = append(errs, fmt.Errorf("relay: Config.ParallelClaims is %d: use 1 to %d (or 0 for %d)", o.ParallelClaims, MaxParallelClaims, DefaultParallelClaims))
 	}
 	if o.PollInterval <= 0 {
 		errs = append(errs, fmt.Errorf("relay: Config.PollInterval is %s: use a positive duration (or 0 for %s)", o.PollInterval, DefaultPollInterval))

@@ -19,7 +19,8 @@
 // lease_expires_at = now + LeaseDuration), then publishes them. Polls are
 // pipelined: the next claim does not wait for the last batch to finish
 // publishing, only for room under MaxInFlight (rows leased and not yet
-// recorded), so a slow publish idles its own key and nothing else. Results
+// recorded), so a slow publish idles its own key and nothing else; while a
+// backlog lasts, ParallelClaims claims run at once. Results
 // are recorded as publishes complete, in groups, with the next claim in
 // the same transaction (one commit, and on pgxdriver one round trip, for
 // both), or alone when no claim is due. PostgreSQL and

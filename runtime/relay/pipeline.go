@@ -2,19 +2,28 @@ package relay
 
 // The pipeline: how Run, RunOnce and poll claim, publish and record.
 //
-// One goroutine (the loop) owns every database write: claims, recordings
-// and lease extensions, so a recording never races a heartbeat. Claimed
-// rows are grouped into units (one ordered key's rows, or one unordered
-// row), each published by its own goroutine; Concurrency slots bound the
-// publishes running, and a publish running eight times the typical one
-// (at most SlowPublish) gives its slot back. Units report to the loop as they finish, and their
+// One goroutine (the loop) starts every database write: claims,
+// recordings and lease extensions, so a recording never races a
+// heartbeat. A claim runs on a goroutine of its own while the loop goes on
+// taking the units' results (they go out with the next claim), so the
+// database and the publishing overlap; while a backlog lasts (the last
+// claim came back full) up to ParallelClaims claims run at once, each
+// leasing under SKIP LOCKED as another instance's claim would. Nothing
+// else touches the database while a claim runs.
+//
+// Claimed rows are grouped into units (one ordered key's rows, or one
+// unordered row), each published on a goroutine of its own (kept for
+// reuse, see workers); Concurrency slots bound the publishes running, and
+// a publish running eight times the typical one (at most SlowPublish)
+// gives its slot back. Units report to the loop as they finish, and their
 // results are recorded with the next claim, in its transaction (one
-// commit), or alone when no claim is due. The loop claims again while
-// fewer than MaxInFlight rows are leased and unrecorded and the units
-// waiting for a slot hold less than a batch: a slow publish holds back
-// only its key. Per-key order needs nothing more: a claim never leases a
-// row while an older unsent row of its key is leased, and a key's rows
-// stay leased until their results are recorded.
+// commit), or alone when no claim comes soon enough (recordDelay) or room
+// is short. The loop claims again while fewer than MaxInFlight rows are
+// leased and unrecorded and, when every slot is busy, the units waiting
+// for one hold less than a batch: a slow publish holds back only its key.
+// Per-key order needs nothing more: a claim never leases a row while an
+// older unsent row of its key is unsent outside its own rows, and a key's
+// rows stay leased until their results are recorded.
 
 import (
 	"context"
@@ -78,6 +87,7 @@ type flow struct {
 	queued atomic.Int64
 	kick   chan struct{}
 	batch  int64
+	pool   *workers     // the goroutines units and publishes run on
 	avg    atomic.Int64 // typical publish duration, ns (see slowAfter)
 }
 
@@ -116,6 +126,51 @@ func (f *flow) started(n int) {
 	}
 }
 
+// workers runs functions on goroutines it keeps for a while: every unit
+// and every publish needs a goroutine of its own, and a fresh goroutine's
+// stack grows (is copied) through the publisher's calls each time, which
+// cost the relay a sixth of its CPU; a reused one has grown already.
+type workers struct {
+	jobs chan func()
+	quit chan struct{}
+}
+
+// workerIdle is how long an idle worker waits for another function.
+const workerIdle = 5 * time.Second
+
+func newWorkers() *workers {
+	return &workers{jobs: make(chan func()), quit: make(chan struct{})}
+}
+
+// run runs fn on an idle worker, or on a new one when none is idle.
+func (w *workers) run(fn func()) {
+	select {
+	case w.jobs <- fn:
+	default:
+		go w.work(fn)
+	}
+}
+
+func (w *workers) work(fn func()) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		fn()
+		idle.Reset(workerIdle)
+		select {
+		case fn = <-w.jobs:
+		case <-idle.C:
+			return
+		case <-w.quit:
+			return
+		}
+	}
+}
+
+// stop ends the idle workers (and each busy one once its function
+// returns); run still works after it, on a goroutine of its own.
+func (w *workers) stop() { close(w.quit) }
+
 // unitResult is what one unit's publishing did.
 type unitResult struct {
 	b       *batch
@@ -131,10 +186,16 @@ type pipeline struct {
 	keep time.Duration // how long a secured lease is trusted locally
 
 	results chan unitResult
-	pubCtx  context.Context // every batch's context derives from it
-	stopPub context.CancelCauseFunc
-	flow    *flow
-	abandon chan struct{} // closed at ShutdownTimeout
+	claimed chan claimOutcome // the claims in flight, as they return
+	pubCtx  context.Context   // every batch's context derives from it
+	// claimCtx is the claims' context: shutdown does not cut a claim off
+	// (one cut off after its commit would leave its rows leased with no
+	// one to give them back); ShutdownTimeout does.
+	claimCtx   context.Context
+	stopClaims context.CancelFunc
+	stopPub    context.CancelCauseFunc
+	flow       *flow
+	abandon    chan struct{} // closed at ShutdownTimeout
 
 	batches map[*batch]bool  // batches with units not reported
 	leased  map[int64]*batch // rows leased to us and not recorded yet
@@ -142,6 +203,10 @@ type pipeline struct {
 	pend    driver.Results
 	pendAt  time.Time // when the oldest pending result arrived
 
+	claiming  int       // claims in flight: no other database call starts
+	claimRows int       // rows the claims in flight may lease
+	backlog   bool      // the last claim came back full: another may run beside one in flight
+	hbDue     bool      // a heartbeat came due while claiming: it runs once they returned
 	claimNow  bool      // claim at the next chance (startup, full claim, Notify)
 	nextPoll  time.Time // when !claimNow: the poll interval is over
 	done      bool      // claim no more (mode's end, shutdown, once-mode error)
@@ -163,12 +228,15 @@ type pipeline struct {
 
 func (r *Relay) newPipeline(ctx context.Context, m mode) *pipeline {
 	pubCtx, stopPub := context.WithCancelCause(context.WithoutCancel(ctx))
+	claimCtx, stopClaims := context.WithCancel(context.WithoutCancel(ctx))
 	return &pipeline{
 		pubCtx: pubCtx, stopPub: stopPub,
+		claimCtx: claimCtx, stopClaims: stopClaims,
 		r: r, ctx: ctx, mode: m,
 		keep:      r.opts.LeaseDuration - leaseMargin(r.opts.LeaseDuration),
 		results:   make(chan unitResult, r.opts.MaxInFlight+1),
-		flow:      &flow{slots: make(chan struct{}, r.opts.Concurrency), kick: make(chan struct{}, 1), batch: int64(r.opts.BatchSize)},
+		claimed:   make(chan claimOutcome, r.opts.ParallelClaims),
+		flow:      &flow{slots: make(chan struct{}, r.opts.Concurrency), kick: make(chan struct{}, 1), batch: int64(r.opts.BatchSize), pool: newWorkers()},
 		abandon:   make(chan struct{}),
 		batches:   map[*batch]bool{},
 		leased:    map[int64]*batch{},
@@ -198,6 +266,8 @@ func (p *pipeline) run() error {
 			p.endBatch(b)
 		}
 		p.stopPub(nil)
+		p.stopClaims()
+		p.flow.pool.stop()
 	}()
 	ctxDone := p.ctx.Done()
 	for {
@@ -208,7 +278,7 @@ func (p *pipeline) run() error {
 		}
 		// Every unit reports, promptly once abandon is closed: an
 		// abandoned publish reports its unit without its row.
-		if p.done && p.running == 0 {
+		if p.done && p.running == 0 && p.claiming == 0 {
 			return p.finish()
 		}
 		acted, err := p.act()
@@ -230,12 +300,22 @@ func (p *pipeline) run() error {
 		case <-ctxDone:
 		case res := <-p.results:
 			p.take(res)
+		case out := <-p.claimed:
+			p.claimReturned(out)
+			if p.hbDue && p.claiming == 0 {
+				p.hbDue = false
+				p.heartbeat()
+			}
 		case <-r.wake:
 			p.claimNow = true
 		case <-p.flow.kick:
 		case <-timer.C:
 		case <-hb.C:
-			p.heartbeat()
+			if p.claiming > 0 {
+				p.hbDue = true
+			} else {
+				p.heartbeat()
+			}
 		case <-abandon:
 			p.abandoned = true
 		}
@@ -275,6 +355,14 @@ func (p *pipeline) act() (bool, error) {
 		return false, nil
 	}
 	limit, ok := p.claimGate(now)
+	if p.claiming > 0 {
+		// Beside claims in flight only another claim starts: while a
+		// backlog lasts, and unless a heartbeat waits for them to end.
+		if ok && p.backlog && !p.hbDue && p.claiming < r.opts.ParallelClaims {
+			return true, p.claim(limit)
+		}
+		return false, nil
+	}
 	switch {
 	case ok && (p.claimNow || !now.Before(p.nextPoll) || p.flushDue(now)):
 		return true, p.claim(limit)
@@ -288,33 +376,42 @@ func (p *pipeline) act() (bool, error) {
 // may run at all (pacing aside). It changes nothing.
 func (p *pipeline) claimGate(now time.Time) (int, bool) {
 	r := p.r
-	if p.done || (p.mode == modeOneClaim && p.claims > 0) {
+	if p.done || (p.mode == modeOneClaim && p.claims+p.claiming > 0) {
 		return 0, false
 	}
 	if r.brk.open {
 		// A probe waits for its time and for the rows in flight.
-		if now.Before(r.brk.next) || p.running > 0 || len(p.leased) > 0 {
+		if now.Before(r.brk.next) || p.running > 0 || len(p.leased) > 0 || p.claiming > 0 {
 			return 0, false
 		}
 		return r.opts.BatchSize, true
 	}
-	limit := min(r.opts.BatchSize, r.opts.MaxInFlight-len(p.leased))
+	limit := min(r.opts.BatchSize, r.opts.MaxInFlight-len(p.leased)-p.claimRows)
 	if limit < 1 || (limit < r.opts.BatchSize/2 && p.running > 0) {
 		return 0, false // wait for room rather than claim crumbs
 	}
-	if p.flow.queued.Load() >= int64(r.opts.BatchSize) {
-		return 0, false // a batch already waits for slots (kick wakes the loop)
+	if p.flow.queued.Load() >= p.flow.batch && len(p.flow.slots) == cap(p.flow.slots) {
+		// A batch already waits for slots, all busy (a kick wakes the
+		// loop). With a slot free the units only have not started yet.
+		return 0, false
 	}
 	return limit, true
 }
 
-// flushDue reports whether pending results should be recorded now.
+// flushDue reports whether pending results should be recorded now: when
+// nothing else is in flight, when the oldest has waited recordDelay, or
+// when half a batch has gathered while there is no room for a full claim
+// (recording makes room). Otherwise the next claim takes them along in its
+// one commit; a recording alone would hold that claim up.
 func (p *pipeline) flushDue(now time.Time) bool {
+	r := p.r
 	n := len(p.pend.Sent) + len(p.pend.Failures) + len(p.pend.Release)
 	switch {
 	case n == 0:
 		return false
-	case p.running == 0, n >= max(p.r.opts.BatchSize/2, 1):
+	case p.running == 0:
+		return true
+	case n >= max(r.opts.BatchSize/2, 1) && r.opts.MaxInFlight-len(p.leased) < r.opts.BatchSize:
 		return true
 	}
 	return now.Sub(p.pendAt) >= recordDelay
@@ -331,6 +428,20 @@ func (p *pipeline) nextWake(now time.Time) time.Duration {
 		if !set || at.Before(t) {
 			t, set = at, true
 		}
+	}
+	if p.claiming > 0 {
+		// Act starts another claim as soon as one may (the gate opens
+		// with a unit's result or a kick, which wake the loop), and
+		// nothing else until the claims return, which wakes the loop too.
+		for b := range p.batches {
+			if !b.judged && len(b.transient) > 0 {
+				want(b.judgeAt)
+			}
+		}
+		if !set {
+			return -1
+		}
+		return max(t.Sub(now), 0)
 	}
 	if !p.pend.Empty() {
 		if p.flushDue(now) {
@@ -390,8 +501,22 @@ func (p *pipeline) restorePending(rec *driver.Results) {
 	p.pendAt = time.Now()
 }
 
+// claimOutcome is what a claim returned, with what claimReturned needs
+// from when it started.
+type claimOutcome struct {
+	rows      []driver.Row
+	res       driver.ClaimResult
+	err       error
+	rec       *driver.Results
+	limit     int
+	probe     bool
+	wasIdle   bool
+	claimedAt time.Time
+}
+
 // claim records the pending results and claims up to limit rows in one
-// call, and starts publishing what it claimed.
+// call, on a goroutine of its own: claimReturned takes what it returned
+// and starts publishing it.
 func (p *pipeline) claim(limit int) error {
 	r := p.r
 	if !p.probed {
@@ -400,48 +525,76 @@ func (p *pipeline) claim(limit int) error {
 		}
 		p.probed = true
 	}
-	probe := r.brk.open
-	wasIdle := p.running == 0
-	rec := p.takePending()
-	claimedAt := time.Now() // the lease starts no earlier than this
-	var res driver.ClaimResult
-	rows, err := r.drv.Claim(p.ctx, driver.ClaimParams{
+	out := claimOutcome{
+		rec:       p.takePending(),
+		limit:     limit,
+		probe:     r.brk.open,
+		wasIdle:   p.running == 0 && p.claiming == 0,
+		claimedAt: time.Now(), // the lease starts no earlier than this
+	}
+	// A Notify arriving while the claim runs sets claimNow again: it may
+	// announce rows the claim did not see.
+	p.claiming++
+	p.claimRows += limit
+	p.claimNow = false
+	params := driver.ClaimParams{
 		Owner:        r.opts.InstanceID,
 		Lease:        r.opts.LeaseDuration,
 		Limit:        limit,
 		Unordered:    r.unorderedList,
 		OverdueAfter: r.opts.OverdueAfter,
 		Hold:         r.opts.HoldRecheck,
-		Result:       &res,
-		Record:       rec,
-	})
-	if err != nil {
-		p.restorePending(rec)
-		return err
+		Record:       out.rec,
+	}
+	go func() {
+		params.Result = &out.res
+		out.rows, out.err = r.drv.Claim(p.claimCtx, params)
+		p.claimed <- out
+	}()
+	return nil
+}
+
+// claimReturned files a claim's outcome (see claim).
+func (p *pipeline) claimReturned(out claimOutcome) {
+	r := p.r
+	p.claiming--
+	p.claimRows -= out.limit
+	if out.err != nil {
+		p.backlog = false
+		p.restorePending(out.rec)
+		p.failed(out.err)
+		return
 	}
 	p.succeeded()
-	p.recorded(rec, res.Recorded)
+	p.recorded(out.rec, out.res.Recorded)
 	p.claims++
 	if p.claims == 1 {
-		p.claimed1 = len(rows)
+		p.claimed1 = len(out.rows)
 	}
 	if p.mode == modeOneClaim {
 		p.done = true
 	}
-	if len(rows)+res.Moved >= limit {
+	p.backlog = len(out.rows)+out.res.Moved >= out.limit
+	if p.backlog {
 		p.claimNow = true // a full window: more is probably waiting
 	} else {
-		p.claimNow = false
-		p.nextPoll = time.Now().Add(r.opts.PollInterval)
-		if p.mode == modeOnce && wasIdle {
+		if !p.claimNow {
+			p.nextPoll = time.Now().Add(r.opts.PollInterval)
+		}
+		if p.mode == modeOnce && out.wasIdle {
 			p.done = true
 		}
 	}
-	if len(rows) > 0 {
-		p.startBatch(rows, claimedAt, probe)
+	switch {
+	case len(out.rows) > 0 && p.stopping:
+		// Shutting down: give them back rather than start publishing.
+		for _, rw := range out.rows {
+			p.addRelease(rw.ID)
+		}
+	case len(out.rows) > 0:
+		p.startBatch(out.rows, out.claimedAt, out.probe)
 	}
-	r.observeClaim(claimedAt, len(rows), len(p.leased))
-	return nil
+	r.observeClaim(out.claimedAt, len(out.rows), len(p.leased))
 }
 
 // record records the pending results alone.
@@ -570,11 +723,11 @@ func (p *pipeline) startBatch(rows []driver.Row, claimedAt time.Time, probe bool
 	for _, u := range units {
 		p.running++
 		p.flow.queued.Add(int64(len(u)))
-		go func() {
+		p.flow.pool.run(func() {
 			res := unitResult{b: b}
 			r.publishUnit(b.ctx, p.abandon, p.flow, u, &res)
 			p.results <- res
-		}()
+		})
 	}
 }
 
@@ -728,7 +881,10 @@ func (p *pipeline) shutdown() func() bool {
 	// The timers run on their own goroutines while the loop owns
 	// p.batches: the batches stop through the context they derive from.
 	t1 := time.AfterFunc(p.r.opts.ShutdownTimeout-grace, func() { p.stopPub(errShutdown) })
-	t2 := time.AfterFunc(p.r.opts.ShutdownTimeout, func() { close(p.abandon) })
+	t2 := time.AfterFunc(p.r.opts.ShutdownTimeout, func() {
+		close(p.abandon)
+		p.stopClaims()
+	})
 	return func() bool { return t1.Stop() && t2.Stop() }
 }
 

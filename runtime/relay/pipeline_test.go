@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,5 +195,190 @@ func TestResultsRecordedWithNextClaim(t *testing.T) {
 				cd.claims, cd.claimsWithRecord, cd.records, cd.markSent, cd.markRetry, cd.release)
 		}
 		t.Logf("claims %d (with results %d), records alone %d", cd.claims, cd.claimsWithRecord, cd.records)
+	})
+}
+
+// claimGauge counts the claims running at once (each made to last at
+// least hold, so that overlaps show) and the lease extensions.
+type claimGauge struct {
+	driver.Driver
+	hold    time.Duration
+	mu      sync.Mutex
+	cur     int
+	max     int
+	extends int
+}
+
+func (g *claimGauge) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
+	g.mu.Lock()
+	g.cur++
+	g.max = max(g.max, g.cur)
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		g.cur--
+		g.mu.Unlock()
+	}()
+	t := time.NewTimer(g.hold)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.Driver.Claim(ctx, p)
+}
+
+func (g *claimGauge) ExtendLease(ctx context.Context, owner string, ids []int64, lease time.Duration) (int64, error) {
+	g.mu.Lock()
+	g.extends++
+	g.mu.Unlock()
+	return g.Driver.ExtendLease(ctx, owner, ids, lease)
+}
+
+func (g *claimGauge) peak() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.max
+}
+
+// While a backlog lasts, ParallelClaims claims run at once (and never
+// more); every event is still published once, each key in order.
+func TestParallelClaimsKeepKeyOrder(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		var evs []ev
+		for i := range 900 {
+			evs = append(evs, ev{Key: fmt.Sprintf("k%02d", i%30)})
+		}
+		ins := insertEvents(t, db, d, evs...)
+		for _, parallel := range []int{1, 2, 3} {
+			if parallel > 1 {
+				if _, err := db.Exec("UPDATE " + table + " SET status = 0, sent_at = NULL"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			g := &claimGauge{Driver: drv, hold: 5 * time.Millisecond}
+			pub := newRecPub(t)
+			opts := testOptions(pub, fmt.Sprintf("par%d", parallel))
+			opts.BatchSize = 20
+			opts.MaxInFlight = 200
+			opts.ParallelClaims = parallel
+			failOnPollErrors(t, &opts)
+			n, err := mustRelay(t, g, opts).RunOnce(context.Background())
+			if err != nil || n != len(ins) {
+				t.Fatalf("ParallelClaims %d: RunOnce = %d, %v; want %d", parallel, n, err, len(ins))
+			}
+			if p := g.peak(); p != parallel {
+				t.Fatalf("ParallelClaims %d: at most %d claims ran at once, want %d", parallel, p, parallel)
+			}
+			for _, e := range ins {
+				if a := pub.attemptsOf(e.ID); a != 1 {
+					t.Fatalf("ParallelClaims %d: event %s (key %s) published %d times, want once", parallel, e.ID, e.Key, a)
+				}
+			}
+			byKey := map[string][]string{}
+			for _, e := range ins {
+				byKey[e.Key] = append(byKey[e.Key], e.ID)
+			}
+			got := pub.firstOrderByKey()
+			for k, want := range byKey {
+				if !slices.Equal(got[k], want) {
+					t.Fatalf("ParallelClaims %d: key %s published in order %v, want %v", parallel, k, got[k], want)
+				}
+			}
+		}
+	})
+}
+
+// Claims that keep overlapping (a long backlog, slow claims) do not starve
+// the heartbeat: a publish outlasting the lease keeps its row, so a second
+// relay never publishes it again.
+func TestHeartbeatBetweenOverlappingClaims(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		var evs []ev
+		for i := range 1500 {
+			evs = append(evs, ev{Key: fmt.Sprintf("k%03d", i%300)})
+		}
+		ins := insertEvents(t, db, d, evs...)
+		pub := newRecPub(t)
+		pub.setFail(func(m *message.Message) error {
+			if m.UUID == ins[0].ID {
+				time.Sleep(2500 * time.Millisecond) // the lease is 900 ms
+			}
+			return nil
+		})
+		ga := &claimGauge{Driver: drv, hold: 60 * time.Millisecond}
+		mk := func(id string, drv driver.Driver) *Relay {
+			opts := testOptions(pub, id)
+			opts.LeaseDuration = 900 * time.Millisecond
+			opts.ShutdownTimeout = 300 * time.Millisecond
+			opts.BatchSize = 5
+			opts.MaxInFlight = 100
+			failOnPollErrors(t, &opts)
+			return mustRelay(t, drv, opts)
+		}
+		stopA := runRelay(t, mk("a", ga))
+		waitFor(t, "the slow publish started", func() bool { return pub.attemptsOf(ins[0].ID) == 1 })
+		stopB := runRelay(t, mk("b", &claimGauge{Driver: drv, hold: 60 * time.Millisecond}))
+		waitFor(t, "all sent", func() bool { return count(t, db, "status = 1") == len(ins) })
+		stopA()
+		stopB()
+		for _, e := range ins {
+			if n := pub.attemptsOf(e.ID); n != 1 {
+				t.Fatalf("event %s (key %s) published %d times, want once", e.ID, e.Key, n)
+			}
+		}
+		ga.mu.Lock()
+		defer ga.mu.Unlock()
+		if ga.max < 2 || ga.extends == 0 {
+			t.Fatalf("relay a: at most %d claims at once, %d lease extensions: want overlapping claims and heartbeats", ga.max, ga.extends)
+		}
+	})
+}
+
+// cutOffAfterCommit is a driver whose claims commit and then, when their
+// context ended meanwhile, report the context's error: what a claim cut
+// off between its COMMIT and the reply looks like to the relay.
+type cutOffAfterCommit struct {
+	driver.Driver
+	inFlight atomic.Int32
+}
+
+func (c *cutOffAfterCommit) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
+	c.inFlight.Add(1)
+	defer c.inFlight.Add(-1)
+	rows, err := c.Driver.Claim(context.WithoutCancel(ctx), p)
+	time.Sleep(150 * time.Millisecond)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return rows, err
+}
+
+// Shutdown lets the claims in flight finish and gives their rows back:
+// a clean stop leaves no row leased, even when a claim was under way.
+func TestShutdownDuringClaimLeavesNothingLeased(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		var evs []ev
+		for i := range 400 {
+			evs = append(evs, ev{Key: fmt.Sprintf("k%02d", i%40)})
+		}
+		insertEvents(t, db, d, evs...)
+		cd := &cutOffAfterCommit{Driver: drv}
+		pub := newRecPub(t)
+		opts := testOptions(pub, "stop")
+		opts.BatchSize = 10
+		failOnPollErrors(t, &opts)
+		stop := runRelay(t, mustRelay(t, cd, opts))
+		waitFor(t, "some rows sent and a claim under way", func() bool {
+			return count(t, db, "status = 1") > 0 && cd.inFlight.Load() > 0
+		})
+		stop()
+		if n := count(t, db, "status = 0 AND lease_owner = 'stop'"); n != 0 {
+			t.Fatalf("%d rows still leased after a clean stop, want 0", n)
+		}
+		if sent := count(t, db, "status = 1"); sent != len(pub.successes()) {
+			t.Fatalf("%d rows marked sent, %d published", sent, len(pub.successes()))
+		}
 	})
 }

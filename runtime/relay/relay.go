@@ -452,14 +452,14 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 		return err
 	}
 	res := make(chan error, 1)
-	go func() {
+	f.pool.run(func() {
 		defer func() {
 			if p := recover(); p != nil {
 				res <- fmt.Errorf("relay: publisher panicked: %v", p)
 			}
 		}()
 		res <- r.opts.Publisher.Publish(rw.Topic, msg)
-	}()
+	})
 	start := time.Now()
 	slow := time.NewTimer(f.slowAfter())
 	defer slow.Stop()
