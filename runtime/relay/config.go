@@ -95,8 +95,8 @@ type Config struct {
 	// own, so the database works on one while it commits another. They
 	// lease under SKIP LOCKED like claims of separate instances, so
 	// per-key order holds exactly as it does between instances, and
-	// together they stay within MaxInFlight. SQLite, with one writer,
-	// runs them one after the other.
+	// together they stay within MaxInFlight. On SQLite (one writer) New
+	// sets it to 1.
 	ParallelClaims int
 
 	// PollInterval is the delay between the end of a poll that found less

@@ -40,8 +40,8 @@ import (
 )
 
 // recordDelay is how long results wait to be recorded while units still
-// publish: they go out with the next claim, or after this delay, or once
-// half a batch has gathered, whichever comes first.
+// publish: they go out with the next claim, or alone after this delay
+// (see flushDue).
 const recordDelay = 20 * time.Millisecond
 
 // mode says when a pipeline stops claiming.
@@ -201,10 +201,12 @@ type pipeline struct {
 	leased  map[int64]*batch // rows leased to us and not recorded yet
 	running int              // units not reported
 	pend    driver.Results
-	pendAt  time.Time // when the oldest pending result arrived
+	pendOf  map[int64]*batch // the batch each pending result's row was leased to
+	pendAt  time.Time        // when the oldest pending result arrived
 
 	claiming  int       // claims in flight: no other database call starts
 	claimRows int       // rows the claims in flight may lease
+	claimSeq  int       // claims started
 	backlog   bool      // the last claim came back full: another may run beside one in flight
 	hbDue     bool      // a heartbeat came due while claiming: it runs once they returned
 	claimNow  bool      // claim at the next chance (startup, full claim, Notify)
@@ -240,6 +242,7 @@ func (r *Relay) newPipeline(ctx context.Context, m mode) *pipeline {
 		abandon:   make(chan struct{}),
 		batches:   map[*batch]bool{},
 		leased:    map[int64]*batch{},
+		pendOf:    map[int64]*batch{},
 		claimNow:  true,
 		probed:    m != modeRun, // RunOnce probes before, poll never
 		dbBackoff: backoff.New(r.opts.PollInterval, r.opts.DatabaseBackoffMax),
@@ -474,31 +477,58 @@ func (p *pipeline) nextWake(now time.Time) time.Duration {
 	return max(t.Sub(now), 0)
 }
 
-// takePending returns the pending results to record, leaving none.
-func (p *pipeline) takePending() *driver.Results {
+// takePending returns the pending results to record, leaving none, with
+// the batch each result's row was leased to.
+func (p *pipeline) takePending() (*driver.Results, map[int64]*batch) {
 	if p.pend.Empty() {
-		return nil
+		return nil, nil
 	}
-	rec := p.pend
+	rec, of := p.pend, p.pendOf
 	rec.MaxAttempts = p.r.opts.MaxAttempts
-	p.pend = driver.Results{}
-	return &rec
+	p.pend, p.pendOf = driver.Results{}, map[int64]*batch{}
+	return &rec, of
 }
 
-// restorePending puts back results whose recording failed. A call cut
-// off by shutdown may have committed before it was: the next recording
-// then finds some rows already recorded (uncertain), which is harmless.
-func (p *pipeline) restorePending(rec *driver.Results) {
+// restorePending puts back results whose recording failed with err. A
+// call cut off (shutdown, ShutdownTimeout) may have committed before it
+// was: the next recording then finds some rows already recorded
+// (uncertain), which is harmless.
+func (p *pipeline) restorePending(rec *driver.Results, of map[int64]*batch, err error) {
 	if rec == nil {
 		return
 	}
-	if p.ctx.Err() != nil {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		p.uncertain = true
 	}
 	p.pend.Sent = append(rec.Sent, p.pend.Sent...)
 	p.pend.Failures = append(rec.Failures, p.pend.Failures...)
 	p.pend.Release = append(rec.Release, p.pend.Release...)
+	for id, b := range of {
+		p.pendOf[id] = b
+	}
 	p.pendAt = time.Now()
+}
+
+// dropPending forgets the pending results of rows a claim just leased to
+// this relay again: they belong to an earlier lease of those rows (given
+// back, or lapsed), and recording them now would undo the new one.
+func (p *pipeline) dropPending(rows []driver.Row) {
+	var stale map[int64]bool
+	for _, rw := range rows {
+		if _, ok := p.pendOf[rw.ID]; ok {
+			if stale == nil {
+				stale = map[int64]bool{}
+			}
+			stale[rw.ID] = true
+			delete(p.pendOf, rw.ID)
+		}
+	}
+	if stale == nil {
+		return
+	}
+	p.pend.Sent = slices.DeleteFunc(p.pend.Sent, func(id int64) bool { return stale[id] })
+	p.pend.Failures = slices.DeleteFunc(p.pend.Failures, func(f driver.Failure) bool { return stale[f.Row.ID] })
+	p.pend.Release = slices.DeleteFunc(p.pend.Release, func(id int64) bool { return stale[id] })
 }
 
 // claimOutcome is what a claim returned, with what claimReturned needs
@@ -508,6 +538,8 @@ type claimOutcome struct {
 	res       driver.ClaimResult
 	err       error
 	rec       *driver.Results
+	of        map[int64]*batch // rec's rows' batches
+	seq       int              // the claim's number (claimSeq when it started)
 	limit     int
 	probe     bool
 	wasIdle   bool
@@ -525,13 +557,15 @@ func (p *pipeline) claim(limit int) error {
 		}
 		p.probed = true
 	}
+	p.claimSeq++
 	out := claimOutcome{
-		rec:       p.takePending(),
+		seq:       p.claimSeq,
 		limit:     limit,
 		probe:     r.brk.open,
 		wasIdle:   p.running == 0 && p.claiming == 0,
 		claimedAt: time.Now(), // the lease starts no earlier than this
 	}
+	out.rec, out.of = p.takePending()
 	// A Notify arriving while the claim runs sets claimNow again: it may
 	// announce rows the claim did not see.
 	p.claiming++
@@ -561,12 +595,12 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 	p.claimRows -= out.limit
 	if out.err != nil {
 		p.backlog = false
-		p.restorePending(out.rec)
+		p.restorePending(out.rec, out.of, out.err)
 		p.failed(out.err)
 		return
 	}
 	p.succeeded()
-	p.recorded(out.rec, out.res.Recorded)
+	p.recorded(out.rec, out.of, out.res.Recorded)
 	p.claims++
 	if p.claims == 1 {
 		p.claimed1 = len(out.rows)
@@ -581,15 +615,20 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 		if !p.claimNow {
 			p.nextPoll = time.Now().Add(r.opts.PollInterval)
 		}
-		if p.mode == modeOnce && out.wasIdle {
+		// RunOnce ends with a short claim made with nothing else in
+		// flight, and none started beside it (whose rows it may have
+		// passed over as locked).
+		if p.mode == modeOnce && out.wasIdle && out.seq == p.claimSeq {
 			p.done = true
 		}
 	}
+	p.dropPending(out.rows)
 	switch {
-	case len(out.rows) > 0 && p.stopping:
-		// Shutting down: give them back rather than start publishing.
+	case len(out.rows) > 0 && (p.stopping || (r.brk.open && !out.probe)):
+		// Shutting down, or the breaker opened while the claim ran: give
+		// them back (uncharged) rather than start publishing.
 		for _, rw := range out.rows {
-			p.addRelease(rw.ID)
+			p.addRelease(nil, rw.ID)
 		}
 	case len(out.rows) > 0:
 		p.startBatch(out.rows, out.claimedAt, out.probe)
@@ -599,7 +638,7 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 
 // record records the pending results alone.
 func (p *pipeline) record() error {
-	rec := p.takePending()
+	rec, of := p.takePending()
 	ctx := p.ctx
 	if ctx.Err() != nil {
 		// Shutting down: results are recorded all the same, bounded by the
@@ -610,29 +649,37 @@ func (p *pipeline) record() error {
 	}
 	got, err := p.r.drv.Record(ctx, p.r.opts.InstanceID, *rec)
 	if err != nil {
-		p.restorePending(rec)
+		p.restorePending(rec, of, err)
 		return err
 	}
 	p.succeeded()
-	p.recorded(rec, got)
+	p.recorded(rec, of, got)
 	return nil
 }
 
 // recorded forgets the rows of rec (recorded, or taken over by another
 // instance when the counts fall short) and reports what happened.
-func (p *pipeline) recorded(rec *driver.Results, got driver.Recorded) {
+func (p *pipeline) recorded(rec *driver.Results, of map[int64]*batch, got driver.Recorded) {
 	if rec == nil {
 		return
 	}
 	r := p.r
+	// A row another claim has leased to this relay again since (after
+	// this call released it, or its lease lapsed) stays: it is that
+	// claim's now.
+	forget := func(id int64) {
+		if p.leased[id] == of[id] {
+			delete(p.leased, id)
+		}
+	}
 	for _, id := range rec.Sent {
-		delete(p.leased, id)
+		forget(id)
 	}
 	for _, f := range rec.Failures {
-		delete(p.leased, f.Row.ID)
+		forget(f.Row.ID)
 	}
 	for _, id := range rec.Release {
-		delete(p.leased, id)
+		forget(id)
 	}
 	switch {
 	case p.uncertain && (got.Sent < int64(len(rec.Sent)) || got.Retried < int64(len(rec.Failures))):
@@ -714,7 +761,7 @@ func (p *pipeline) startBatch(rows []driver.Row, claimedAt time.Time, probe bool
 				rest = u[1:]
 			}
 			for _, rw := range rest {
-				p.addRelease(rw.ID)
+				p.addRelease(b, rw.ID)
 			}
 		}
 		units = [][]driver.Row{units[pick][:1]}
@@ -731,12 +778,26 @@ func (p *pipeline) startBatch(rows []driver.Row, claimedAt time.Time, probe bool
 	}
 }
 
-func (p *pipeline) addRelease(ids ...int64) {
+// addRelease files ids of batch b (nil: rows never handed to a batch)
+// to be given back.
+func (p *pipeline) addRelease(b *batch, ids ...int64) {
 	if len(ids) == 0 {
 		return
 	}
 	p.pending()
 	p.pend.Release = append(p.pend.Release, ids...)
+	for _, id := range ids {
+		p.pendOf[id] = b
+	}
+}
+
+// addFailures files failed publishes of batch b.
+func (p *pipeline) addFailures(b *batch, fs ...driver.Failure) {
+	p.pending()
+	p.pend.Failures = append(p.pend.Failures, fs...)
+	for _, f := range fs {
+		p.pendOf[f.Row.ID] = b
+	}
 }
 
 // take files one unit's result. Rows no longer leased to the unit's batch
@@ -752,6 +813,9 @@ func (p *pipeline) take(res unitResult) {
 	if sent := own(res.sent); len(sent) > 0 {
 		p.pending()
 		p.pend.Sent = append(p.pend.Sent, sent...)
+		for _, id := range sent {
+			p.pendOf[id] = b
+		}
 		b.sent += len(sent)
 		p.published += len(sent)
 		if len(b.transient) > 0 && !b.judged {
@@ -762,8 +826,7 @@ func (p *pipeline) take(res unitResult) {
 	if f := res.failure; f != nil && p.leased[f.Row.ID] == b {
 		switch {
 		case f.Permanent:
-			p.pending()
-			p.pend.Failures = append(p.pend.Failures, *f)
+			p.addFailures(b, *f)
 		case b.sent > 0 || b.judged:
 			p.settle(b, []driver.Failure{*f})
 		default:
@@ -773,7 +836,7 @@ func (p *pipeline) take(res unitResult) {
 			b.transient = append(b.transient, *f)
 		}
 	}
-	p.addRelease(own(res.release)...)
+	p.addRelease(b, own(res.release)...)
 	if b.units > 0 {
 		return
 	}
@@ -796,10 +859,9 @@ func (p *pipeline) settle(b *batch, fs []driver.Failure) {
 	}
 	charge, release := p.r.judge(b.sent > 0, fs, b.probe)
 	if len(charge) > 0 {
-		p.pending()
-		p.pend.Failures = append(p.pend.Failures, charge...)
+		p.addFailures(b, charge...)
 	}
-	p.addRelease(release...)
+	p.addRelease(b, release...)
 }
 
 // pending notes that a result is about to be added.
@@ -892,7 +954,7 @@ func (p *pipeline) shutdown() func() bool {
 // lease: past it the fence would reject the writes anyway) and returns
 // the pipeline's error.
 func (p *pipeline) finish() error {
-	rec := p.takePending()
+	rec, of := p.takePending()
 	if rec == nil {
 		return p.err
 	}
@@ -909,6 +971,6 @@ func (p *pipeline) finish() error {
 		}
 		return errors.Join(p.err, err)
 	}
-	p.recorded(rec, got)
+	p.recorded(rec, of, got)
 	return p.err
 }

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -243,7 +244,8 @@ func (g *claimGauge) peak() int {
 }
 
 // While a backlog lasts, ParallelClaims claims run at once (and never
-// more); every event is still published once, each key in order.
+// more; one on SQLite); every event is still published once, each key in
+// order.
 func TestParallelClaimsKeepKeyOrder(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
 		var evs []ev
@@ -268,8 +270,12 @@ func TestParallelClaimsKeepKeyOrder(t *testing.T) {
 			if err != nil || n != len(ins) {
 				t.Fatalf("ParallelClaims %d: RunOnce = %d, %v; want %d", parallel, n, err, len(ins))
 			}
-			if p := g.peak(); p != parallel {
-				t.Fatalf("ParallelClaims %d: at most %d claims ran at once, want %d", parallel, p, parallel)
+			want := parallel
+			if d == dialect.SQLite {
+				want = 1 // one writer: New caps ParallelClaims
+			}
+			if p := g.peak(); p != want {
+				t.Fatalf("ParallelClaims %d: at most %d claims ran at once, want %d", parallel, p, want)
 			}
 			for _, e := range ins {
 				if a := pub.attemptsOf(e.ID); a != 1 {
@@ -330,7 +336,7 @@ func TestHeartbeatBetweenOverlappingClaims(t *testing.T) {
 		}
 		ga.mu.Lock()
 		defer ga.mu.Unlock()
-		if ga.max < 2 || ga.extends == 0 {
+		if (ga.max < 2 && d != dialect.SQLite) || ga.extends == 0 {
 			t.Fatalf("relay a: at most %d claims at once, %d lease extensions: want overlapping claims and heartbeats", ga.max, ga.extends)
 		}
 	})
@@ -379,6 +385,77 @@ func TestShutdownDuringClaimLeavesNothingLeased(t *testing.T) {
 		}
 		if sent := count(t, db, "status = 1"); sent != len(pub.successes()) {
 			t.Fatalf("%d rows marked sent, %d published", sent, len(pub.successes()))
+		}
+	})
+}
+
+// slowToReport holds back the return of the first claim that records a
+// failure, after it committed, until until() reports true (at most 5 s).
+type slowToReport struct {
+	driver.Driver
+	until func() bool
+	once  sync.Once
+}
+
+func (s *slowToReport) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
+	rows, err := s.Driver.Claim(ctx, p)
+	if p.Record != nil && len(p.Record.Failures) > 0 {
+		s.once.Do(func() {
+			for end := time.Now().Add(5 * time.Second); !s.until() && time.Now().Before(end); {
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	return rows, err
+}
+
+// A claim that returns late, after a claim beside it leased one of its
+// rows again (a failed row due again at once) and while that row
+// publishes again, does not take the row from the new batch: it is marked
+// sent once published, not left to wait for its lease to lapse.
+func TestLateClaimKeepsNewerLease(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		if d == dialect.SQLite {
+			t.Skip("SQLite runs one claim at a time")
+		}
+		var evs []ev
+		for i := range 600 {
+			evs = append(evs, ev{Key: fmt.Sprintf("k%03d", i%200)})
+		}
+		ins := insertEvents(t, db, d, evs...)
+		poison := ins[0].ID
+		var failed atomic.Bool
+		pub := newRecPub(t)
+		pub.setFail(func(m *message.Message) error {
+			if m.UUID == poison {
+				if failed.CompareAndSwap(false, true) {
+					return errors.New("broker hiccup")
+				}
+				time.Sleep(time.Second) // still publishing when the late claim returns
+			}
+			return nil
+		})
+		opts := testOptions(pub, "late")
+		opts.BatchSize = 20
+		opts.MaxInFlight = 1000
+		opts.Backoff = func(int) time.Duration { return 0 } // due again at once
+		failOnPollErrors(t, &opts)
+		relet := func() bool { // the poison row failed, and is leased again
+			return failed.Load() && state(t, db, d, poison).LeaseOwner.String == "late"
+		}
+		stop := runRelay(t, mustRelay(t, &slowToReport{Driver: drv, until: relet}, opts))
+		// The lease is 20 s: a row whose result was dropped would wait
+		// for it to lapse.
+		deadline := time.Now().Add(8 * time.Second)
+		for count(t, db, "status = 1") < len(ins) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d rows sent after 8 s; the poison row: %+v", count(t, db, "status = 1"), len(ins), state(t, db, d, poison))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		stop()
+		if n := pub.attemptsOf(poison); n != 2 {
+			t.Fatalf("the row that failed once was attempted %d times, want 2", n)
 		}
 	})
 }

@@ -92,6 +92,9 @@ func New(drv driver.Driver, opts Config) (*Relay, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	if drv.Dialect() == dialect.SQLite {
+		opts.ParallelClaims = 1 // one writer: a second claim would only wait for the lock
+	}
 	unordered := opts.unorderedTypes()
 	r := &Relay{
 		opts:          opts,
@@ -168,7 +171,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.log.InfoContext(ctx, "relay started",
 		slog.Int("batch_size", r.opts.BatchSize), slog.Duration("poll_interval", r.opts.PollInterval),
 		slog.Duration("lease", r.opts.LeaseDuration), slog.Int("concurrency", r.opts.Concurrency),
-		slog.Int("max_in_flight", r.opts.MaxInFlight))
+		slog.Int("max_in_flight", r.opts.MaxInFlight), slog.Int("parallel_claims", r.opts.ParallelClaims))
 	if n, ok := r.drv.(driver.Notifier); ok {
 		listenCtx, stopListen := context.WithCancel(ctx)
 		done := make(chan struct{})
