@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -70,16 +69,7 @@ func TestSlowPublishHoldsBackOnlyItsKey(t *testing.T) {
 		once.Do(func() { close(unblock) })
 		waitFor(t, "all sent", func() bool { return count(t, db, "status = 1") == len(ins) })
 		stop()
-		byKey := map[string][]string{}
-		for _, e := range ins {
-			byKey[e.Key] = append(byKey[e.Key], e.ID)
-		}
-		got := pub.firstOrderByKey()
-		for k, want := range byKey {
-			if !slices.Equal(got[k], want) {
-				t.Fatalf("key %s published in order %v, want %v", k, got[k], want)
-			}
-		}
+		checkKeyOrder(t, pub, ins)
 	})
 }
 
@@ -115,11 +105,7 @@ func TestHeartbeatCoversRowsInFlight(t *testing.T) {
 		waitFor(t, "all sent", func() bool { return count(t, db, "status = 1") == len(ins) })
 		stopA()
 		stopB()
-		for _, e := range ins {
-			if n := pub.attemptsOf(e.ID); n != 1 {
-				t.Fatalf("event %s (key %s) published %d times, want once", e.ID, e.Key, n)
-			}
-		}
+		checkPublishedOnce(t, pub, ins)
 	})
 }
 
@@ -173,11 +159,7 @@ func (c *recordCounter) Release(ctx context.Context, owner string, ids []int64) 
 // claim (one transaction) rather than with statements of their own.
 func TestResultsRecordedWithNextClaim(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
-		var evs []ev
-		for i := range 600 {
-			evs = append(evs, ev{Key: fmt.Sprintf("k%d", i%60)})
-		}
-		ins := insertEvents(t, db, d, evs...)
+		ins := insertEvents(t, db, d, roundRobin(600, 60)...)
 		cd := &recordCounter{Driver: drv}
 		pub := newRecPub(t)
 		opts := testOptions(pub, "rec")
@@ -248,11 +230,7 @@ func (g *claimGauge) peak() int {
 // order.
 func TestParallelClaimsKeepKeyOrder(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
-		var evs []ev
-		for i := range 900 {
-			evs = append(evs, ev{Key: fmt.Sprintf("k%02d", i%30)})
-		}
-		ins := insertEvents(t, db, d, evs...)
+		ins := insertEvents(t, db, d, roundRobin(900, 30)...)
 		for _, parallel := range []int{1, 2, 3} {
 			if parallel > 1 {
 				if _, err := db.Exec("UPDATE " + table + " SET status = 0, sent_at = NULL"); err != nil {
@@ -277,21 +255,8 @@ func TestParallelClaimsKeepKeyOrder(t *testing.T) {
 			if p := g.peak(); p != want {
 				t.Fatalf("ParallelClaims %d: at most %d claims ran at once, want %d", parallel, p, want)
 			}
-			for _, e := range ins {
-				if a := pub.attemptsOf(e.ID); a != 1 {
-					t.Fatalf("ParallelClaims %d: event %s (key %s) published %d times, want once", parallel, e.ID, e.Key, a)
-				}
-			}
-			byKey := map[string][]string{}
-			for _, e := range ins {
-				byKey[e.Key] = append(byKey[e.Key], e.ID)
-			}
-			got := pub.firstOrderByKey()
-			for k, want := range byKey {
-				if !slices.Equal(got[k], want) {
-					t.Fatalf("ParallelClaims %d: key %s published in order %v, want %v", parallel, k, got[k], want)
-				}
-			}
+			checkPublishedOnce(t, pub, ins)
+			checkKeyOrder(t, pub, ins)
 		}
 	})
 }
@@ -301,11 +266,7 @@ func TestParallelClaimsKeepKeyOrder(t *testing.T) {
 // relay never publishes it again.
 func TestHeartbeatBetweenOverlappingClaims(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
-		var evs []ev
-		for i := range 1500 {
-			evs = append(evs, ev{Key: fmt.Sprintf("k%03d", i%300)})
-		}
-		ins := insertEvents(t, db, d, evs...)
+		ins := insertEvents(t, db, d, roundRobin(1500, 300)...)
 		pub := newRecPub(t)
 		pub.setFail(func(m *message.Message) error {
 			if m.UUID == ins[0].ID {
@@ -329,11 +290,7 @@ func TestHeartbeatBetweenOverlappingClaims(t *testing.T) {
 		waitFor(t, "all sent", func() bool { return count(t, db, "status = 1") == len(ins) })
 		stopA()
 		stopB()
-		for _, e := range ins {
-			if n := pub.attemptsOf(e.ID); n != 1 {
-				t.Fatalf("event %s (key %s) published %d times, want once", e.ID, e.Key, n)
-			}
-		}
+		checkPublishedOnce(t, pub, ins)
 		ga.mu.Lock()
 		defer ga.mu.Unlock()
 		if (ga.max < 2 && d != dialect.SQLite) || ga.extends == 0 {
@@ -365,11 +322,7 @@ func (c *cutOffAfterCommit) Claim(ctx context.Context, p driver.ClaimParams) ([]
 // a clean stop leaves no row leased, even when a claim was under way.
 func TestShutdownDuringClaimLeavesNothingLeased(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
-		var evs []ev
-		for i := range 400 {
-			evs = append(evs, ev{Key: fmt.Sprintf("k%02d", i%40)})
-		}
-		insertEvents(t, db, d, evs...)
+		insertEvents(t, db, d, roundRobin(400, 40)...)
 		cd := &cutOffAfterCommit{Driver: drv}
 		pub := newRecPub(t)
 		opts := testOptions(pub, "stop")
@@ -418,11 +371,7 @@ func TestLateClaimKeepsNewerLease(t *testing.T) {
 		if d == dialect.SQLite {
 			t.Skip("SQLite runs one claim at a time")
 		}
-		var evs []ev
-		for i := range 600 {
-			evs = append(evs, ev{Key: fmt.Sprintf("k%03d", i%200)})
-		}
-		ins := insertEvents(t, db, d, evs...)
+		ins := insertEvents(t, db, d, roundRobin(600, 200)...)
 		poison := ins[0].ID
 		var failed atomic.Bool
 		pub := newRecPub(t)
@@ -458,4 +407,24 @@ func TestLateClaimKeepsNewerLease(t *testing.T) {
 			t.Fatalf("the row that failed once was attempted %d times, want 2", n)
 		}
 	})
+}
+
+// roundRobin is n events over the keys k000, k001, ... in turn.
+func roundRobin(n, keys int) []ev {
+	evs := make([]ev, n)
+	for i := range evs {
+		evs[i] = ev{Key: fmt.Sprintf("k%03d", i%keys)}
+	}
+	return evs
+}
+
+// checkPublishedOnce fails unless every event of ins was published
+// exactly once (attempts, failed ones included).
+func checkPublishedOnce(t *testing.T, pub *recPub, ins []inserted) {
+	t.Helper()
+	for _, e := range ins {
+		if n := pub.attemptsOf(e.ID); n != 1 {
+			t.Fatalf("event %s (key %s) published %d times, want once", e.ID, e.Key, n)
+		}
+	}
 }
