@@ -323,16 +323,26 @@ func (r *Relay) setup(ctx context.Context, conn *pgconn.PgConn) error {
 // written before the slot exists are never streamed), e.g. next to the
 // schema migration. Its errors say what to do (wal_level, privileges).
 func (r *Relay) Setup(ctx context.Context) error {
+	conn, closeConn, err := r.connectReplication(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	return r.setup(ctx, conn)
+}
+
+// connectReplication opens a replication connection (at most 30 s) and
+// returns it with the function that closes it (at most 5 s).
+func (r *Relay) connectReplication(ctx context.Context) (*pgconn.PgConn, func(), error) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	conn, err := pgconn.ConnectConfig(cctx, r.repl)
 	cancel()
 	if err != nil {
-		return classify("connect for replication", err)
+		return nil, nil, classify("connect for replication", err)
 	}
-	defer func() {
+	return conn, func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = conn.Close(cctx)
-	}()
-	return r.setup(ctx, conn)
+	}, nil
 }

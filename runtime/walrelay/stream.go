@@ -57,17 +57,11 @@ type session struct {
 // session connects, sets up, starts streaming and streams until ctx is
 // done or the connection fails.
 func (r *Relay) session(ctx context.Context, standby *bool) (err error) {
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	conn, err := pgconn.ConnectConfig(cctx, r.repl)
-	cancel()
+	conn, closeConn, err := r.connectReplication(ctx)
 	if err != nil {
-		return classify("connect for replication", err)
+		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
+	defer closeConn()
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := r.setup(sctx, conn); err != nil {
