@@ -14,8 +14,9 @@
 //     pending rows wait behind 500 FAILED heads, against H = 0;
 //  4. the chaos run: 3 relays, 8 writers writing for -chaos-for, a
 //     fraction -chaos-slow (0.5 %) of the publishes taking -chaos-delay
-//     (3 s): rows pending when the writers stop and the drain rate after
-//     that, against the same run without slow publishes;
+//     (3 s): rows pending when the writers stop, the drain rate after
+//     that, and the rate delivered while the writers write, against the
+//     same run without slow publishes;
 //  5. MariaDB, -myrows (50k) backlog: the relay against a1, a2 and
 //     watermill's Forwarder (watermill-sql's MySQL adapters);
 //  6. 1 ms publish latency, -slowrows (20k) backlog: the relay against

@@ -496,6 +496,8 @@ func printEvent(w io.Writer, e driver.Event) {
 		row("sent", stamp(e.SentAt))
 	case driver.Pending:
 		switch {
+		case e.LeaseOwner == dialect.HeldOwner && dialect.IsInFlightHold(e.NextRetryAt):
+			row("held back", "until event "+strconv.FormatInt(dialect.InFlightHoldHead(e.NextRetryAt), 10)+", an older event of its key whose publish is slow, is recorded")
 		case e.LeaseOwner == dialect.HeldOwner:
 			row("held back", "behind an older event of its key until "+stamp(e.NextRetryAt)+" (a requeue of that event releases it)")
 		case e.LeaseOwner != "" && !e.LeaseExpiresAt.IsZero():

@@ -448,13 +448,15 @@ func (h *handler) event(w http.ResponseWriter, r *http.Request, ref string) {
 	d.Recent = ev.Status == driver.Sent && time.Since(ev.SentAt) < admin.RecentWindow
 	tl := []timelineEntry{{At: ev.CreatedAt, Text: "created (committed with its business change)"}}
 	if ev.LeaseOwner != "" && ev.Status == driver.Pending {
-		if ev.LeaseOwner == dialect.HeldOwner {
+		if ev.LeaseOwner == dialect.HeldOwner && dialect.IsInFlightHold(ev.NextRetryAt) {
+			tl = append(tl, timelineEntry{At: ev.UpdatedAt, Text: "held back, until that event is recorded, behind an older event of its key whose publish was slow: event " + strconv.FormatInt(dialect.InFlightHoldHead(ev.NextRetryAt), 10) + ", since"})
+		} else if ev.LeaseOwner == dialect.HeldOwner {
 			tl = append(tl, timelineEntry{At: ev.NextRetryAt, Text: "held back behind an older event of its key until"})
 		} else {
 			tl = append(tl, timelineEntry{At: ev.LeaseExpiresAt, Text: "claimed by " + ev.LeaseOwner + " until"})
 		}
 	}
-	if ev.Status == driver.Pending && ev.RetryCount > 0 {
+	if ev.Status == driver.Pending && ev.RetryCount > 0 && !dialect.IsInFlightHold(ev.NextRetryAt) {
 		tl = append(tl, timelineEntry{At: ev.NextRetryAt, Text: fmt.Sprintf("backing off after %s: next attempt at", plural(int64(ev.RetryCount), "failed attempt"))})
 	}
 	if ev.Status == driver.Failed {

@@ -263,6 +263,8 @@ func eventState(e driver.Event) state {
 		s.Label, s.Class = "FAILED", "failed"
 	case e.Status == driver.Sent:
 		s.Label, s.Class = "SENT", "sent"
+	case e.LeaseOwner == dialect.HeldOwner && dialect.IsInFlightHold(e.NextRetryAt):
+		s.Label, s.Class, s.Detail = "HELD BACK", "held", "waits until event "+strconv.FormatInt(dialect.InFlightHoldHead(e.NextRetryAt), 10)+", an older event of its key whose publish is slow, is recorded"
 	case e.LeaseOwner == dialect.HeldOwner:
 		s.Label, s.Class, s.Detail = "HELD BACK", "held", "waits behind an older FAILED or backing-off event of its key"
 	case e.LeaseOwner != "" && e.LeaseExpiresAt.After(now):

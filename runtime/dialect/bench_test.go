@@ -33,7 +33,7 @@ func BenchmarkClaim(b *testing.B) {
 		b.Run(string(d), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				sinkSQL, sinkArgs = q.Claim("relay-1", 30*time.Second, 100, 5*time.Minute)
+				sinkSQL, sinkArgs = q.Claim("relay-1", 30*time.Second, 100, 5*time.Minute, 500*time.Millisecond)
 			}
 		})
 	}

@@ -67,6 +67,10 @@ func (p *prepared) render(vals ...any) (string, []any) {
 				for i, v := range l {
 					item(i, v)
 				}
+			case []time.Time:
+				for i, v := range l {
+					item(i, v)
+				}
 			default:
 				panic(fmt.Sprintf("dialect: %s: list argument of type %T", p.name, l))
 			}

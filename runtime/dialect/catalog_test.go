@@ -106,13 +106,19 @@ func catalog(t *testing.T, d Dialect) []rendered {
 		}
 		rq, err := NewRelayQueries(d, tb.Outbox, unordered)
 		must(err)
-		s, a := rq.Claim(catalogOwner, 30*time.Second, 100, 5*time.Minute)
+		s, a := rq.Claim(catalogOwner, 30*time.Second, 100, 5*time.Minute, 500*time.Millisecond)
 		add("RelayClaim", v, s, a)
-		s, a = rq.ClaimOverdue(catalogOwner, 30*time.Second, 100, 5*time.Minute, time.Minute)
+		s, a = rq.ClaimOverdue(catalogOwner, 30*time.Second, 100, 5*time.Minute, time.Minute, 500*time.Millisecond)
 		add("RelayClaim", strings.TrimPrefix(v+" overdue", " "), s, a)
 		if rq.ClaimInTransaction() {
 			s, a = rq.ClaimBlocked(catalogIDs, 5*time.Minute)
 			add("RelayClaimBlocked", v, s, a)
+		}
+		if rq.ClaimByCandidates() {
+			s, a = rq.ClaimCandidates(200, 0)
+			add("RelayClaim", strings.TrimPrefix(v+" candidates", " "), s, a)
+			s, a = rq.ClaimCandidates(200, time.Minute)
+			add("RelayClaim", strings.TrimPrefix(v+" candidates overdue", " "), s, a)
 		}
 	}
 	rq, err := NewRelayQueries(d, tb.Outbox, nil)
@@ -123,9 +129,21 @@ func catalog(t *testing.T, d Dialect) []rendered {
 		s, a = rq.ClaimHold("2026-12-01 10:00:00.000", catalogIDs)
 		add("RelayClaimHold", "", s, a)
 	}
+	if rq.ClaimByCandidates() {
+		s, a := rq.ClaimLock(catalogIDs, 100)
+		add("RelayClaimLock", "", s, a)
+	}
 	{
 		s, a := rq.ReleaseHeld(catalogIDs)
 		add("RelayReleaseHeld", "", s, a)
+	}
+	if rq.HoldsInFlight() {
+		s, a := rq.ReleaseInFlightHeld(catalogIDs)
+		add("RelayReleaseInFlightHeld", "", s, a)
+		s, a = rq.ArrayIDs().ReleaseInFlightHeld(catalogIDs)
+		add("RelayReleaseInFlightHeldArray", "", s, a)
+		s, a = rq.ReleaseOrphanHeld()
+		add("RelayReleaseOrphanHeld", "", s, a)
 	}
 	for _, q := range []*RelayQueries{rq, rq.ArrayIDs()} {
 		suffix := ""

@@ -63,6 +63,14 @@ type spec struct {
 	// UPDATE ... RETURNING; SQLite: sqlc cannot check the one-statement
 	// form, and its single writer makes the transaction as cheap).
 	claimInTx bool
+	// claimCandidates: the claim transaction reads its window without
+	// locks (RelayClaim without its locking section), then locks it by id
+	// (RelayClaimLock); the locking RelayClaim is the fallback (InnoDB,
+	// see sql/mysql.sql).
+	claimCandidates bool
+	// holdInFlight: the claim holds rows behind a row of their key in
+	// flight for a while (RelayReleaseInFlightHeld, RelayReleaseOrphanHeld).
+	holdInFlight bool
 	// arrayIDs: the Relay*Array statements bind an id list as one array.
 	arrayIDs bool
 	// notify: OutboxNotifyInsert and RelayListen (LISTEN/NOTIFY).
@@ -80,18 +88,20 @@ var specs = []*spec{
 	{
 		dialect: Postgres, aliases: []string{"postgresql", "pgx"},
 		now: "now()", dollar: true,
-		duration: func(d time.Duration) any { return d.Seconds() },
-		arrayIDs: true,
-		notify:   true,
-		wal:      true,
-		archive:  archiveMove,
+		duration:     func(d time.Duration) any { return d.Seconds() },
+		arrayIDs:     true,
+		holdInFlight: true,
+		notify:       true,
+		wal:          true,
+		archive:      archiveMove,
 	},
 	{
 		dialect: MySQL, aliases: []string{"mariadb"},
-		now:       "CURRENT_TIMESTAMP(6)",
-		duration:  func(d time.Duration) any { return d.Microseconds() },
-		claimInTx: true,
-		archive:   archivePickCopyDelete,
+		now:             "CURRENT_TIMESTAMP(6)",
+		duration:        func(d time.Duration) any { return d.Microseconds() },
+		claimInTx:       true,
+		claimCandidates: true,
+		archive:         archivePickCopyDelete,
 	},
 	{
 		dialect: SQLite, aliases: []string{"sqlite3"},

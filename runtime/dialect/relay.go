@@ -46,6 +46,8 @@ type RelayQueries struct {
 	set       *stmtSet
 	// The claims, prepared with the unordered list.
 	claim, overdue, blocked *prepared
+	// The windows read without locks (MySQL), prepared likewise.
+	candidates, overdueCandidates *prepared
 	// arrays: id lists are bound as one PostgreSQL array (see ArrayIDs).
 	arrays bool
 }
@@ -55,12 +57,18 @@ type RelayQueries struct {
 var (
 	// One statement for Claim and ClaimOverdue: the overdue_on section
 	// adds the created_at cutoff.
-	sClaim = define(nil, "RelayClaim", "owner", "lease", "max_rows", "hold", "overdue").
-		withFixed("unordered", "overdue_on").mayOmit("owner", "lease", "hold", "overdue")
+	// MySQL's has a locking section (see ClaimByCandidates).
+	sClaim = define(nil, "RelayClaim", "owner", "lease", "max_rows", "hold", "overdue", "young").
+		withFixed("unordered", "overdue_on", "locking").mayOmit("owner", "lease", "hold", "overdue", "young")
+	sClaimLock    = define(needCandidates, "RelayClaimLock", "ids", "max_rows")
 	sClaimBlocked = define(needClaimInTx, "RelayClaimBlocked", "ids", "hold").withFixed("unordered")
 	sClaimLease   = define(needClaimInTx, "RelayClaimLease", "owner", "lease", "ids")
 	sClaimHold    = define(needClaimInTx, "RelayClaimHold", "hold_until", "ids")
 	sReleaseHeld  = define(nil, "RelayReleaseHeld", "ids")
+
+	sReleaseInFlightHeld      = define(needHoldInFlight, "RelayReleaseInFlightHeld", "stamps")
+	sReleaseInFlightHeldArray = define(needHoldInFlightArray, "RelayReleaseInFlightHeldArray", "stamps")
+	sReleaseOrphanHeld        = define(needHoldInFlight, "RelayReleaseOrphanHeld")
 
 	sMarkSent    = define(nil, "RelayMarkSent", "owner", "ids")
 	sMarkRetry   = define(nil, "RelayMarkRetry", "owner", "id", "last_error", "delay", "max_attempts")
@@ -90,11 +98,15 @@ func NewRelayQueries(d Dialect, table string, unordered []string) (*RelayQueries
 	q.set = s.statements(tb)
 	c := s.claims(tb, q.unordered)
 	q.claim, q.overdue, q.blocked = c.claim, c.overdue, c.blocked
+	q.candidates, q.overdueCandidates = c.candidates, c.overdueCandidates
 	return q, nil
 }
 
 // claimSet holds the claims prepared for one unordered list.
-type claimSet struct{ claim, overdue, blocked *prepared }
+type claimSet struct {
+	claim, overdue, blocked       *prepared
+	candidates, overdueCandidates *prepared
+}
 
 type claimKey struct {
 	set       setKey
@@ -111,12 +123,16 @@ func (s *spec) claims(tb tables, unordered []string) *claimSet {
 		return v.(*claimSet)
 	}
 	c := &claimSet{
-		claim:   s.mustPrepare(sClaim, tb, map[string][]string{"unordered": unordered}),
-		overdue: s.mustPrepare(sClaim, tb, map[string][]string{"unordered": unordered, "overdue_on": {"1"}}),
+		claim:   s.mustPrepare(sClaim, tb, map[string][]string{"unordered": unordered, "locking": {"1"}}),
+		overdue: s.mustPrepare(sClaim, tb, map[string][]string{"unordered": unordered, "overdue_on": {"1"}, "locking": {"1"}}),
 	}
 	fixed := map[string][]string{"unordered": unordered}
 	if s.claimInTx {
 		c.blocked = s.mustPrepare(sClaimBlocked, tb, fixed)
+	}
+	if s.claimCandidates {
+		c.candidates = s.mustPrepare(sClaim, tb, fixed)
+		c.overdueCandidates = s.mustPrepare(sClaim, tb, map[string][]string{"unordered": unordered, "overdue_on": {"1"}})
 	}
 	v, _ := claimSets.LoadOrStore(k, c)
 	return v.(*claimSet)
@@ -157,7 +173,8 @@ func (q *RelayQueries) Table() string { return q.table }
 // rows whose lease_owner is the claiming owner. True (MySQL/MariaDB, which
 // have no UPDATE ... RETURNING, and SQLite): in one short transaction
 // (MySQL: READ COMMITTED) run Claim, which locks and returns the
-// candidates (RelayColumns), then ClaimBlocked, which returns the ids not
+// candidates (RelayColumns; on MySQL, see ClaimByCandidates for how they
+// are read and locked), then ClaimBlocked, which returns the ids not
 // to lease, each with hold_until; run ClaimLease on the rest and ClaimHold
 // for each id whose hold_until is not NULL; commit.
 //
@@ -172,9 +189,11 @@ func (q *RelayQueries) Table() string { return q.table }
 // decides: when o is FAILED, c is held for hold (ReleaseHeld, run by
 // Requeue, ends it early); when o is backing off or held itself, c is held
 // until o's next_retry_time, when o is tried again (and c is looked at
-// again with it); when o is in flight elsewhere or outside the window, c
-// is left alone. A held row has lease_owner HeldOwner and is otherwise
-// pending: status, attempts and the rest are unchanged.
+// again with it); when o has been in flight for young or more and the
+// dialect HoldsInFlight, c is held until o is recorded
+// (InFlightHoldStamp); when o is in flight otherwise, or outside the
+// window, c is left alone. A held row has lease_owner HeldOwner and is
+// otherwise pending: status, attempts and the rest are unchanged.
 func (q *RelayQueries) ClaimInTransaction() bool { return q.s.claimInTx }
 
 // ClaimColumns are the columns a one-statement claim returns:
@@ -184,17 +203,111 @@ var ClaimColumns = append(append([]string(nil), RelayColumns...), "lease_owner")
 
 // Claim returns the claim statement for owner with lease lease, at most
 // limit candidates, holding blocked rows for hold; see ClaimInTransaction
-// for how to run it.
-func (q *RelayQueries) Claim(owner string, lease time.Duration, limit int, hold time.Duration) (string, []any) {
-	return q.claim.render(owner, lease, limit, hold, time.Duration(0))
+// for how to run it. On dialects with HoldsInFlight, rows behind a row of
+// their key in flight for young or more are held until it is recorded.
+func (q *RelayQueries) Claim(owner string, lease time.Duration, limit int, hold, young time.Duration) (string, []any) {
+	return q.claim.render(owner, lease, limit, hold, time.Duration(0), young)
 }
 
 // ClaimOverdue is Claim restricted to rows created at least overdueAfter
 // ago (by the database clock): the sweeper's rescue pass, which leaves
 // younger rows to the relay. Per-key order holds as in Claim. It is run
 // like Claim (see ClaimInTransaction).
-func (q *RelayQueries) ClaimOverdue(owner string, lease time.Duration, limit int, hold, overdueAfter time.Duration) (string, []any) {
-	return q.overdue.render(owner, lease, limit, hold, overdueAfter)
+func (q *RelayQueries) ClaimOverdue(owner string, lease time.Duration, limit int, hold, overdueAfter, young time.Duration) (string, []any) {
+	return q.overdue.render(owner, lease, limit, hold, overdueAfter, young)
+}
+
+// HoldsInFlight reports whether a claim holds the rows behind a row of
+// their key in flight for a while (PostgreSQL): such rows get
+// next_retry_time InFlightHoldStamp(that row's id) and lease_owner
+// HeldOwner, so claims stop reading past them, and every recording must
+// run ReleaseInFlightHeld for the rows it recorded.
+func (q *RelayQueries) HoldsInFlight() bool { return q.s.holdInFlight }
+
+// inFlightHoldBase is the stamp of row id 0 (see InFlightHoldStamp); the
+// same constant is written in the claim of sql/postgres.sql.
+var inFlightHoldBase = time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// InFlightHoldStamp is the next_retry_time a claim gives the rows it
+// holds behind row id while id is in flight: 3000-01-01 UTC plus id
+// microseconds. Far in the future, so never due, and one per row, so a
+// recording finds exactly the rows held behind what it recorded with one
+// probe of the due index each.
+func InFlightHoldStamp(id int64) time.Time {
+	return inFlightHoldBase.Add(time.Duration(id) * time.Microsecond)
+}
+
+// IsInFlightHold reports whether next_retry_time t is an InFlightHoldStamp.
+func IsInFlightHold(t time.Time) bool { return !t.Before(inFlightHoldBase) }
+
+// InFlightHoldHead returns the id of the row whose InFlightHoldStamp t is.
+func InFlightHoldHead(t time.Time) int64 {
+	return int64(t.Sub(inFlightHoldBase) / time.Microsecond)
+}
+
+// ReleaseInFlightHeld makes the rows held behind the ids (recorded: sent,
+// failed or given back) due again. Run it in the recording's transaction,
+// after the statements that recorded the ids. On dialects without
+// HoldsInFlight it returns "", nil. Callers split id lists longer than
+// MaxInList unless ArrayIDs.
+func (q *RelayQueries) ReleaseInFlightHeld(ids []int64) (string, []any) {
+	if !q.s.holdInFlight {
+		return "", nil
+	}
+	stamps := make([]time.Time, len(ids))
+	for i, id := range ids {
+		stamps[i] = InFlightHoldStamp(id)
+	}
+	return q.idStmt(sReleaseInFlightHeld, sReleaseInFlightHeldArray).render(stamps)
+}
+
+// ReleaseOrphanHeld makes due again the rows held behind a row that is no
+// longer in flight but was recorded without releasing them. On dialects
+// without HoldsInFlight it returns "", nil.
+func (q *RelayQueries) ReleaseOrphanHeld() (string, []any) {
+	if !q.s.holdInFlight {
+		return "", nil
+	}
+	return q.set.get(sReleaseOrphanHeld).render()
+}
+
+// ClaimByCandidates reports whether a claim transaction reads its window
+// in two steps (MySQL/MariaDB): ClaimCandidates, a read without locks of
+// more ids than it leases, then ClaimLock, which locks up to the limit of
+// them; when ClaimLock locked fewer than the limit and the candidates
+// filled theirs (other claims hold rows of the window), Claim, the same
+// window read with locks (it returns ids here), and ClaimLock of what it
+// returned take their place. Then ClaimBlocked, ClaimLease and ClaimHold,
+// as in ClaimInTransaction. The rows leased are the same as Claim's but
+// for which of the window's rows: InnoDB's locking read of the due index
+// costs a clustered-index read for each entry left by a row sent since
+// the last purge (see sql/mysql.sql).
+func (q *RelayQueries) ClaimByCandidates() bool { return q.candidates != nil }
+
+// ClaimCandidates returns the window read without locks: the ids of at
+// most limit due, unleased rows in due order, not behind a row of their key
+// in flight; with overdueAfter > 0, only rows created at least that long
+// ago (ClaimOverdue). On dialects without ClaimByCandidates it returns
+// "", nil.
+func (q *RelayQueries) ClaimCandidates(limit int, overdueAfter time.Duration) (string, []any) {
+	switch {
+	case q.candidates == nil:
+		return "", nil
+	case overdueAfter > 0:
+		return q.overdueCandidates.render("", time.Duration(0), limit, time.Duration(0), overdueAfter, time.Duration(0))
+	}
+	return q.candidates.render("", time.Duration(0), limit, time.Duration(0), time.Duration(0), time.Duration(0))
+}
+
+// ClaimLock locks and returns (RelayColumns, id order) up to limit of the
+// candidates ids that are still due and unleased, skipping rows other
+// transactions hold. On dialects without ClaimByCandidates it returns
+// "", nil.
+func (q *RelayQueries) ClaimLock(ids []int64, limit int) (string, []any) {
+	if q.candidates == nil {
+		return "", nil
+	}
+	return q.set.get(sClaimLock).render(ids, limit)
 }
 
 // ClaimBlocked (MySQL, SQLite) returns the ids among the just locked ids

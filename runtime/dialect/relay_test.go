@@ -16,9 +16,9 @@ func TestRelayQueriesBindAllMarkers(t *testing.T) {
 			}
 			stmts := map[string][2]any{}
 			add := func(name, s string, args []any) { stmts[name] = [2]any{s, args} }
-			s, a := q.Claim("me", time.Second, 10, time.Minute)
+			s, a := q.Claim("me", time.Second, 10, time.Minute, time.Second)
 			add("claim", s, a)
-			s, a = q.ClaimOverdue("me", time.Second, 10, time.Minute, time.Minute)
+			s, a = q.ClaimOverdue("me", time.Second, 10, time.Minute, time.Minute, time.Second)
 			add("overdue", s, a)
 			if !strings.Contains(s, "created_at <=") {
 				t.Errorf("%s: overdue claim without a created_at cutoff: %s", d, s)

@@ -79,8 +79,13 @@ func (d *stmtDef) needed(s *spec) bool { return d.need == nil || d.need(s) }
 
 // The capabilities that decide which statements a dialect defines (see
 // spec).
-func needClaimInTx(s *spec) bool   { return s.claimInTx }
-func needArrayIDs(s *spec) bool    { return s.arrayIDs }
+func needClaimInTx(s *spec) bool    { return s.claimInTx }
+func needArrayIDs(s *spec) bool     { return s.arrayIDs }
+func needCandidates(s *spec) bool   { return s.claimCandidates }
+func needHoldInFlight(s *spec) bool { return s.holdInFlight }
+func needHoldInFlightArray(s *spec) bool {
+	return s.holdInFlight && s.arrayIDs
+}
 func needNotify(s *spec) bool      { return s.notify }
 func needWAL(s *spec) bool         { return s.wal }
 func needArchiveMove(s *spec) bool { return s.archive == archiveMove }

@@ -77,6 +77,18 @@ type ClaimParams struct {
 	// its key is held (kept out of claims); ReleaseHeld, which Requeue
 	// runs, ends the hold early (0: DefaultHold).
 	Hold time.Duration
+	// HoldBehindSlow is how long a row must have been in flight (leased
+	// or heartbeat last) before the candidates behind it in its key are
+	// held until it is recorded, so claims stop reading past them while a
+	// slow publish lasts (0: DefaultHoldBehindSlow). Every recording ends
+	// such holds for the rows it records. PostgreSQL; other dialects leave
+	// those candidates where they are.
+	HoldBehindSlow time.Duration
+	// ReleaseOrphans makes the claim first end the holds behind rows no
+	// longer in flight that were recorded without ending them (by an
+	// older runtime, or racing the claim that held them). A relay sets it
+	// now and then; it reads every row held behind a row in flight.
+	ReleaseOrphans bool
 	// Result, when not nil, receives what the claim did besides leasing.
 	Result *ClaimResult
 	// Record, when not nil, holds results of earlier claims of Owner:
@@ -115,6 +127,10 @@ type Recorded struct {
 	Sent, Retried, Released int64
 	// Failed lists the rows that became FAILED.
 	Failed []int64
+	// Unheld counts the rows held behind the recorded ones (see
+	// ClaimParams.HoldBehindSlow) that are due again; in a ClaimResult,
+	// also those ClaimParams.ReleaseOrphans freed.
+	Unheld int64
 }
 
 // ClaimResult is what a claim did besides leasing rows.
@@ -127,6 +143,10 @@ type ClaimResult struct {
 	// Recorded is what ClaimParams.Record changed.
 	Recorded Recorded
 }
+
+// DefaultHoldBehindSlow is ClaimParams.HoldBehindSlow when it is zero:
+// twice the relay's SlowPublish, well above a broker's usual round trip.
+const DefaultHoldBehindSlow = 500 * time.Millisecond
 
 // DefaultHold is ClaimParams.Hold when it is zero. A hold ends early when
 // the row holding the key back is sent or requeued (ReleaseHeld); the
@@ -431,14 +451,18 @@ type Driver interface {
 
 	// Claim reads a window of at most p.Limit due (next_retry_time
 	// passed), unleased pending rows in the order they became due (rows
-	// of a key whose oldest unsent row another owner is publishing are
-	// passed over), leases
-	// to p.Owner those that are claimable and returns them in id order.
-	// Claimable: of an unordered type, or every older unsent row of the
-	// same key is in the window too. A row of the window waiting behind a
-	// FAILED, backing-off or held row of its key is held instead:
-	// lease_owner dialect.HeldOwner, next_retry_time now + p.Hold, so that
-	// later claims do not read it again until ReleaseHeld. The cost of a
+	// of a key whose oldest unsent row is being published are passed
+	// over, unless that publish has run for p.HoldBehindSlow on a dialect
+	// that holds rows behind it), leases to p.Owner those that are
+	// claimable and returns them in id order. Claimable: of an unordered
+	// type, or every older unsent row of the same key is in the window
+	// too. A row of the window waiting behind a FAILED, backing-off or
+	// held row of its key is held instead (lease_owner dialect.HeldOwner):
+	// behind a FAILED row until now + p.Hold or ReleaseHeld, behind a row
+	// backing off until that row's next attempt, behind a slow row in
+	// flight until that row is recorded (next_retry_time
+	// dialect.InFlightHoldStamp), so that later claims do not read it
+	// again in the meantime. The cost of a
 	// claim is bounded by p.Limit, whatever the backlog. It holds row locks
 	// only for its own short transaction: no broker I/O happens while they
 	// are held.
@@ -454,14 +478,17 @@ type Driver interface {
 	// an operator who resolved the rows holding them back some other way
 	// than Requeue (which releases them itself).
 	ReleaseHeld(ctx context.Context, ids []int64) (int64, error)
-	// MarkSent marks ids sent (status 1, sent_at now) and clears the lease.
+	// MarkSent marks ids sent (status 1, sent_at now) and clears the
+	// lease; the rows held behind them are due again (a recording, like
+	// Record).
 	MarkSent(ctx context.Context, owner string, ids []int64) (int64, error)
 	// MarkRetry records failures: retry_count+1, last_error, next_retry_time
 	// now+Delay, and status FAILED once retry_count reaches maxAttempts. It
 	// returns how many rows changed and the ids that became FAILED.
 	MarkRetry(ctx context.Context, owner string, fs []Failure, maxAttempts int) (changed int64, failed []int64, err error)
 	// Release gives ids back unpublished (the lease is cleared, nothing
-	// else changes).
+	// else of them changes), and makes the rows held behind them due
+	// again, as every recording does.
 	Release(ctx context.Context, owner string, ids []int64) (int64, error)
 	// ExtendLease pushes the lease of the ids still leased to owner and
 	// pending to now+lease (by the database clock): the relay's heartbeat

@@ -184,6 +184,9 @@ type pipeline struct {
 	ctx  context.Context
 	mode mode
 	keep time.Duration // how long a secured lease is trusted locally
+	// orphansAt is when a claim last ended orphaned holds
+	// (ClaimParams.ReleaseOrphans); zero: not yet.
+	orphansAt time.Time
 
 	results chan unitResult
 	claimed chan claimOutcome // the claims in flight, as they return
@@ -531,6 +534,12 @@ func (p *pipeline) dropPending(rows []driver.Row) {
 	p.pend.Release = slices.DeleteFunc(p.pend.Release, func(id int64) bool { return stale[id] })
 }
 
+// orphanSweepEvery is how often a claim also ends the holds behind rows
+// recorded without ending them (ClaimParams.ReleaseOrphans). Such holds
+// are rare (a recording by an older runtime, or one racing the claim), and
+// a key waits at most this long for one.
+const orphanSweepEvery = 5 * time.Second
+
 // claimOutcome is what a claim returned, with what claimReturned needs
 // from when it started.
 type claimOutcome struct {
@@ -579,6 +588,10 @@ func (p *pipeline) claim(limit int) error {
 		OverdueAfter: r.opts.OverdueAfter,
 		Hold:         r.opts.HoldRecheck,
 		Record:       out.rec,
+	}
+	if now := time.Now(); now.Sub(p.orphansAt) >= orphanSweepEvery {
+		params.ReleaseOrphans = true
+		p.orphansAt = now
 	}
 	go func() {
 		params.Result = &out.res

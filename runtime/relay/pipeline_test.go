@@ -66,7 +66,24 @@ func TestSlowPublishHoldsBackOnlyItsKey(t *testing.T) {
 		if s := state(t, db, d, slow[0]); s.Status != 0 || s.LeaseOwner.String != "pipe" {
 			t.Fatalf("hung head: %+v, want pending and leased while it publishes", s)
 		}
+		// Where claims hold rows behind a slow publish (PostgreSQL), the
+		// head's rows wait out of every claim's path, and the recording of
+		// the head (sent) ends the hold in its own commit.
+		q, err := dialect.NewRelayQueries(d, table, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := "lease_owner = '" + dialect.HeldOwner + "'"
+		if q.HoldsInFlight() {
+			waitFor(t, "the rows behind the slow head held", func() bool { return count(t, db, held) == len(slow)-1 })
+		}
 		once.Do(func() { close(unblock) })
+		if q.HoldsInFlight() {
+			waitFor(t, "the slow head sent", func() bool { return state(t, db, d, slow[0]).Status == 1 })
+			if n := count(t, db, held); n != 0 {
+				t.Fatalf("%d rows still held after the head they waited for was sent", n)
+			}
+		}
 		waitFor(t, "all sent", func() bool { return count(t, db, "status = 1") == len(ins) })
 		stop()
 		checkKeyOrder(t, pub, ins)

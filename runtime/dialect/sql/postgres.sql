@@ -43,14 +43,20 @@ LISTEN /* TEMPLATE: channel */outbox_event_insert;
 -- when every older unsent row of its key is in the window. Otherwise the
 -- nearest older unsent row of its key outside the window (prev) decides: prev FAILED: hold
 -- the candidate (lease_owner '~held', next_retry_time now + hold; a
--- requeue ends it, RelayReleaseHeld); prev in flight elsewhere: leave it;
--- prev due later than the candidate (backing off, held, or behind
--- something itself): move the candidate's next_retry_time to prev's, so
--- it never comes before prev again (held, when that is in the future).
--- prev is share-locked (SKIP LOCKED: a claim never waits), so a requeue
--- of a FAILED prev either waits for this claim and then releases what it
--- held, or is under way and makes prev skipped (the candidate is left
--- alone): a requeue never misses a hold made at the same moment.
+-- requeue ends it, RelayReleaseHeld); prev in flight for young or more
+-- (a slow publish): hold the candidate until prev is recorded
+-- (next_retry_time: the far-future stamp of prev's id, see
+-- RelayReleaseInFlightHeld); prev in flight for less: leave it; prev
+-- held behind a slow row itself: the same hold, if that row is still in
+-- flight and could be share-locked (slow), else leave it; prev due later
+-- than the candidate (backing off, held, or behind something itself):
+-- move the candidate's next_retry_time to prev's, so it never comes
+-- before prev again (held, when that is in the future).
+-- prev (and slow) are share-locked (SKIP LOCKED: a claim never waits), so
+-- a requeue of a FAILED prev, or the recording of a slow one, either
+-- waits for this claim and then releases what it held, or is under way
+-- and makes the row skipped (the candidate is left alone): neither misses
+-- a hold made at the same moment.
 -- So every key's oldest row sorts first among its rows, a claim reads at
 -- most max_rows candidates whatever the backlog, and a row behind a stuck
 -- key is read once per attempt of the key's head (FAILED: once per hold).
@@ -65,19 +71,21 @@ WITH cand AS MATERIALIZED (
     WHERE c.status = 0
       AND c.next_retry_time <= now()
       AND (c.lease_expires_at IS NULL OR c.lease_expires_at < now())
-      -- Not behind a row of its key another instance is publishing: it
-      -- could not be leased, and would take a place in the window of every
-      -- claim until that row is sent (one O(1) read: the key's oldest
-      -- unsent row).
+      -- Not behind a row of its key an instance has been publishing for
+      -- less than young: it could not be leased, and would take a place in
+      -- the window of every claim until that row is sent (one O(1) read:
+      -- the key's oldest unsent row). Behind a row in flight for longer (a
+      -- slow publish) it is taken, to be held (see verdict), so claims
+      -- stop reading past it.
       AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */COALESCE((
-        SELECT CASE WHEN f.lease_expires_at >= now() THEN 1 ELSE 0 END
+        SELECT CASE WHEN f.lease_expires_at >= now() AND f.updated_at > now() - sqlc.arg(young) * interval '1 second' THEN 1 ELSE 0 END
         FROM /* TEMPLATE: outbox */outbox_event f
         WHERE f.biz_id = c.biz_id
           AND f.id < c.id
           AND f.status <> 1
           /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
         ORDER BY f.id
-        LIMIT 1), 0) = 0)
+        LIMIT 1), 0) <> 1)
       /* IF overdue_on */AND c.created_at <= now() - sqlc.arg(overdue) * interval '1 second' /* END */
     ORDER BY c.next_retry_time, c.id
     LIMIT sqlc.arg(max_rows)
@@ -98,12 +106,20 @@ verdict AS MATERIALIZED (
     SELECT checked.id, checked.claimable,
         CASE WHEN checked.claimable THEN NULL
              WHEN prev.status = 2 THEN now() + sqlc.arg(hold) * interval '1 second'
-             WHEN prev.lease_expires_at >= now() THEN NULL
+             WHEN prev.lease_expires_at >= now() THEN
+                 CASE WHEN prev.updated_at <= now() - sqlc.arg(young) * interval '1 second'
+                      THEN timestamptz '3000-01-01 00:00:00+00' + prev.id * interval '1 microsecond' END
+             -- prev is held behind a slow row itself: the candidate waits
+             -- for that row too, if this claim could share-lock it while
+             -- it is still in flight (its recording then waits for this
+             -- claim and frees both); else it is left alone.
+             WHEN prev.next_retry_time >= timestamptz '3000-01-01 00:00:00+00' THEN
+                 CASE WHEN slow.id IS NOT NULL THEN prev.next_retry_time END
              WHEN prev.next_retry_time > checked.due_at THEN prev.next_retry_time
         END AS hold_until
     FROM checked
     LEFT JOIN LATERAL (
-        SELECT p.status, p.next_retry_time, p.lease_expires_at
+        SELECT p.id, p.status, p.next_retry_time, p.lease_expires_at, p.updated_at
         FROM /* TEMPLATE: outbox */outbox_event p
         WHERE p.biz_id = checked.biz_id
           AND p.id < checked.id
@@ -112,7 +128,14 @@ verdict AS MATERIALIZED (
           AND NOT EXISTS (SELECT 1 FROM cand c3 WHERE c3.id = p.id)
         ORDER BY p.id DESC
         LIMIT 1
-        FOR SHARE SKIP LOCKED) prev ON NOT checked.claimable)
+        FOR SHARE SKIP LOCKED) prev ON NOT checked.claimable
+    LEFT JOIN LATERAL (
+        SELECT s.id
+        FROM /* TEMPLATE: outbox */outbox_event s
+        WHERE s.id = (extract(epoch FROM prev.next_retry_time - timestamptz '3000-01-01 00:00:00+00') * 1000000)::bigint
+          AND s.status = 0
+          AND s.lease_expires_at >= now()
+        FOR SHARE SKIP LOCKED) slow ON prev.next_retry_time >= timestamptz '3000-01-01 00:00:00+00')
 UPDATE /* TEMPLATE: outbox */outbox_event
 SET lease_owner = CASE WHEN verdict.claimable THEN sqlc.arg(owner) WHEN verdict.hold_until > now() THEN '~held' END,
     lease_expires_at = CASE WHEN verdict.claimable THEN now() + sqlc.arg(lease) * interval '1 second' END,
@@ -179,6 +202,47 @@ SET lease_owner = NULL, next_retry_time = now(), updated_at = now()
 WHERE biz_id IN (SELECT h.biz_id FROM /* TEMPLATE: outbox */outbox_event h WHERE h.id IN (sqlc.slice(ids)))
   AND status = 0
   AND lease_owner = '~held';
+
+-- The rows held behind rows in flight (the stamps: 3000-01-01 UTC plus
+-- the row's id in microseconds, dialect.InFlightHoldStamp) back in the
+-- due range: those rows were recorded (sent, failed or given back). Run
+-- in the recording's transaction after the statements that recorded them:
+-- a claim holding rows behind one of them share-locked it, so the
+-- recording waited for that claim and sees its holds. One probe of the due
+-- index per stamp. A held row was due when it was held, so it goes back
+-- to its place by creation (created_at, not now(), which would put it
+-- behind the later rows of its key, each of which a claim would then move
+-- behind it). RelayReleaseOrphanHeld likewise.
+-- name: RelayReleaseInFlightHeld :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET lease_owner = NULL, next_retry_time = created_at, updated_at = now()
+WHERE status = 0
+  AND next_retry_time IN (sqlc.slice(stamps))
+  AND lease_owner = '~held';
+
+-- name: RelayReleaseInFlightHeldArray :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET lease_owner = NULL, next_retry_time = created_at, updated_at = now()
+WHERE status = 0
+  AND next_retry_time = ANY(sqlc.arg(stamps)::timestamptz[])
+  AND lease_owner = '~held';
+
+-- Holds behind rows in flight whose row is no longer in flight and was
+-- recorded without releasing them (a recording by an older runtime, or
+-- one that raced the claim): back in the due range. The relay runs it
+-- now and then (ClaimParams.ReleaseOrphans).
+-- name: RelayReleaseOrphanHeld :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET lease_owner = NULL, next_retry_time = created_at, updated_at = now()
+WHERE status = 0
+  AND next_retry_time >= timestamptz '3000-01-01 00:00:00+00'
+  AND lease_owner = '~held'
+  AND NOT EXISTS (
+    SELECT 1
+    FROM /* TEMPLATE: outbox */outbox_event h
+    WHERE h.id = (extract(epoch FROM /* TEMPLATE: outbox */outbox_event.next_retry_time - timestamptz '3000-01-01 00:00:00+00') * 1000000)::bigint
+      AND h.status = 0
+      AND h.lease_expires_at >= now());
 
 -- name: RelayMarkSentArray :execrows
 UPDATE /* TEMPLATE: outbox */outbox_event
@@ -309,7 +373,7 @@ FROM moved;
 -- Pending rows by state, through the claim index: backing off after a
 -- failed publish, leased to a live relay, and the relays holding leases.
 -- name: AdminPendingStates :one
-SELECT COALESCE(SUM(CASE WHEN retry_count > 0 AND next_retry_time > now() THEN 1 ELSE 0 END), 0),
+SELECT COALESCE(SUM(CASE WHEN retry_count > 0 AND next_retry_time > now() AND next_retry_time < timestamptz '3000-01-01 00:00:00+00' THEN 1 ELSE 0 END), 0),
     COALESCE(SUM(CASE WHEN lease_expires_at >= now() THEN 1 ELSE 0 END), 0),
     COUNT(DISTINCT CASE WHEN lease_expires_at >= now() THEN lease_owner END)
 FROM /* TEMPLATE: outbox */outbox_event
@@ -337,6 +401,7 @@ FROM (
         UNION ALL
         SELECT b.biz_id, b.id FROM /* TEMPLATE: outbox */outbox_event b
         WHERE b.status = 0 AND b.next_retry_time > now() AND b.retry_count > 0
+          AND b.next_retry_time < timestamptz '3000-01-01 00:00:00+00'
           /* IF unordered */AND b.biz_type NOT IN (sqlc.slice(unordered)) /* END */
     ) x
     GROUP BY x.biz_id
@@ -460,6 +525,7 @@ FROM (
             UNION ALL
             SELECT b.biz_id, b.id FROM /* TEMPLATE: outbox */outbox_event b
             WHERE b.status = 0 AND b.next_retry_time > now() AND b.retry_count > 0 AND b.biz_id > sqlc.arg(after_key)
+              AND b.next_retry_time < timestamptz '3000-01-01 00:00:00+00'
               /* IF unordered */AND b.biz_type NOT IN (sqlc.slice(unordered)) /* END */
         ) x
         GROUP BY x.biz_id

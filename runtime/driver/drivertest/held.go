@@ -22,6 +22,9 @@ var heldTests = []struct {
 	{"NotHeldBehindInFlight", testNotHeldBehindInFlight},
 	{"HeldUnordered", testHeldUnordered},
 	{"RequeueDuringClaim", testRequeueDuringClaim},
+	{"HeldBehindSlowInFlight", testHeldBehindSlowInFlight},
+	{"OrphanHoldsReleased", testOrphanHoldsReleased},
+	{"HeldBehindHeldSlow", testHeldBehindHeldSlow},
 }
 
 // heldState is lease owner and due-ness of a row.
@@ -173,4 +176,154 @@ func testRequeueDuringClaim(t *testing.T, e *env) {
 		t.Fatalf("row behind the requeued head: owner %q due %v, want not held", owner, due)
 	}
 	wantIDs(t, "claim after the requeue", e.claim(t, claimP("r1", 10)), ids)
+}
+
+// holdsInFlight skips the test on dialects whose claim leaves rows behind
+// a row in flight where they are (see driver.ClaimParams.HoldBehindSlow).
+func (e *env) holdsInFlight(t *testing.T) {
+	t.Helper()
+	q, err := dialect.NewRelayQueries(e.d, e.table, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !q.HoldsInFlight() {
+		t.Skipf("%s: rows behind a row in flight are not held", e.d)
+	}
+}
+
+// slowHead leases the head of a key of three rows to "slow" and makes
+// that lease look HoldBehindSlow old; a claim by "other" then holds the
+// two rows behind it (out of the due range, lease_owner HeldOwner) and
+// leases another key's row. It returns the key's ids.
+func (e *env) slowHead(t *testing.T, key string) []int64 {
+	t.Helper()
+	ids := e.insert(t, seedEv{Key: key}, seedEv{Key: key}, seedEv{Key: key})
+	other := e.insert(t, seedEv{Key: key + "-other"})
+	wantIDs(t, "the slow instance claims the head", e.claim(t, claimP("slow", 1)), ids[:1])
+	e.set(t, "updated_at = updated_at - interval '2 seconds'", ids[0])
+	var res driver.ClaimResult
+	p := claimP("other", 10)
+	p.HoldBehindSlow = time.Second
+	p.Result = &res
+	wantIDs(t, "a claim beside the slow head", e.claim(t, p), other)
+	if res.Moved != 2 {
+		t.Fatalf("claim moved %d rows, want the 2 behind the slow head", res.Moved)
+	}
+	for _, id := range ids[1:] {
+		if owner, due := e.heldState(t, id); owner != dialect.HeldOwner || due {
+			t.Fatalf("row %d behind a slow head: owner %q due %v, want held", id, owner, due)
+		}
+	}
+	wantIDs(t, "a claim while they are held", e.claim(t, p), nil)
+	return ids
+}
+
+// testHeldBehindSlowInFlight: rows behind a row in flight for longer than
+// HoldBehindSlow are held until that row is recorded, however it is
+// recorded (sent, failed, given back); then the key goes on in order.
+// A younger head holds nothing (NotHeldBehindInFlight).
+func testHeldBehindSlowInFlight(t *testing.T, e *env) {
+	e.holdsInFlight(t)
+	ctx := e.ctx
+	t.Run("sent", func(t *testing.T) {
+		ids := e.slowHead(t, "sent")
+		rec, err := e.Driver.Record(ctx, "slow", driver.Results{Sent: ids[:1]})
+		if err != nil || rec.Sent != 1 || rec.Unheld != 2 {
+			t.Fatalf("Record(sent head) = %+v, %v; want 1 sent, 2 unheld", rec, err)
+		}
+		wantIDs(t, "the key after its head was sent", e.claim(t, claimP("next", 10)), ids[1:])
+	})
+	t.Run("failed", func(t *testing.T) {
+		ids := e.slowHead(t, "failed")
+		row := driver.Row{ID: ids[0]}
+		rec, err := e.Driver.Record(ctx, "slow", driver.Results{Failures: []driver.Failure{{Row: row, Error: "broker down", Delay: time.Hour}}, MaxAttempts: 10})
+		if err != nil || rec.Retried != 1 || rec.Unheld != 2 {
+			t.Fatalf("Record(failed head) = %+v, %v; want 1 retried, 2 unheld", rec, err)
+		}
+		// Due again, and behind a head backing off: held until it is due.
+		var res driver.ClaimResult
+		p := claimP("next", 10)
+		p.Result = &res
+		wantIDs(t, "the key while its head backs off", e.claim(t, p), nil)
+		if res.Moved != 2 {
+			t.Fatalf("claim moved %d rows, want the 2 behind the head backing off", res.Moved)
+		}
+	})
+	t.Run("marked sent", func(t *testing.T) {
+		ids := e.slowHead(t, "marked")
+		if n, err := e.Driver.MarkSent(ctx, "slow", ids[:1]); err != nil || n != 1 {
+			t.Fatalf("MarkSent(head) = %d, %v", n, err)
+		}
+		wantIDs(t, "the key after its head was marked sent", e.claim(t, claimP("next", 10)), ids[1:])
+	})
+	t.Run("released", func(t *testing.T) {
+		ids := e.slowHead(t, "released")
+		if n, err := e.Driver.Release(ctx, "slow", ids[:1]); err != nil || n != 1 {
+			t.Fatalf("Release(head) = %d, %v", n, err)
+		}
+		wantIDs(t, "the key after its head was given back", e.claim(t, claimP("next", 10)), ids)
+	})
+}
+
+// testOrphanHoldsReleased: a head recorded without ending the holds
+// behind it (an older runtime) leaves them held until a claim with
+// ReleaseOrphans, which ends them and claims the key at once; holds behind
+// a head still in flight stay.
+func testOrphanHoldsReleased(t *testing.T, e *env) {
+	e.holdsInFlight(t)
+	orphan := e.slowHead(t, "orphan")
+	kept := e.slowHead(t, "kept")
+	e.set(t, "status = 1, sent_at = now(), lease_owner = NULL, lease_expires_at = NULL", orphan[0])
+	wantIDs(t, "a claim without ReleaseOrphans", e.claim(t, claimP("next", 10)), nil)
+	var res driver.ClaimResult
+	p := claimP("next", 10)
+	p.ReleaseOrphans = true
+	p.Result = &res
+	wantIDs(t, "a claim with ReleaseOrphans", e.claim(t, p), orphan[1:])
+	if res.Recorded.Unheld != 2 {
+		t.Fatalf("ReleaseOrphans ended %d holds, want 2", res.Recorded.Unheld)
+	}
+	for _, id := range kept[1:] {
+		if owner, due := e.heldState(t, id); owner != dialect.HeldOwner || due {
+			t.Fatalf("row %d behind a head still in flight: owner %q due %v, want held", id, owner, due)
+		}
+	}
+}
+
+// testHeldBehindHeldSlow: a row arriving behind rows already held behind
+// a slow row is held behind that slow row too, only when the claim can
+// share-lock it: while its recording is under way (here: a transaction
+// holding it) the row is left alone, so the recording, which frees the
+// holds it sees, never misses one made at the same moment. Recording the
+// slow row then frees every row of the key.
+func testHeldBehindHeldSlow(t *testing.T, e *env) {
+	e.holdsInFlight(t)
+	ids := e.slowHead(t, "chain") // head in flight, ids[1:] held behind it
+	late := e.insert(t, seedEv{Key: "chain"})[0]
+	p := claimP("other", 10)
+	p.HoldBehindSlow = time.Second
+
+	tx, err := e.DB.BeginTx(e.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got int64
+	if err := tx.QueryRowContext(e.ctx, "SELECT id FROM "+e.table+" WHERE id = "+e.d.Placeholder(1)+" FOR UPDATE", ids[0]).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	wantIDs(t, "a claim while the slow row is being recorded", e.claim(t, p), nil)
+	tx.Rollback() //nolint:errcheck
+	if owner, due := e.heldState(t, late); owner != "" || !due {
+		t.Fatalf("late row %d claimed beside the slow row's recording: owner %q due %v, want left alone", late, owner, due)
+	}
+
+	wantIDs(t, "a claim after", e.claim(t, p), nil)
+	if owner, due := e.heldState(t, late); owner != dialect.HeldOwner || due {
+		t.Fatalf("late row %d behind held rows: owner %q due %v, want held", late, owner, due)
+	}
+	rec, err := e.Driver.Record(e.ctx, "slow", driver.Results{Sent: ids[:1]})
+	if err != nil || rec.Unheld != 3 {
+		t.Fatalf("Record(slow row sent) = %+v, %v; want 3 unheld", rec, err)
+	}
+	wantIDs(t, "the key after its slow row was sent", e.claim(t, claimP("next", 10)), append(ids[1:], late))
 }

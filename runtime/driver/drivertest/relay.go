@@ -61,6 +61,7 @@ func Run(t *testing.T, open func(t *testing.T) Env) {
 		{"OverdueAfter", testOverdueAfter},
 		{"LongIDLists", testLongIDLists},
 		{"ConcurrentClaims", testConcurrentClaims},
+		{"ClaimSkipsRowsLockedElsewhere", testClaimSkipsLocked},
 	}
 	tests = append(tests, heldTests...)
 	tests = append(tests, recordTests...)
@@ -690,6 +691,49 @@ func testConcurrentClaims(t *testing.T, e *env) {
 	for k, seq := range byKey {
 		if !slices.IsSorted(seq) {
 			t.Fatalf("key %s claimed out of id order: %v", k, seq)
+		}
+	}
+}
+
+// A claim skips the rows another transaction holds locked (a claim
+// running beside it) and still fills its limit from the rows after them,
+// however many of the oldest rows are held. SQLite has one writer: there
+// is nothing to skip.
+func testClaimSkipsLocked(t *testing.T, e *env) {
+	if e.d == dialect.SQLite {
+		t.Skip("SQLite: one writer, no row locks")
+	}
+	var evs []seedEv
+	for i := range 40 {
+		evs = append(evs, seedEv{Key: fmt.Sprintf("s%d", i)})
+	}
+	ids := e.insert(t, evs...)
+	for _, tc := range []struct {
+		locked int     // the oldest rows another transaction holds
+		want   []int64 // what a claim of 10 leases
+	}{
+		{5, ids[5:15]},
+		{15, ids[15:25]}, // more than half of twice the limit held
+		{35, ids[35:40]}, // the whole first window held
+	} {
+		tx, err := e.DB.BeginTx(e.ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// One row at a time: a plan reading more rows than it returns
+		// (InnoDB) would lock those too.
+		for _, id := range ids[:tc.locked] {
+			var got int64
+			if err := tx.QueryRowContext(e.ctx, "SELECT id FROM "+e.table+" WHERE id = "+e.d.Placeholder(1)+" FOR UPDATE", id).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+		}
+		owner := fmt.Sprintf("beside-%d", tc.locked)
+		got := e.claim(t, claimP(owner, 10))
+		tx.Rollback() //nolint:errcheck
+		wantIDs(t, fmt.Sprintf("claim of 10 beside %d locked rows", tc.locked), got, tc.want)
+		if n, err := e.Driver.Release(e.ctx, owner, got); err != nil || n != int64(len(got)) {
+			t.Fatalf("Release: %d, %v", n, err)
 		}
 	}
 }

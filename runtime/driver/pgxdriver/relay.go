@@ -39,7 +39,8 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		return nil, fmt.Errorf("pgxdriver: claim: %w", err)
 	}
 	query, args := driverutil.Claim(q, p)
-	if p.Record.Empty() {
+	stmts := driverutil.ClaimRecordStmts(q, p, false)
+	if len(stmts) == 0 {
 		rs, err := x.pool.Query(ctx, query, args...)
 		if err != nil {
 			return nil, fmt.Errorf("pgxdriver: claim: %w", err)
@@ -53,14 +54,13 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		}
 		return out, nil
 	}
-	stmts := driverutil.RecordStmts(q, p.Owner, p.Record, false)
 	b := &pgx.Batch{}
 	for _, s := range stmts {
 		b.Queue(s.Query, s.Args...)
 	}
 	b.Queue(query, args...)
 	br := x.pool.SendBatch(ctx, b)
-	rec, err := readRecorded(br, stmts, p.Record.MaxAttempts)
+	rec, err := readRecorded(br, stmts)
 	if err != nil {
 		br.Close()
 		return nil, err
@@ -116,14 +116,14 @@ func scanClaimed(rs pgx.Rows, owner string) ([]driver.Row, int, error) {
 
 // readRecorded reads the results of the recording statements queued first
 // in a batch.
-func readRecorded(br pgx.BatchResults, stmts []driverutil.Stmt, maxAttempts int) (driver.Recorded, error) {
+func readRecorded(br pgx.BatchResults, stmts []driverutil.Stmt) (driver.Recorded, error) {
 	var rec driver.Recorded
 	for _, s := range stmts {
 		tag, err := br.Exec()
 		if err != nil {
 			return driver.Recorded{}, fmt.Errorf("pgxdriver: %s: %w", s.Describe(), err)
 		}
-		s.Count(&rec, tag.RowsAffected(), maxAttempts)
+		s.Count(&rec, tag.RowsAffected())
 	}
 	return rec, nil
 }
@@ -144,7 +144,7 @@ func (x *Driver) Record(ctx context.Context, owner string, r driver.Results) (dr
 		b.Queue(s.Query, s.Args...)
 	}
 	br := x.pool.SendBatch(ctx, b)
-	rec, err := readRecorded(br, stmts, r.MaxAttempts)
+	rec, err := readRecorded(br, stmts)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("pgxdriver: record: %w", cerr)
 	}
@@ -170,14 +170,18 @@ func (x *Driver) execIDs(ctx context.Context, what string, ids []int64, build fu
 	return tag.RowsAffected(), nil
 }
 
-// MarkSent marks ids sent, fenced by owner's lease, in one statement.
+// MarkSent marks ids sent, fenced by owner's lease: a recording (Record),
+// so the rows held behind them are due again in the same batch.
 func (x *Driver) MarkSent(ctx context.Context, owner string, ids []int64) (int64, error) {
-	return x.execIDs(ctx, "mark sent", ids, func(q *dialect.RelayQueries) (string, []any) { return q.MarkSent(owner, ids) })
+	rec, err := x.Record(ctx, owner, driver.Results{Sent: ids})
+	return rec.Sent, err
 }
 
-// Release gives ids back unpublished, fenced by owner's lease.
+// Release gives ids back unpublished, fenced by owner's lease: a
+// recording, like MarkSent.
 func (x *Driver) Release(ctx context.Context, owner string, ids []int64) (int64, error) {
-	return x.execIDs(ctx, "release", ids, func(q *dialect.RelayQueries) (string, []any) { return q.Release(owner, ids) })
+	rec, err := x.Record(ctx, owner, driver.Results{Release: ids})
+	return rec.Released, err
 }
 
 // ExtendLease pushes the lease of ids still leased to owner to now+lease,

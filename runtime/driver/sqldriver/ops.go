@@ -140,6 +140,7 @@ func (x *Driver) ArchiveSent(ctx context.Context, archive string, olderThan time
 	return int64(len(ids)), nil
 }
 
+// opsQueryIDs runs query, which returns one id column, in tx.
 func opsQueryIDs(ctx context.Context, tx *sql.Tx, query string, args []any) ([]int64, error) {
 	rs, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {

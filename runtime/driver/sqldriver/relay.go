@@ -22,9 +22,11 @@ var _ driver.Driver = (*Driver)(nil)
 
 // Claim leases up to p.Limit claimable rows to p.Owner and returns them in
 // id order. PostgreSQL and SQLite claim in one statement; MySQL/MariaDB
-// (no UPDATE ... RETURNING) in one short READ COMMITTED transaction:
-// SELECT ... FOR UPDATE SKIP LOCKED, drop the rows whose older same-key
-// rows another instance holds, lease the rest, commit. With p.Record, the
+// (no UPDATE ... RETURNING) in one short READ COMMITTED transaction: read
+// the window's ids without locks, lock them by id (SKIP LOCKED; the
+// locking window fills the rest when other claims hold too many of them),
+// drop the rows whose older same-key rows another instance holds, lease
+// the rest, commit. With p.Record, the
 // results are written first in the same transaction: one commit.
 func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
 	if err := driverutil.CheckClaim("sqldriver", p); err != nil {
@@ -38,7 +40,7 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		return nil, fmt.Errorf("sqldriver: claim: %w", err)
 	}
 	query, args := driverutil.Claim(q, p)
-	if !q.ClaimInTransaction() && p.Record.Empty() {
+	if !q.ClaimInTransaction() && p.Record.Empty() && !p.ReleaseOrphans {
 		// PostgreSQL: one statement; held rows come back with lease_owner
 		// dialect.HeldOwner.
 		rs, err := x.db.QueryContext(ctx, query, args...)
@@ -89,10 +91,9 @@ func (x *Driver) claimTx(ctx context.Context, q *dialect.RelayQueries, p driver.
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 	var rec driver.Recorded
-	if !p.Record.Empty() {
-		if rec, err = x.record(ctx, tx, q, p.Owner, p.Record); err != nil {
-			return nil, err
-		}
+	before := driverutil.ClaimRecordStmts(q, p, true)
+	if err := runStmts(ctx, tx, before, &rec); err != nil {
+		return nil, err
 	}
 	var rows []driver.Row
 	var moved int
@@ -109,7 +110,7 @@ func (x *Driver) claimTx(ctx context.Context, q *dialect.RelayQueries, p driver.
 	if err != nil {
 		return nil, err
 	}
-	if len(rows) == 0 && moved == 0 && p.Record.Empty() {
+	if len(rows) == 0 && moved == 0 && len(before) == 0 {
 		return nil, nil // rollback releases the locks
 	}
 	if err := tx.Commit(); err != nil {
@@ -141,11 +142,7 @@ func (x *Driver) beginRelayTx(ctx context.Context) (*sql.Tx, error) {
 // the rest. It returns the leased rows (in due order) and how many rows it
 // held or moved.
 func claimSteps(ctx context.Context, tx *sql.Tx, q *dialect.RelayQueries, p driver.ClaimParams, query string, args []any) ([]driver.Row, int, error) {
-	rs, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, 0, fmt.Errorf("sqldriver: claim: %w", err)
-	}
-	rows, _, err := scanRows(rs, "")
+	rows, err := claimWindow(ctx, tx, q, p, query, args)
 	if err != nil || len(rows) == 0 {
 		return nil, 0, err
 	}
@@ -220,21 +217,67 @@ func claimSteps(ctx context.Context, tx *sql.Tx, q *dialect.RelayQueries, p driv
 	return rows, len(held), nil
 }
 
-// record runs the statements that record r in tx.
-func (x *Driver) record(ctx context.Context, tx *sql.Tx, q *dialect.RelayQueries, owner string, r *driver.Results) (driver.Recorded, error) {
-	var rec driver.Recorded
-	for _, s := range driverutil.RecordStmts(q, owner, r, true) {
+// claimWindow locks the claim's window in tx and returns its rows: query
+// (RelayClaim) on its own, or, on MySQL/MariaDB, the candidates read
+// without locks, then locked by id (see RelayQueries.ClaimByCandidates).
+func claimWindow(ctx context.Context, tx *sql.Tx, q *dialect.RelayQueries, p driver.ClaimParams, query string, args []any) ([]driver.Row, error) {
+	if !q.ClaimByCandidates() {
+		rs, err := tx.QueryContext(ctx, query, args...)
+		if err != nil {
+			return nil, fmt.Errorf("sqldriver: claim: %w", err)
+		}
+		rows, _, err := scanRows(rs, "")
+		return rows, err
+	}
+	lock := func(ids []int64) ([]driver.Row, error) {
+		if len(ids) == 0 {
+			return nil, nil
+		}
+		lq, largs := q.ClaimLock(ids, p.Limit)
+		rs, err := tx.QueryContext(ctx, lq, largs...)
+		if err != nil {
+			return nil, fmt.Errorf("sqldriver: claim: lock: %w", err)
+		}
+		rows, _, err := scanRows(rs, "")
+		return rows, err
+	}
+	// Twice the limit: rows that claims running beside this one have
+	// locked but not leased yet are candidates too.
+	want := min(2*p.Limit, dialect.MaxInList)
+	cq, cargs := q.ClaimCandidates(want, p.OverdueAfter)
+	ids, err := opsQueryIDs(ctx, tx, cq, cargs)
+	if err != nil {
+		return nil, fmt.Errorf("sqldriver: claim: candidates: %w", err)
+	}
+	rows, err := lock(ids)
+	if err != nil || len(rows) == p.Limit || len(ids) < want {
+		return rows, err
+	}
+	// Other claims hold more than half of the candidates, and more rows
+	// may be due after them: the window read with locks skips what they
+	// hold (and returns this claim's own rows again); rows locked above
+	// and not in it stay locked, unleased, until the commit.
+	if ids, err = opsQueryIDs(ctx, tx, query, args); err != nil {
+		return nil, fmt.Errorf("sqldriver: claim: %w", err)
+	}
+	return lock(ids)
+}
+
+// runStmts runs recording statements in tx and counts what they changed
+// into rec.
+func runStmts(ctx context.Context, tx *sql.Tx, stmts []driverutil.Stmt, rec *driver.Recorded) error {
+	for _, s := range stmts {
 		res, err := tx.ExecContext(ctx, s.Query, s.Args...)
 		if err != nil {
-			return driver.Recorded{}, fmt.Errorf("sqldriver: %s: %w", s.Describe(), err)
+			return fmt.Errorf("sqldriver: %s: %w", s.Describe(), err)
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return driver.Recorded{}, fmt.Errorf("sqldriver: %s: rows affected: %w", s.Describe(), err)
+			return fmt.Errorf("sqldriver: %s: rows affected: %w", s.Describe(), err)
 		}
-		s.Count(&rec, n, r.MaxAttempts)
+		s.Count(rec, n)
 	}
-	return rec, nil
+	return nil
 }
 
 // Record writes r in one transaction (one commit).
@@ -251,8 +294,8 @@ func (x *Driver) Record(ctx context.Context, owner string, r driver.Results) (dr
 		return driver.Recorded{}, fmt.Errorf("sqldriver: record: begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	rec, err := x.record(ctx, tx, q, owner, &r)
-	if err != nil {
+	var rec driver.Recorded
+	if err := runStmts(ctx, tx, driverutil.RecordStmts(q, owner, &r, true), &rec); err != nil {
 		return driver.Recorded{}, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -313,15 +356,18 @@ func (x *Driver) execIDs(ctx context.Context, what string, ids []int64, build fu
 	return total, err
 }
 
-// MarkSent marks ids sent, fenced by owner's lease; lists longer than
-// dialect.MaxInList take one statement per chunk.
+// MarkSent marks ids sent, fenced by owner's lease: a recording (Record,
+// one transaction), so the rows held behind them are due again with it.
 func (x *Driver) MarkSent(ctx context.Context, owner string, ids []int64) (int64, error) {
-	return x.execIDs(ctx, "mark sent", ids, func(q *dialect.RelayQueries, part []int64) (string, []any) { return q.MarkSent(owner, part) })
+	rec, err := x.Record(ctx, owner, driver.Results{Sent: ids})
+	return rec.Sent, err
 }
 
-// Release gives ids back unpublished, fenced by owner's lease.
+// Release gives ids back unpublished, fenced by owner's lease: a
+// recording, like MarkSent.
 func (x *Driver) Release(ctx context.Context, owner string, ids []int64) (int64, error) {
-	return x.execIDs(ctx, "release", ids, func(q *dialect.RelayQueries, part []int64) (string, []any) { return q.Release(owner, part) })
+	rec, err := x.Record(ctx, owner, driver.Results{Release: ids})
+	return rec.Released, err
 }
 
 // ExtendLease pushes the lease of ids still leased to owner to now+lease.

@@ -73,11 +73,14 @@ func (r *RelayQueries) Get(unordered []string) (*dialect.RelayQueries, error) {
 
 // Claim returns the claim statement for p (Claim or ClaimOverdue).
 func Claim(q *dialect.RelayQueries, p driver.ClaimParams) (string, []any) {
-	hold := HoldOf(p)
-	if p.OverdueAfter > 0 {
-		return q.ClaimOverdue(p.Owner, p.Lease, p.Limit, hold, p.OverdueAfter)
+	hold, young := HoldOf(p), p.HoldBehindSlow
+	if young <= 0 {
+		young = driver.DefaultHoldBehindSlow
 	}
-	return q.Claim(p.Owner, p.Lease, p.Limit, hold)
+	if p.OverdueAfter > 0 {
+		return q.ClaimOverdue(p.Owner, p.Lease, p.Limit, hold, p.OverdueAfter, young)
+	}
+	return q.Claim(p.Owner, p.Lease, p.Limit, hold, young)
 }
 
 // HoldOf returns p.Hold, or driver.DefaultHold when it is zero.
@@ -97,6 +100,8 @@ func CheckClaim(what string, p driver.ClaimParams) error {
 		return fmt.Errorf("%s: claim: Lease is %s: use a positive duration", what, p.Lease)
 	case p.Limit < 1 || p.Limit > dialect.MaxInList:
 		return fmt.Errorf("%s: claim: Limit is %d: use 1 to %d", what, p.Limit, dialect.MaxInList)
+	case p.HoldBehindSlow < 0:
+		return fmt.Errorf("%s: claim: HoldBehindSlow is %s: use a positive duration (or 0 for %s)", what, p.HoldBehindSlow, driver.DefaultHoldBehindSlow)
 	case p.OverdueAfter < 0:
 		return fmt.Errorf("%s: claim: OverdueAfter is %s: use 0 (no restriction) or a positive duration", what, p.OverdueAfter)
 	case p.Hold < 0:

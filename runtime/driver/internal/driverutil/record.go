@@ -12,9 +12,11 @@ type Stmt struct {
 	Query string
 	Args  []any
 	// Kind says which count of driver.Recorded the statement's row count
-	// adds to; Failure is the failure it records (KindRetry).
-	Kind    RecordKind
-	Failure driver.Failure
+	// adds to; Failure is the failure it records (KindRetry), judged by
+	// MaxAttempts (the failure's own limit, or the results').
+	Kind        RecordKind
+	Failure     driver.Failure
+	MaxAttempts int
 }
 
 // RecordKind is the part of driver.Results a statement records.
@@ -25,6 +27,9 @@ const (
 	KindSent RecordKind = iota
 	KindRetry
 	KindRelease
+	// KindUnhold ends the holds behind the recorded rows
+	// (ReleaseInFlightHeld, ReleaseOrphanHeld): driver.Recorded.Unheld.
+	KindUnhold
 )
 
 // RecordStmts returns the statements that record r for owner, sent rows
@@ -53,25 +58,55 @@ func RecordStmts(q *dialect.RelayQueries, owner string, r *driver.Results, chunk
 	}
 	ids(r.Sent, KindSent, func(part []int64) (string, []any) { return q.MarkSent(owner, part) })
 	for _, f := range r.Failures {
-		query, args := q.MarkRetry(owner, f.Row.ID, f.Error, f.Delay, f.MaxAttempts(r.MaxAttempts))
-		out = append(out, Stmt{Query: query, Args: args, Kind: KindRetry, Failure: f})
+		limit := f.MaxAttempts(r.MaxAttempts)
+		query, args := q.MarkRetry(owner, f.Row.ID, f.Error, f.Delay, limit)
+		out = append(out, Stmt{Query: query, Args: args, Kind: KindRetry, Failure: f, MaxAttempts: limit})
 	}
 	ids(r.Release, KindRelease, func(part []int64) (string, []any) { return q.Release(owner, part) })
+	if q.HoldsInFlight() {
+		// After the statements above: they lock the recorded rows, so a
+		// claim holding rows behind one of them has committed its holds.
+		rec := make([]int64, 0, len(r.Sent)+len(r.Failures)+len(r.Release))
+		rec = append(rec, r.Sent...)
+		for _, f := range r.Failures {
+			rec = append(rec, f.Row.ID)
+		}
+		rec = append(rec, r.Release...)
+		ids(rec, KindUnhold, q.ReleaseInFlightHeld)
+	}
+	return out
+}
+
+// ClaimRecordStmts returns the statements a claim with p runs before its
+// claim statement, in its transaction: the orphaned holds' release when
+// p.ReleaseOrphans, then the recording of p.Record (RecordStmts).
+func ClaimRecordStmts(q *dialect.RelayQueries, p driver.ClaimParams, chunk bool) []Stmt {
+	var out []Stmt
+	if p.ReleaseOrphans {
+		if query, args := q.ReleaseOrphanHeld(); query != "" {
+			out = append(out, Stmt{Query: query, Args: args, Kind: KindUnhold})
+		}
+	}
+	if !p.Record.Empty() {
+		out = append(out, RecordStmts(q, p.Owner, p.Record, chunk)...)
+	}
 	return out
 }
 
 // Count adds the row count n of statement s to rec.
-func (s Stmt) Count(rec *driver.Recorded, n int64, maxAttempts int) {
+func (s Stmt) Count(rec *driver.Recorded, n int64) {
 	switch s.Kind {
 	case KindSent:
 		rec.Sent += n
 	case KindRetry:
 		rec.Retried += n
-		if FailedID(s.Failure, n > 0, s.Failure.MaxAttempts(maxAttempts)) {
+		if FailedID(s.Failure, n > 0, s.MaxAttempts) {
 			rec.Failed = append(rec.Failed, s.Failure.Row.ID)
 		}
 	case KindRelease:
 		rec.Released += n
+	case KindUnhold:
+		rec.Unheld += n
 	}
 }
 
@@ -82,6 +117,8 @@ func (s Stmt) Describe() string {
 		return "mark sent"
 	case KindRetry:
 		return fmt.Sprintf("record failure of row %d", s.Failure.Row.ID)
+	case KindUnhold:
+		return "end holds behind recorded rows"
 	}
 	return "release"
 }
