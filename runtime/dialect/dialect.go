@@ -65,8 +65,9 @@ type spec struct {
 	claimInTx bool
 	// claimCandidates: the claim transaction reads its window without
 	// locks (RelayClaim without its locking section), then locks it by id
-	// (RelayClaimLock); the locking RelayClaim is the fallback (InnoDB,
-	// see sql/mysql.sql).
+	// (RelayClaimLock, which also tells when RelayClaimBlocked can be
+	// skipped); the locking RelayClaim is the fallback (InnoDB, see
+	// sql/mysql.sql).
 	claimCandidates bool
 	// holdInFlight: the claim holds rows behind a row of their key in
 	// flight for a while (RelayReleaseInFlightHeld, RelayReleaseOrphanHeld).

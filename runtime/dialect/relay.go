@@ -46,8 +46,9 @@ type RelayQueries struct {
 	set       *stmtSet
 	// The claims, prepared with the unordered list.
 	claim, overdue, blocked *prepared
-	// The windows read without locks (MySQL), prepared likewise.
-	candidates, overdueCandidates *prepared
+	// The windows read without locks and the lock by id (MySQL),
+	// prepared likewise.
+	candidates, overdueCandidates, lock *prepared
 	// arrays: id lists are bound as one PostgreSQL array (see ArrayIDs).
 	arrays bool
 }
@@ -60,7 +61,7 @@ var (
 	// MySQL's has a locking section (see ClaimByCandidates).
 	sClaim = define(nil, "RelayClaim", "owner", "lease", "max_rows", "hold", "overdue", "young").
 		withFixed("unordered", "overdue_on", "locking").mayOmit("owner", "lease", "hold", "overdue", "young")
-	sClaimLock    = define(needCandidates, "RelayClaimLock", "ids", "max_rows")
+	sClaimLock    = define(needCandidates, "RelayClaimLock", "ids", "max_rows").withFixed("unordered")
 	sClaimBlocked = define(needClaimInTx, "RelayClaimBlocked", "ids", "hold").withFixed("unordered")
 	sClaimLease   = define(needClaimInTx, "RelayClaimLease", "owner", "lease", "ids")
 	sClaimHold    = define(needClaimInTx, "RelayClaimHold", "hold_until", "ids")
@@ -98,14 +99,14 @@ func NewRelayQueries(d Dialect, table string, unordered []string) (*RelayQueries
 	q.set = s.statements(tb)
 	c := s.claims(tb, q.unordered)
 	q.claim, q.overdue, q.blocked = c.claim, c.overdue, c.blocked
-	q.candidates, q.overdueCandidates = c.candidates, c.overdueCandidates
+	q.candidates, q.overdueCandidates, q.lock = c.candidates, c.overdueCandidates, c.lock
 	return q, nil
 }
 
 // claimSet holds the claims prepared for one unordered list.
 type claimSet struct {
-	claim, overdue, blocked       *prepared
-	candidates, overdueCandidates *prepared
+	claim, overdue, blocked             *prepared
+	candidates, overdueCandidates, lock *prepared
 }
 
 type claimKey struct {
@@ -133,6 +134,7 @@ func (s *spec) claims(tb tables, unordered []string) *claimSet {
 	if s.claimCandidates {
 		c.candidates = s.mustPrepare(sClaim, tb, fixed)
 		c.overdueCandidates = s.mustPrepare(sClaim, tb, map[string][]string{"unordered": unordered, "overdue_on": {"1"}})
+		c.lock = s.mustPrepare(sClaimLock, tb, fixed)
 	}
 	v, _ := claimSets.LoadOrStore(k, c)
 	return v.(*claimSet)
@@ -176,7 +178,9 @@ func (q *RelayQueries) Table() string { return q.table }
 // candidates (RelayColumns; on MySQL, see ClaimByCandidates for how they
 // are read and locked), then ClaimBlocked, which returns the ids not
 // to lease, each with hold_until; run ClaimLease on the rest and ClaimHold
-// for each id whose hold_until is not NULL; commit.
+// for each id whose hold_until is not NULL; commit. (On MySQL, when
+// FreeToLease says so of what ClaimLock returned, no row waits: skip
+// ClaimBlocked.)
 //
 // The candidates are a window of at most limit due, unleased rows, in
 // the order they became due (the due index), so a claim reads a bounded
@@ -277,8 +281,8 @@ func (q *RelayQueries) ReleaseOrphanHeld() (string, []any) {
 // them; when ClaimLock locked fewer than the limit and the candidates
 // filled theirs (other claims hold rows of the window), Claim, the same
 // window read with locks (it returns ids here), and ClaimLock of what it
-// returned take their place. Then ClaimBlocked, ClaimLease and ClaimHold,
-// as in ClaimInTransaction. The rows leased are the same as Claim's but
+// returned take their place. Then ClaimBlocked (unless FreeToLease),
+// ClaimLease and ClaimHold, as in ClaimInTransaction. The rows leased are the same as Claim's but
 // for which of the window's rows: InnoDB's locking read of the due index
 // costs a clustered-index read for each entry left by a row sent since
 // the last purge (see sql/mysql.sql).
@@ -299,15 +303,43 @@ func (q *RelayQueries) ClaimCandidates(limit int, overdueAfter time.Duration) (s
 	return q.candidates.render("", time.Duration(0), limit, time.Duration(0), time.Duration(0), time.Duration(0))
 }
 
-// ClaimLock locks and returns (RelayColumns, id order) up to limit of the
-// candidates ids that are still due and unleased, skipping rows other
+// ClaimLock locks and returns (ClaimLockColumns, id order) up to limit of
+// the candidates ids that are still due and unleased, skipping rows other
 // transactions hold. On dialects without ClaimByCandidates it returns
 // "", nil.
 func (q *RelayQueries) ClaimLock(ids []int64, limit int) (string, []any) {
-	if q.candidates == nil {
+	if q.lock == nil {
 		return "", nil
 	}
-	return q.set.get(sClaimLock).render(ids, limit)
+	return q.lock.render(ids, limit)
+}
+
+// ClaimLockColumns are the columns ClaimLock returns: RelayColumns, then
+// key_front (the id of the oldest pending row of the row's key: its own
+// when it is the key's front or its type is unordered) and failed_before
+// (1 when an older row of its key is FAILED). Rows locked together are
+// free to lease, without ClaimBlocked, when FreeToLease says so.
+var ClaimLockColumns = append(append([]string(nil), RelayColumns...), "key_front", "failed_before")
+
+// LockProbe is what ClaimLock returned about one locked row's key.
+type LockProbe struct {
+	ID           int64
+	KeyFront     int64
+	FailedBefore bool
+}
+
+// FreeToLease reports whether every locked row may be leased as it is:
+// each is the oldest pending row of its key, with no FAILED row before
+// it. When it returns false, the claim runs ClaimBlocked, which tells
+// exactly which rows wait (a row behind an older one locked beside it is
+// free too) and which to hold.
+func FreeToLease(locked []LockProbe) bool {
+	for _, r := range locked {
+		if r.FailedBefore || r.KeyFront != r.ID {
+			return false
+		}
+	}
+	return true
 }
 
 // ClaimBlocked (MySQL, SQLite) returns the ids among the just locked ids

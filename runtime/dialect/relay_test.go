@@ -123,3 +123,23 @@ func TestTruncateError(t *testing.T) {
 		t.Fatalf("len %d valid %v", len(got), utf8.ValidString(got))
 	}
 }
+
+func TestFreeToLease(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		locked []LockProbe
+		want   bool
+	}{
+		{"nothing locked", nil, true},
+		{"every row its key's front", []LockProbe{{ID: 3, KeyFront: 3}, {ID: 7, KeyFront: 7}}, true},
+		// Row 9 may be free (8 is locked beside it), but only the
+		// per-key statement can tell: 8 and 9 need not be neighbours.
+		{"an older row of the key locked beside it", []LockProbe{{ID: 8, KeyFront: 8}, {ID: 9, KeyFront: 8}}, false},
+		{"behind a row locked elsewhere", []LockProbe{{ID: 5, KeyFront: 2}}, false},
+		{"behind a FAILED row", []LockProbe{{ID: 4, KeyFront: 4, FailedBefore: true}}, false},
+	} {
+		if got := FreeToLease(tc.locked); got != tc.want {
+			t.Errorf("%s: FreeToLease = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -47,7 +47,7 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		if err != nil {
 			return nil, fmt.Errorf("sqldriver: claim: %w", err)
 		}
-		rows, moved, err := scanRows(rs, p.Owner)
+		rows, moved, err := scanRows(rs, p.Owner, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -104,7 +104,7 @@ func (x *Driver) claimTx(ctx context.Context, q *dialect.RelayQueries, p driver.
 		if rs, err = tx.QueryContext(ctx, query, args...); err != nil {
 			err = fmt.Errorf("sqldriver: claim: %w", err)
 		} else {
-			rows, moved, err = scanRows(rs, p.Owner)
+			rows, moved, err = scanRows(rs, p.Owner, nil)
 		}
 	}
 	if err != nil {
@@ -142,13 +142,16 @@ func (x *Driver) beginRelayTx(ctx context.Context) (*sql.Tx, error) {
 // the rest. It returns the leased rows (in due order) and how many rows it
 // held or moved.
 func claimSteps(ctx context.Context, tx *sql.Tx, q *dialect.RelayQueries, p driver.ClaimParams, query string, args []any) ([]driver.Row, int, error) {
-	rows, err := claimWindow(ctx, tx, q, p, query, args)
+	rows, probes, err := claimWindow(ctx, tx, q, p, query, args)
 	if err != nil || len(rows) == 0 {
 		return nil, 0, err
 	}
 	ids := make([]int64, len(rows))
 	for i, r := range rows {
 		ids[i] = r.ID
+	}
+	if probes != nil && dialect.FreeToLease(probes) {
+		return claimLease(ctx, tx, q, p, rows, ids, 0)
 	}
 	query, args = q.ClaimBlocked(ids, driverutil.HoldOf(p))
 	brs, err := tx.QueryContext(ctx, query, args...)
@@ -208,38 +211,46 @@ func claimSteps(ctx context.Context, tx *sql.Tx, q *dialect.RelayQueries, p driv
 			return nil, 0, fmt.Errorf("sqldriver: claim: hold: %w", err)
 		}
 	}
+	return claimLease(ctx, tx, q, p, rows, ids, len(held))
+}
+
+// claimLease leases the locked, unblocked rows (ids) in tx and returns
+// them with held, the count of rows the claim held.
+func claimLease(ctx context.Context, tx *sql.Tx, q *dialect.RelayQueries, p driver.ClaimParams, rows []driver.Row, ids []int64, held int) ([]driver.Row, int, error) {
 	if len(rows) > 0 {
-		query, args = q.ClaimLease(p.Owner, p.Lease, ids)
+		query, args := q.ClaimLease(p.Owner, p.Lease, ids)
 		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
 			return nil, 0, fmt.Errorf("sqldriver: claim: lease: %w", err)
 		}
 	}
-	return rows, len(held), nil
+	return rows, held, nil
 }
 
 // claimWindow locks the claim's window in tx and returns its rows: query
 // (RelayClaim) on its own, or, on MySQL/MariaDB, the candidates read
-// without locks, then locked by id (see RelayQueries.ClaimByCandidates).
-func claimWindow(ctx context.Context, tx *sql.Tx, q *dialect.RelayQueries, p driver.ClaimParams, query string, args []any) ([]driver.Row, error) {
+// without locks, then locked by id (see RelayQueries.ClaimByCandidates),
+// with what ClaimLock read of their keys (probes; nil from RelayClaim).
+func claimWindow(ctx context.Context, tx *sql.Tx, q *dialect.RelayQueries, p driver.ClaimParams, query string, args []any) ([]driver.Row, []dialect.LockProbe, error) {
 	if !q.ClaimByCandidates() {
 		rs, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
-			return nil, fmt.Errorf("sqldriver: claim: %w", err)
+			return nil, nil, fmt.Errorf("sqldriver: claim: %w", err)
 		}
-		rows, _, err := scanRows(rs, "")
-		return rows, err
+		rows, _, err := scanRows(rs, "", nil)
+		return rows, nil, err
 	}
-	lock := func(ids []int64) ([]driver.Row, error) {
+	lock := func(ids []int64) ([]driver.Row, []dialect.LockProbe, error) {
 		if len(ids) == 0 {
-			return nil, nil
+			return nil, nil, nil
 		}
 		lq, largs := q.ClaimLock(ids, p.Limit)
 		rs, err := tx.QueryContext(ctx, lq, largs...)
 		if err != nil {
-			return nil, fmt.Errorf("sqldriver: claim: lock: %w", err)
+			return nil, nil, fmt.Errorf("sqldriver: claim: lock: %w", err)
 		}
-		rows, _, err := scanRows(rs, "")
-		return rows, err
+		probes := []dialect.LockProbe{}
+		rows, _, err := scanRows(rs, "", &probes)
+		return rows, probes, err
 	}
 	// Twice the limit: rows that claims running beside this one have
 	// locked but not leased yet are candidates too.
@@ -247,18 +258,19 @@ func claimWindow(ctx context.Context, tx *sql.Tx, q *dialect.RelayQueries, p dri
 	cq, cargs := q.ClaimCandidates(want, p.OverdueAfter)
 	ids, err := opsQueryIDs(ctx, tx, cq, cargs)
 	if err != nil {
-		return nil, fmt.Errorf("sqldriver: claim: candidates: %w", err)
+		return nil, nil, fmt.Errorf("sqldriver: claim: candidates: %w", err)
 	}
-	rows, err := lock(ids)
+	rows, probes, err := lock(ids)
 	if err != nil || len(rows) == p.Limit || len(ids) < want {
-		return rows, err
+		return rows, probes, err
 	}
 	// Other claims hold more than half of the candidates, and more rows
 	// may be due after them: the window read with locks skips what they
 	// hold (and returns this claim's own rows again); rows locked above
-	// and not in it stay locked, unleased, until the commit.
+	// and not in it stay locked, unleased, until the commit (and, not
+	// among the rows returned, never count as free: see FreeToLease).
 	if ids, err = opsQueryIDs(ctx, tx, query, args); err != nil {
-		return nil, fmt.Errorf("sqldriver: claim: %w", err)
+		return nil, nil, fmt.Errorf("sqldriver: claim: %w", err)
 	}
 	return lock(ids)
 }
@@ -307,7 +319,9 @@ func (x *Driver) Record(ctx context.Context, owner string, r driver.Results) (dr
 // scanRows scans claimed rows (dialect.RelayColumns). With owner set, the
 // statement also returns lease_owner (dialect.ClaimColumns), and rows whose
 // lease_owner is not owner (held or moved rows) are left out and counted.
-func scanRows(rs *sql.Rows, owner string) (out []driver.Row, moved int, err error) {
+// With probes set, it is ClaimLock's (dialect.ClaimLockColumns), and the
+// probes are appended to *probes.
+func scanRows(rs *sql.Rows, owner string, probes *[]dialect.LockProbe) (out []driver.Row, moved int, err error) {
 	defer rs.Close()
 	for rs.Next() {
 		var r driver.Row
@@ -316,6 +330,10 @@ func scanRows(rs *sql.Rows, owner string) (out []driver.Row, moved int, err erro
 		var leaseOwner sql.NullString
 		if owner != "" {
 			dest = append(dest, &leaseOwner)
+		}
+		var probe dialect.LockProbe
+		if probes != nil {
+			dest = append(dest, &probe.KeyFront, &probe.FailedBefore)
 		}
 		if err := rs.Scan(dest...); err != nil {
 			return nil, 0, fmt.Errorf("sqldriver: claim: scan: %w", err)
@@ -327,6 +345,10 @@ func scanRows(rs *sql.Rows, owner string) (out []driver.Row, moved int, err erro
 		r.EventID = strings.ToLower(r.EventID)
 		r.CreatedAt = created.T
 		out = append(out, r)
+		if probes != nil {
+			probe.ID = r.ID
+			*probes = append(*probes, probe)
+		}
 	}
 	if err := rs.Err(); err != nil {
 		return nil, 0, fmt.Errorf("sqldriver: claim: %w", err)
