@@ -119,6 +119,8 @@ func catalog(t *testing.T, d Dialect) []rendered {
 			add("RelayClaim", strings.TrimPrefix(v+" candidates", " "), s, a)
 			s, a = rq.ClaimCandidates(200, time.Minute)
 			add("RelayClaim", strings.TrimPrefix(v+" candidates overdue", " "), s, a)
+			s, a = rq.ClaimLock(catalogIDs, 100)
+			add("RelayClaimLock", v, s, a)
 		}
 	}
 	rq, err := NewRelayQueries(d, tb.Outbox, nil)
@@ -128,10 +130,6 @@ func catalog(t *testing.T, d Dialect) []rendered {
 		add("RelayClaimLease", "", s, a)
 		s, a = rq.ClaimHold("2026-12-01 10:00:00.000", catalogIDs)
 		add("RelayClaimHold", "", s, a)
-	}
-	if rq.ClaimByCandidates() {
-		s, a := rq.ClaimLock(catalogIDs, 100)
-		add("RelayClaimLock", "", s, a)
 	}
 	{
 		s, a := rq.ReleaseHeld(catalogIDs)
@@ -334,9 +332,10 @@ func TestStatementsRender(t *testing.T) {
 			if n := countPlaceholders(d, e.sql); n != len(e.args) {
 				t.Errorf("%s %s %s: %d placeholders, %d args: %s", d, e.name, e.variant, n, len(e.args), e.sql)
 			}
-			// The MySQL and SQLite claim window is not filtered: its per-key check (and
-			// so the unordered list) is in RelayClaimBlocked.
-			windowOnly := d != Postgres && e.name == "RelayClaim"
+			// SQLite's claim window is not filtered: its per-key
+			// check (and so the unordered list) is in
+			// RelayClaimBlocked.
+			windowOnly := d == SQLite && e.name == "RelayClaim"
 			if strings.HasPrefix(e.variant, "unordered") && !windowOnly && !strings.Contains(e.sql, "biz_type NOT IN") {
 				t.Errorf("%s %s: the unordered list is missing: %s", d, e.name, e.sql)
 			}

@@ -282,8 +282,9 @@ func (q *RelayQueries) ReleaseOrphanHeld() (string, []any) {
 // filled theirs (other claims hold rows of the window), Claim, the same
 // window read with locks (it returns ids here), and ClaimLock of what it
 // returned take their place. Then ClaimBlocked (unless FreeToLease),
-// ClaimLease and ClaimHold, as in ClaimInTransaction. The rows leased are the same as Claim's but
-// for which of the window's rows: InnoDB's locking read of the due index
+// ClaimLease and ClaimHold, as in ClaimInTransaction. The rows leased
+// are the same as Claim's but for which of the window's rows: InnoDB's
+// locking read of the due index
 // costs a clustered-index read for each entry left by a row sent since
 // the last purge (see sql/mysql.sql).
 func (q *RelayQueries) ClaimByCandidates() bool { return q.candidates != nil }

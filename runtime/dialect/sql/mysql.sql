@@ -61,8 +61,9 @@ WHERE c.status = 0
   -- from the index (c is its key's front: the common case, and a read
   -- without the clustered record, 2 pages instead of 20 on MariaDB
   -- 10.11: 1.1 ms against 2.4 ms for 200 candidates on a table at rest),
-  -- then, only when c is not the front, the front's lease. FAILED rows are never leased, and a row
-  -- behind one is held by RelayClaimBlocked. With status IN (0, 2)
+  -- then, only when c is not the front, the front's lease. FAILED rows
+  -- are never leased, and a row behind one is held by
+  -- RelayClaimBlocked. With status IN (0, 2)
   -- MariaDB read the whole key: 48 ms against 5 ms per claim with 1,000
   -- rows per key; the bound f.id < c.id stays out of the subqueries,
   -- where MariaDB does not read it as a range and, for a c that is its
