@@ -458,6 +458,11 @@ func TestSIGKILLMidStream(t *testing.T) {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 		}
+		// Read after Wait: the child has stopped writing. What it
+		// logged is the only account of a child that fell behind.
+		if t.Failed() {
+			t.Logf("the child relay's log:\n%s", stderr.String())
+		}
 	})
 	waitFor(t, 30*time.Second, "the child relay to hold the slot", func() bool {
 		s, err := walrelay.SlotStatus(context.Background(), pool, "outboxgen_"+testdb.Tables.Outbox)
