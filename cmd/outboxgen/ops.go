@@ -495,9 +495,10 @@ func printEvent(w io.Writer, e driver.Event) {
 	case driver.Sent:
 		row("sent", stamp(e.SentAt))
 	case driver.Pending:
+		head, inFlightHeld := dialect.InFlightHoldOf(e.LeaseOwner, e.NextRetryAt)
 		switch {
-		case e.LeaseOwner == dialect.HeldOwner && dialect.IsInFlightHold(e.NextRetryAt):
-			row("held back", "until event "+strconv.FormatInt(dialect.InFlightHoldHead(e.NextRetryAt), 10)+", an older event of its key whose publish is slow, is recorded")
+		case inFlightHeld:
+			row("held back", "until event "+strconv.FormatInt(head, 10)+", an older event of its key whose publish is slow, is recorded")
 		case e.LeaseOwner == dialect.HeldOwner:
 			row("held back", "behind an older event of its key until "+stamp(e.NextRetryAt)+" (a requeue of that event releases it)")
 		case e.LeaseOwner != "" && !e.LeaseExpiresAt.IsZero():

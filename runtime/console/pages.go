@@ -448,8 +448,8 @@ func (h *handler) event(w http.ResponseWriter, r *http.Request, ref string) {
 	d.Recent = ev.Status == driver.Sent && time.Since(ev.SentAt) < admin.RecentWindow
 	tl := []timelineEntry{{At: ev.CreatedAt, Text: "created (committed with its business change)"}}
 	if ev.LeaseOwner != "" && ev.Status == driver.Pending {
-		if ev.LeaseOwner == dialect.HeldOwner && dialect.IsInFlightHold(ev.NextRetryAt) {
-			tl = append(tl, timelineEntry{At: ev.UpdatedAt, Text: "held back, until that event is recorded, behind an older event of its key whose publish was slow: event " + strconv.FormatInt(dialect.InFlightHoldHead(ev.NextRetryAt), 10) + ", since"})
+		if head, ok := dialect.InFlightHoldOf(ev.LeaseOwner, ev.NextRetryAt); ok {
+			tl = append(tl, timelineEntry{At: ev.UpdatedAt, Text: "held back, until that event is recorded, behind an older event of its key whose publish was slow: event " + strconv.FormatInt(head, 10) + ", since"})
 		} else if ev.LeaseOwner == dialect.HeldOwner {
 			tl = append(tl, timelineEntry{At: ev.NextRetryAt, Text: "held back behind an older event of its key until"})
 		} else {

@@ -258,13 +258,14 @@ type state struct {
 func eventState(e driver.Event) state {
 	now := time.Now()
 	s := state{Status: e.Status.String()}
+	head, inFlightHeld := dialect.InFlightHoldOf(e.LeaseOwner, e.NextRetryAt)
 	switch {
 	case e.Status == driver.Failed:
 		s.Label, s.Class = "FAILED", "failed"
 	case e.Status == driver.Sent:
 		s.Label, s.Class = "SENT", "sent"
-	case e.LeaseOwner == dialect.HeldOwner && dialect.IsInFlightHold(e.NextRetryAt):
-		s.Label, s.Class, s.Detail = "HELD BACK", "held", "waits until event "+strconv.FormatInt(dialect.InFlightHoldHead(e.NextRetryAt), 10)+", an older event of its key whose publish is slow, is recorded"
+	case inFlightHeld:
+		s.Label, s.Class, s.Detail = "HELD BACK", "held", "waits until event "+strconv.FormatInt(head, 10)+", an older event of its key whose publish is slow, is recorded"
 	case e.LeaseOwner == dialect.HeldOwner:
 		s.Label, s.Class, s.Detail = "HELD BACK", "held", "waits behind an older FAILED or backing-off event of its key"
 	case e.LeaseOwner != "" && e.LeaseExpiresAt.After(now):

@@ -241,13 +241,19 @@ func InFlightHoldStamp(id int64) time.Time {
 	return inFlightHoldBase.Add(time.Duration(id) * time.Microsecond)
 }
 
-// IsInFlightHold reports whether next_retry_time t is an InFlightHoldStamp.
-func IsInFlightHold(t time.Time) bool { return !t.Before(inFlightHoldBase) }
-
-// InFlightHoldHead returns the id of the row whose InFlightHoldStamp t is.
-func InFlightHoldHead(t time.Time) int64 {
-	return int64(t.Sub(inFlightHoldBase) / time.Microsecond)
+// InFlightHoldOf reports whether a pending row with lease_owner owner
+// and next_retry_time next is held until row head, an older row of its
+// key whose publish was slow, is recorded (see HoldsInFlight).
+func InFlightHoldOf(owner string, next time.Time) (head int64, ok bool) {
+	if owner != HeldOwner || !IsInFlightHold(next) {
+		return 0, false
+	}
+	return int64(next.Sub(inFlightHoldBase) / time.Microsecond), true
 }
+
+// IsInFlightHold reports whether next_retry_time t is an InFlightHoldStamp
+// (t then is no retry time: a backoff never reaches year 3000).
+func IsInFlightHold(t time.Time) bool { return !t.Before(inFlightHoldBase) }
 
 // ReleaseInFlightHeld makes the rows held behind the ids (recorded: sent,
 // failed or given back) due again. Run it in the recording's transaction,
@@ -304,7 +310,7 @@ func (q *RelayQueries) ClaimCandidates(limit int, overdueAfter time.Duration) (s
 	return q.candidates.render("", time.Duration(0), limit, time.Duration(0), time.Duration(0), time.Duration(0))
 }
 
-// ClaimLock locks and returns (ClaimLockColumns, id order) up to limit of
+// ClaimLock locks and returns (RelayColumns and LockProbe's, id order) up to limit of
 // the candidates ids that are still due and unleased, skipping rows other
 // transactions hold. On dialects without ClaimByCandidates it returns
 // "", nil.
@@ -315,14 +321,12 @@ func (q *RelayQueries) ClaimLock(ids []int64, limit int) (string, []any) {
 	return q.lock.render(ids, limit)
 }
 
-// ClaimLockColumns are the columns ClaimLock returns: RelayColumns, then
-// key_front (the id of the oldest pending row of the row's key: its own
-// when it is the key's front or its type is unordered) and failed_before
-// (1 when an older row of its key is FAILED). Rows locked together are
-// free to lease, without ClaimBlocked, when FreeToLease says so.
-var ClaimLockColumns = append(append([]string(nil), RelayColumns...), "key_front", "failed_before")
-
-// LockProbe is what ClaimLock returned about one locked row's key.
+// LockProbe is what ClaimLock returned about one locked row's key: its
+// two columns after RelayColumns, key_front (the id of the oldest pending
+// row of the row's key: its own when it is the key's front or its type is
+// unordered) and failed_before (1 when an older row of its key is
+// FAILED). Rows locked together are free to lease, without ClaimBlocked,
+// when FreeToLease says so.
 type LockProbe struct {
 	ID           int64
 	KeyFront     int64

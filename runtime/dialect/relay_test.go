@@ -1,6 +1,8 @@
 package dialect
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -141,5 +143,30 @@ func TestFreeToLease(t *testing.T) {
 		if got := FreeToLease(tc.locked); got != tc.want {
 			t.Errorf("%s: FreeToLease = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+func TestInFlightHoldStamp(t *testing.T) {
+	for _, id := range []int64{1, 42, 1 << 40} {
+		head, ok := InFlightHoldOf(HeldOwner, InFlightHoldStamp(id))
+		if !ok || head != id {
+			t.Errorf("InFlightHoldOf(InFlightHoldStamp(%d)) = %d, %v", id, head, ok)
+		}
+	}
+	if _, ok := InFlightHoldOf("relay-1", InFlightHoldStamp(7)); ok {
+		t.Error("a leased row taken for a held one")
+	}
+	if _, ok := InFlightHoldOf(HeldOwner, time.Date(2999, 12, 31, 0, 0, 0, 0, time.UTC)); ok {
+		t.Error("a hold behind a FAILED or backing-off row taken for one behind a row in flight")
+	}
+	// The claim and the releases of sql/postgres.sql compute the same
+	// stamps in SQL: their base must be inFlightHoldBase.
+	src, err := os.ReadFile(filepath.Join("sql", "postgres.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "timestamptz '" + inFlightHoldBase.Format("2006-01-02 15:04:05") + "+00'"
+	if n, all := strings.Count(string(src), base), strings.Count(string(src), "timestamptz '"); n == 0 || n != all {
+		t.Errorf("sql/postgres.sql: %d of its %d timestamptz literals are the hold base %s", n, all, base)
 	}
 }

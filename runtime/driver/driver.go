@@ -145,7 +145,8 @@ type ClaimResult struct {
 }
 
 // DefaultHoldBehindSlow is ClaimParams.HoldBehindSlow when it is zero:
-// twice the relay's SlowPublish, well above a broker's usual round trip.
+// twice the relay's SlowPublish (250 ms, the longest a publish counts as
+// usual), well above a broker's usual round trip.
 const DefaultHoldBehindSlow = 500 * time.Millisecond
 
 // DefaultHold is ClaimParams.Hold when it is zero. A hold ends early when

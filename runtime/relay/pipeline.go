@@ -589,9 +589,9 @@ func (p *pipeline) claim(limit int) error {
 		Hold:         r.opts.HoldRecheck,
 		Record:       out.rec,
 	}
-	if now := time.Now(); now.Sub(p.orphansAt) >= orphanSweepEvery {
+	if out.claimedAt.Sub(p.orphansAt) >= orphanSweepEvery {
 		params.ReleaseOrphans = true
-		p.orphansAt = now
+		p.orphansAt = out.claimedAt
 	}
 	go func() {
 		params.Result = &out.res

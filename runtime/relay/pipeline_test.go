@@ -445,3 +445,11 @@ func checkPublishedOnce(t *testing.T, pub *recPub, ins []inserted) {
 		}
 	}
 }
+
+// The driver's default for how long a row is in flight before claims
+// hold the rows behind it is documented as twice SlowPublish.
+func TestHoldBehindSlowIsTwiceSlowPublish(t *testing.T) {
+	if driver.DefaultHoldBehindSlow != 2*SlowPublish {
+		t.Errorf("driver.DefaultHoldBehindSlow is %s, SlowPublish %s: keep the first twice the second", driver.DefaultHoldBehindSlow, SlowPublish)
+	}
+}

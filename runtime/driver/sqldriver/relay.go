@@ -40,7 +40,8 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		return nil, fmt.Errorf("sqldriver: claim: %w", err)
 	}
 	query, args := driverutil.Claim(q, p)
-	if !q.ClaimInTransaction() && p.Record.Empty() && !p.ReleaseOrphans {
+	before := driverutil.ClaimRecordStmts(q, p, true)
+	if !q.ClaimInTransaction() && len(before) == 0 {
 		// PostgreSQL: one statement; held rows come back with lease_owner
 		// dialect.HeldOwner.
 		rs, err := x.db.QueryContext(ctx, query, args...)
@@ -62,7 +63,7 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 	// back whole, so it runs again, a few times, before the relay hears
 	// of it.
 	for attempt := 1; ; attempt++ {
-		rows, err := x.claimTx(ctx, q, p, query, args)
+		rows, err := x.claimTx(ctx, q, p, before, query, args)
 		if err == nil || attempt == conflictRetries || !dberr.Conflict(err) || ctx.Err() != nil {
 			return rows, err
 		}
@@ -83,15 +84,15 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 // rolls it back as a deadlock victim.
 const conflictRetries = 5
 
-// claimTx runs a claim (with p.Record written first) in one transaction.
-func (x *Driver) claimTx(ctx context.Context, q *dialect.RelayQueries, p driver.ClaimParams, query string, args []any) ([]driver.Row, error) {
+// claimTx runs a claim in one transaction, the statements before
+// (driverutil.ClaimRecordStmts) first.
+func (x *Driver) claimTx(ctx context.Context, q *dialect.RelayQueries, p driver.ClaimParams, before []driverutil.Stmt, query string, args []any) ([]driver.Row, error) {
 	tx, err := x.beginRelayTx(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sqldriver: claim: begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 	var rec driver.Recorded
-	before := driverutil.ClaimRecordStmts(q, p, true)
 	if err := runStmts(ctx, tx, before, &rec); err != nil {
 		return nil, err
 	}
@@ -319,7 +320,7 @@ func (x *Driver) Record(ctx context.Context, owner string, r driver.Results) (dr
 // scanRows scans claimed rows (dialect.RelayColumns). With owner set, the
 // statement also returns lease_owner (dialect.ClaimColumns), and rows whose
 // lease_owner is not owner (held or moved rows) are left out and counted.
-// With probes set, it is ClaimLock's (dialect.ClaimLockColumns), and the
+// With probes set, it is ClaimLock's (two more columns, dialect.LockProbe), and the
 // probes are appended to *probes.
 func scanRows(rs *sql.Rows, owner string, probes *[]dialect.LockProbe) (out []driver.Row, moved int, err error) {
 	defer rs.Close()
