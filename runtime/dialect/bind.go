@@ -14,13 +14,14 @@ import (
 )
 
 // render returns the statement's text and its arguments in bind order;
-// vals are the arguments in the order of the stmtDef's args. A nil
+// vals are the arguments in the order of the stmtDef's args; literal args
+// (stmtDef.asLiteral) are ints, written into the text. A nil
 // prepared (a statement the dialect does not have) renders as "", nil.
 func (p *prepared) render(vals ...any) (string, []any) {
 	if p == nil {
 		return "", nil
 	}
-	if !p.lists {
+	if !p.dynamic {
 		args := make([]any, len(p.segs))
 		for i, sg := range p.segs {
 			if sg.arg < 0 {
@@ -57,6 +58,12 @@ func (p *prepared) render(vals ...any) (string, []any) {
 		case sg.arg < 0:
 			args = append(args, sg.val)
 			ph()
+		case sg.lit:
+			n, ok := vals[sg.arg].(int)
+			if !ok {
+				panic(fmt.Sprintf("dialect: %s: literal argument of type %T", p.name, vals[sg.arg]))
+			}
+			b.Write(strconv.AppendInt(num[:0], int64(n), 10))
 		case sg.list:
 			switch l := vals[sg.arg].(type) {
 			case []int64:

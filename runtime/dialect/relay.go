@@ -59,8 +59,10 @@ var (
 	// One statement for Claim and ClaimOverdue: the overdue_on section
 	// adds the created_at cutoff.
 	// MySQL's has a locking section (see ClaimByCandidates).
+	// max_rows is written into the text: see asLiteral.
 	sClaim = define(nil, "RelayClaim", "owner", "lease", "max_rows", "hold", "overdue", "young").
-		withFixed("unordered", "overdue_on", "locking").mayOmit("owner", "lease", "hold", "overdue", "young")
+		withFixed("unordered", "overdue_on", "locking").mayOmit("owner", "lease", "hold", "overdue", "young").
+		asLiteral("max_rows")
 	sClaimLock    = define(needCandidates, "RelayClaimLock", "ids", "max_rows").withFixed("unordered")
 	sClaimBlocked = define(needClaimInTx, "RelayClaimBlocked", "ids", "hold").withFixed("unordered")
 	sClaimLease   = define(needClaimInTx, "RelayClaimLease", "owner", "lease", "ids")

@@ -3,6 +3,7 @@ package dialect
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -168,5 +169,49 @@ func TestInFlightHoldStamp(t *testing.T) {
 	base := "timestamptz '" + inFlightHoldBase.Format("2006-01-02 15:04:05") + "+00'"
 	if n, all := strings.Count(string(src), base), strings.Count(string(src), "timestamptz '"); n == 0 || n != all {
 		t.Errorf("sql/postgres.sql: %d of its %d timestamptz literals are the hold base %s", n, all, base)
+	}
+}
+
+// The claim's row limit is in its text, not bound (see asLiteral), on
+// every dialect, and the placeholders after it are still numbered 1..n.
+func TestClaimLimitIsLiteral(t *testing.T) {
+	for _, d := range All {
+		q, err := NewRelayQueries(d, "outbox_event", []string{"A"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, f := range map[string]func(limit int) (string, []any){
+			"claim": func(n int) (string, []any) { return q.Claim("me", time.Second, n, time.Minute, time.Second) },
+			"overdue": func(n int) (string, []any) {
+				return q.ClaimOverdue("me", time.Second, n, time.Minute, time.Hour, time.Second)
+			},
+		} {
+			s37, a37 := f(37)
+			s64, a64 := f(64)
+			if !strings.Contains(s37, "LIMIT 37") || !strings.Contains(s64, "LIMIT 64") {
+				t.Errorf("%s %s: limit not written into the text: %s", d, name, s37)
+			}
+			if strings.ReplaceAll(s37, "LIMIT 37", "LIMIT 64") != s64 {
+				t.Errorf("%s %s: texts differ by more than the limit:\n%s\n%s", d, name, s37, s64)
+			}
+			if len(a37) != len(a64) {
+				t.Errorf("%s %s: %d args for 37, %d for 64", d, name, len(a37), len(a64))
+			}
+			for _, a := range a37 {
+				if a == 37 {
+					t.Errorf("%s %s: limit bound as well: %v", d, name, a37)
+				}
+			}
+			if d == Postgres {
+				for i := 1; i <= len(a37); i++ {
+					if !strings.Contains(s37, "$"+strconv.Itoa(i)+" ") && !strings.Contains(s37, "$"+strconv.Itoa(i)+")") {
+						t.Errorf("%s %s: placeholder $%d missing: %s", d, name, i, s37)
+					}
+				}
+				if strings.Contains(s37, "$"+strconv.Itoa(len(a37)+1)) {
+					t.Errorf("%s %s: placeholder beyond the %d args: %s", d, name, len(a37), s37)
+				}
+			}
+		}
 	}
 }

@@ -30,9 +30,11 @@ package dialect
 // Rendering happens in two steps. prepare (once per dialect, table names
 // and fixed lists; the result is cached or kept by the *Queries values)
 // replaces the table markers and the fixed lists and resolves the IF
-// sections; a prepared statement without a run-time list holds its final
-// text. render (per call) binds the arguments, and writes the placeholders
-// of run-time lists (id lists) whose length changes per call.
+// sections; a prepared statement without a run-time list or a literal
+// holds its final text. render (per call) binds the arguments, writes the
+// placeholders of run-time lists (id lists) whose length changes per call,
+// and writes literal args (stmtDef.asLiteral: a claim's row limit) as
+// numbers.
 
 import (
 	"embed"
@@ -57,6 +59,9 @@ type stmtDef struct {
 	// optional are the args a dialect may leave unused (MySQL's claim
 	// leases in a later statement).
 	optional []string
+	// literals are the int args written into the text as numbers instead
+	// of bound (see asLiteral).
+	literals []string
 	need     func(*spec) bool
 }
 
@@ -73,6 +78,17 @@ func (d *stmtDef) withFixed(names ...string) *stmtDef { d.fixed = names; return 
 
 // mayOmit declares args a dialect's statement may leave unused.
 func (d *stmtDef) mayOmit(names ...string) *stmtDef { d.optional = names; return d }
+
+// asLiteral declares int args written into the statement's text as a
+// decimal number rather than bound. A claim's row limit is one: PostgreSQL
+// plans a prepared statement once per connection (its generic plan) only
+// when that plan is not worse than planning for each call's values, and a
+// generic plan knows nothing of a bound LIMIT (it assumes a tenth of the
+// rows, and joins the claim's rows back to the table by a sequential scan).
+// With the number in the text the generic plan is the good one, and the
+// claim is no longer planned on every call. Each distinct value is a
+// distinct statement, so callers keep the set of values small.
+func (d *stmtDef) asLiteral(names ...string) *stmtDef { d.literals = names; return d }
 
 // needed reports whether dialect s must define d.
 func (d *stmtDef) needed(s *spec) bool { return d.need == nil || d.need(s) }
@@ -254,6 +270,7 @@ type seg struct {
 	text string
 	arg  int  // index into the call's arguments; -1: val
 	list bool // the argument is a list: one placeholder per element
+	lit  bool // the argument (an int) is written as a number, not bound
 	val  any  // a fixed value (already encoded)
 }
 
@@ -263,10 +280,12 @@ type prepared struct {
 	name string
 	segs []seg
 	tail string
-	// static is the final text when no segment is a run-time list.
+	// static is the final text when no segment is a run-time list or a
+	// literal.
 	static string
-	lists  bool
-	size   int // length of the text without placeholders
+	// dynamic: the text depends on the call (a list or a literal).
+	dynamic bool
+	size    int // length of the text without placeholders
 }
 
 // prepare renders statement def of dialect s for table names tb and fixed
@@ -349,8 +368,17 @@ func (s *spec) prepare(def *stmtDef, tb tables, fixed map[string][]string) (*pre
 			return nil, fmt.Errorf("%s %s: parameter %s is not an argument of the statement (%v)", s.dialect, def.name, name, def.args)
 		}
 		used[i] = true
+		if contains(def.literals, name) {
+			if list {
+				return nil, fmt.Errorf("%s %s: literal %s must be a sqlc.arg", s.dialect, def.name, name)
+			}
+			p.segs = append(p.segs, seg{text: before, arg: i, lit: true})
+			p.dynamic = true
+			b.WriteString(before)
+			continue
+		}
 		p.segs = append(p.segs, seg{text: before, arg: i, list: list})
-		p.lists = p.lists || list
+		p.dynamic = p.dynamic || list
 		b.WriteString(before)
 		n++
 		b.WriteString(s.placeholder(n))
@@ -366,7 +394,7 @@ func (s *spec) prepare(def *stmtDef, tb tables, fixed map[string][]string) (*pre
 		p.size += len(sg.text)
 	}
 	p.size += len(p.tail)
-	if !p.lists {
+	if !p.dynamic {
 		p.static = b.String()
 	}
 	return p, nil

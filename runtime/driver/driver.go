@@ -64,7 +64,11 @@ type ClaimParams struct {
 	// Lease is how long the claim holds; after it, other instances may
 	// claim the rows again (the owner is presumed dead).
 	Lease time.Duration
-	// Limit is the most rows to claim (at most dialect.MaxInList).
+	// Limit is the most rows to claim (at most dialect.MaxInList). It is
+	// written into the claim's text, so that PostgreSQL can keep one plan
+	// of it per connection: each distinct Limit is a distinct prepared
+	// statement there. Use a few values (the relay uses its BatchSize, or
+	// a power of two when less room is left).
 	Limit int
 	// Unordered lists event types exempt from per-key order. Rows of all
 	// other types are claimed only when every older unsent row of their

@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/bits"
 	mathrand "math/rand/v2"
 	"slices"
 	"sync/atomic"
@@ -401,7 +402,19 @@ func (p *pipeline) claimGate(now time.Time) (int, bool) {
 		// loop). With a slot free the units only have not started yet.
 		return 0, false
 	}
-	return limit, true
+	return claimSize(limit, r.opts.BatchSize), true
+}
+
+// claimSize is the limit of a claim with room for room (≥ 1) rows: batch,
+// or the largest power of two within room. The limit is part of the
+// claim's text (on PostgreSQL a prepared statement and plan per value and
+// connection), so a relay uses a handful of values, not every number up
+// to batch.
+func claimSize(room, batch int) int {
+	if room >= batch {
+		return batch
+	}
+	return 1 << (bits.Len(uint(room)) - 1)
 }
 
 // flushDue reports whether pending results should be recorded now: when

@@ -453,3 +453,23 @@ func TestHoldBehindSlowIsTwiceSlowPublish(t *testing.T) {
 		t.Errorf("driver.DefaultHoldBehindSlow is %s, SlowPublish %s: keep the first twice the second", driver.DefaultHoldBehindSlow, SlowPublish)
 	}
 }
+
+// A claim asks for a full batch, or a power of two that fits the room
+// left: few distinct limits, each a prepared statement on PostgreSQL.
+func TestClaimSize(t *testing.T) {
+	for _, c := range []struct{ room, batch, want int }{
+		{100, 100, 100}, {400, 100, 100}, {99, 100, 64}, {64, 100, 64}, {63, 100, 32},
+		{50, 100, 32}, {3, 100, 2}, {1, 100, 1}, {1, 1, 1}, {7, 8, 4}, {1000, 1000, 1000},
+	} {
+		if got := claimSize(c.room, c.batch); got != c.want {
+			t.Errorf("claimSize(%d, %d) = %d, want %d", c.room, c.batch, got, c.want)
+		}
+	}
+	seen := map[int]bool{}
+	for room := 1; room <= 100; room++ {
+		seen[claimSize(room, 100)] = true
+	}
+	if len(seen) > 8 {
+		t.Errorf("%d distinct limits for BatchSize 100: %v", len(seen), seen)
+	}
+}

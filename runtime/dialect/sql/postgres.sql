@@ -121,14 +121,18 @@ verdict AS MATERIALIZED (
     LEFT JOIN LATERAL (
         SELECT p.id, p.status, p.next_retry_time, p.lease_expires_at, p.updated_at
         FROM /* TEMPLATE: outbox */outbox_event p
-        WHERE p.biz_id = checked.biz_id
+        -- In the WHERE, not the ON: a condition on checked alone becomes a
+        -- one-time filter, so claimable rows (all of them, while a backlog
+        -- drains) skip the probe instead of running it and discarding it.
+        WHERE NOT checked.claimable
+          AND p.biz_id = checked.biz_id
           AND p.id < checked.id
           AND p.status <> 1
           /* IF unordered */AND p.biz_type NOT IN (sqlc.slice(unordered)) /* END */
           AND NOT EXISTS (SELECT 1 FROM cand c3 WHERE c3.id = p.id)
         ORDER BY p.id DESC
         LIMIT 1
-        FOR SHARE SKIP LOCKED) prev ON NOT checked.claimable
+        FOR SHARE SKIP LOCKED) prev ON true
     LEFT JOIN LATERAL (
         SELECT s.id
         FROM /* TEMPLATE: outbox */outbox_event s

@@ -1,14 +1,17 @@
 package pgxdriver_test
 
 import (
+	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/driver/drivertest"
 	"github.com/outboxgen/outboxgen/runtime/driver/pgxdriver"
 	"github.com/outboxgen/outboxgen/templates"
@@ -35,4 +38,52 @@ func TestConformance(t *testing.T) {
 		drv, _, db := openPgx(t)
 		return drivertest.Env{Driver: drv, DB: db}
 	})
+}
+
+// The claim is planned once per connection: PostgreSQL switches a
+// prepared statement to its generic plan only when that plan is as cheap
+// as planning for each call, which it is not when the limit is bound (the
+// generic plan then guesses a tenth of the table and joins it back by a
+// sequential scan). The limit is therefore written into the text
+// (dialect: asLiteral), and after a few claims the connection runs the
+// cached generic plan.
+func TestClaimUsesGenericPlan(t *testing.T) {
+	ctx := context.Background()
+	base := testdb.PgxPool(t)
+	cfg := base.Config()
+	cfg.MaxConns = 1 // the claims and pg_prepared_statements on one session
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	db := stdlib.OpenDBFromPool(base)
+	defer db.Close()
+	testdb.ApplySchema(t, db, "postgres", templates.DefaultTables)
+	if _, err := db.ExecContext(ctx, `INSERT INTO outbox_event (event_id, biz_type, biz_id, topic, payload)
+SELECT gen_random_uuid(), 'ORDER_PAID', 'k' || g, 'orders', '{}' FROM generate_series(1, 5000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "ANALYZE outbox_event"); err != nil {
+		t.Fatal(err)
+	}
+	drv, err := pgxdriver.New(pool, testdb.Schema(dialect.Postgres))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		rows, err := drv.Claim(ctx, driver.ClaimParams{Owner: "r1", Lease: time.Minute, Limit: 50})
+		if err != nil || len(rows) != 50 {
+			t.Fatalf("claim %d: %d rows, %v", i, len(rows), err)
+		}
+	}
+	var generic, custom int64
+	err = pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
+WHERE statement LIKE 'WITH cand AS MATERIALIZED%'`).Scan(&generic, &custom)
+	if err != nil {
+		t.Fatalf("the claim is not a prepared statement of the session: %v", err)
+	}
+	if generic < 1 {
+		t.Errorf("10 claims: %d generic plans, %d custom plans: the claim is planned on every call", generic, custom)
+	}
 }
