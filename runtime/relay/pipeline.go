@@ -19,8 +19,10 @@ package relay
 // results are recorded with the next claim, in its transaction (one
 // commit), or alone when no claim comes soon enough (recordDelay) or room
 // is short. The loop claims again while fewer than MaxInFlight rows are
-// leased and unrecorded and, when every slot is busy, the units waiting
-// for one hold less than a batch: a slow publish holds back only its key.
+// leased and unrecorded, counting the rows whose results the claim takes
+// along as free (they are recorded in the commit that leases its rows),
+// and, when every slot is busy, the units waiting for one hold less than
+// a batch: a slow publish holds back only its key.
 // Per-key order needs nothing more: a claim never leases a row while an
 // older unsent row of its key is unsent outside its own rows, and a key's
 // rows stay leased until their results are recorded.
@@ -393,28 +395,51 @@ func (p *pipeline) claimGate(now time.Time) (int, bool) {
 		}
 		return r.opts.BatchSize, true
 	}
-	limit := min(r.opts.BatchSize, r.opts.MaxInFlight-len(p.leased)-p.claimRows)
-	if limit < 1 || (limit < r.opts.BatchSize/2 && p.running > 0) {
+	room := r.opts.MaxInFlight - len(p.leased) - p.claimRows
+	if room < r.opts.BatchSize {
+		room += p.carried()
+	}
+	if room < 1 || (room < r.opts.BatchSize/2 && p.running > 0) {
 		return 0, false // wait for room rather than claim crumbs
 	}
+	limit := claimSize(room, r.opts.BatchSize)
 	if p.flow.queued.Load() >= p.flow.batch && len(p.flow.slots) == cap(p.flow.slots) {
 		// A batch already waits for slots, all busy (a kick wakes the
 		// loop). With a slot free the units only have not started yet.
 		return 0, false
 	}
-	return claimSize(limit, r.opts.BatchSize), true
+	return limit, true
 }
 
 // claimSize is the limit of a claim with room for room (≥ 1) rows: batch,
-// or the largest power of two within room. The limit is part of the
-// claim's text (on PostgreSQL a prepared statement and plan per value and
-// connection), so a relay uses a handful of values, not every number up
-// to batch.
+// or what fits of a quarter-batch step, or below one step a power of two.
+// The limit is part of the claim's text (on PostgreSQL a prepared
+// statement and plan per value and connection), so a relay uses a handful
+// of values, not every number up to batch.
 func claimSize(room, batch int) int {
 	if room >= batch {
 		return batch
 	}
+	if step := max(batch/4, 1); room >= step {
+		return room / step * step
+	}
 	return 1 << (bits.Len(uint(room)) - 1)
+}
+
+// carried counts the rows whose results wait to be recorded and are
+// still leased to this relay. A claim takes those results along
+// (takePending) and records them in its own commit, which is also when
+// its new rows are leased, so they make room for it: claims stay full
+// batches instead of the crumbs left beside rows published but not yet
+// recorded, and at every commit the relay holds at most MaxInFlight rows.
+func (p *pipeline) carried() int {
+	n := 0
+	for id, b := range p.pendOf {
+		if b != nil && p.leased[id] == b {
+			n++
+		}
+	}
+	return n
 }
 
 // flushDue reports whether pending results should be recorded now: when

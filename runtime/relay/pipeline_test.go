@@ -454,12 +454,14 @@ func TestHoldBehindSlowIsTwiceSlowPublish(t *testing.T) {
 	}
 }
 
-// A claim asks for a full batch, or a power of two that fits the room
-// left: few distinct limits, each a prepared statement on PostgreSQL.
+// A claim asks for a full batch, or what fits in quarter-batch steps, or
+// below one step a power of two: few distinct limits, each a prepared
+// statement on PostgreSQL.
 func TestClaimSize(t *testing.T) {
 	for _, c := range []struct{ room, batch, want int }{
-		{100, 100, 100}, {400, 100, 100}, {99, 100, 64}, {64, 100, 64}, {63, 100, 32},
-		{50, 100, 32}, {3, 100, 2}, {1, 100, 1}, {1, 1, 1}, {7, 8, 4}, {1000, 1000, 1000},
+		{100, 100, 100}, {400, 100, 100}, {99, 100, 75}, {75, 100, 75}, {74, 100, 50},
+		{50, 100, 50}, {26, 100, 25}, {24, 100, 16}, {3, 100, 2}, {1, 100, 1}, {1, 1, 1},
+		{7, 8, 6}, {1, 8, 1}, {9, 10, 8}, {1000, 1000, 1000}, {999, 1000, 750},
 	} {
 		if got := claimSize(c.room, c.batch); got != c.want {
 			t.Errorf("claimSize(%d, %d) = %d, want %d", c.room, c.batch, got, c.want)
@@ -469,7 +471,63 @@ func TestClaimSize(t *testing.T) {
 	for room := 1; room <= 100; room++ {
 		seen[claimSize(room, 100)] = true
 	}
-	if len(seen) > 8 {
+	if len(seen) > 9 {
 		t.Errorf("%d distinct limits for BatchSize 100: %v", len(seen), seen)
 	}
+}
+
+// leaseGauge records each claim's limit and, after each claim, how many
+// rows the database has leased to the owner.
+type leaseGauge struct {
+	recordCounter
+	t      *testing.T
+	db     *sql.DB
+	owner  string
+	limits []int
+	peak   int
+}
+
+func (g *leaseGauge) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
+	rows, err := g.recordCounter.Claim(ctx, p)
+	n := count(g.t, g.db, "status = 0 AND lease_owner = '"+g.owner+"'")
+	g.mu.Lock()
+	g.limits = append(g.limits, p.Limit)
+	g.peak = max(g.peak, n)
+	g.mu.Unlock()
+	return rows, err
+}
+
+// The results a claim takes along make room for it: with MaxInFlight equal
+// to BatchSize, the rows published but not yet recorded would otherwise
+// leave no room, and every claim would wait for a recording of its own (a
+// commit) first. Nothing is recorded alone, claims take about half a batch
+// or more, and the database never has more than MaxInFlight rows leased to
+// the relay after a claim.
+func TestCarriedResultsMakeRoom(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		ins := insertEvents(t, db, d, roundRobin(200, 200)...)
+		g := &leaseGauge{recordCounter: recordCounter{Driver: drv}, t: t, db: db, owner: "carry"}
+		pub := newRecPub(t)
+		opts := testOptions(pub, "carry")
+		opts.BatchSize = 10
+		opts.MaxInFlight = 10
+		opts.ParallelClaims = 1
+		failOnPollErrors(t, &opts)
+		n, err := mustRelay(t, g, opts).RunOnce(context.Background())
+		if err != nil || n != len(ins) {
+			t.Fatalf("RunOnce = %d, %v; want %d", n, err, len(ins))
+		}
+		checkPublishedOnce(t, pub, ins)
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.peak > opts.MaxInFlight {
+			t.Errorf("%d rows leased to the relay after a claim, MaxInFlight %d", g.peak, opts.MaxInFlight)
+		}
+		if most := 2*len(ins)/opts.BatchSize + 2; len(g.limits) > most {
+			t.Errorf("%d claims for %d rows, want at most %d (limits: %v)", len(g.limits), len(ins), most, g.limits)
+		}
+		if g.records != 0 {
+			t.Errorf("%d recordings alone beside %d claims, want every result recorded with a claim", g.records, g.claims)
+		}
+	})
 }
