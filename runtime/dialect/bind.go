@@ -2,9 +2,10 @@ package dialect
 
 // Binding: how a prepared statement (sql.go) and a call's arguments become
 // the text and the arguments a driver sends. This runs per call, so it
-// only copies: the text of a statement without a run-time list is final
-// when the statement is prepared, and a statement with one (an id list) is
-// the prepared text with the list's placeholders written in.
+// only copies: the text of a statement without a run-time list or a
+// literal is final when the statement is prepared, and a statement with
+// one (an id list, a claim's row limit) is the prepared text with the
+// list's placeholders or the literal's number written in.
 
 import (
 	"fmt"

@@ -330,6 +330,11 @@ func (s *spec) prepare(def *stmtDef, tb tables, fixed map[string][]string) (*pre
 		return nil, fmt.Errorf("%s %s: a comment or an unknown marker is left: %s", s.dialect, def.name, text)
 	}
 
+	for _, l := range def.literals {
+		if index(def.args, l) < 0 {
+			return nil, fmt.Errorf("%s %s: literal %s is not an argument of the statement (%v)", s.dialect, def.name, l, def.args)
+		}
+	}
 	p := &prepared{s: s, name: def.name}
 	used := make([]bool, len(def.args))
 	last := 0

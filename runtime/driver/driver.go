@@ -68,7 +68,8 @@ type ClaimParams struct {
 	// written into the claim's text, so that PostgreSQL can keep one plan
 	// of it per connection: each distinct Limit is a distinct prepared
 	// statement there. Use a few values (the relay uses its BatchSize, or
-	// a power of two when less room is left).
+	// when less room is left three, two or one quarter of it, or below that
+	// a power of two).
 	Limit int
 	// Unordered lists event types exempt from per-key order. Rows of all
 	// other types are claimed only when every older unsent row of their

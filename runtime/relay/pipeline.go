@@ -397,7 +397,7 @@ func (p *pipeline) claimGate(now time.Time) (int, bool) {
 	}
 	room := r.opts.MaxInFlight - len(p.leased) - p.claimRows
 	if room < r.opts.BatchSize {
-		room += p.carried()
+		room += p.carried(r.opts.BatchSize - room)
 	}
 	if room < 1 || (room < r.opts.BatchSize/2 && p.running > 0) {
 		return 0, false // wait for room rather than claim crumbs
@@ -412,29 +412,37 @@ func (p *pipeline) claimGate(now time.Time) (int, bool) {
 }
 
 // claimSize is the limit of a claim with room for room (≥ 1) rows: batch,
-// or what fits of a quarter-batch step, or below one step a power of two.
-// The limit is part of the claim's text (on PostgreSQL a prepared
+// or the largest of three, two or one quarter of it that fits (so half a
+// batch of room still claims half a batch), or below a quarter a power of
+// two. The limit is part of the claim's text (on PostgreSQL a prepared
 // statement and plan per value and connection), so a relay uses a handful
 // of values, not every number up to batch.
 func claimSize(room, batch int) int {
 	if room >= batch {
 		return batch
 	}
-	if step := max(batch/4, 1); room >= step {
-		return room / step * step
+	for q := 3; q >= 1; q-- {
+		if s := batch * q / 4; s >= 1 && room >= s {
+			return s
+		}
 	}
 	return 1 << (bits.Len(uint(room)) - 1)
 }
 
 // carried counts the rows whose results wait to be recorded and are
-// still leased to this relay. A claim takes those results along
-// (takePending) and records them in its own commit, which is also when
-// its new rows are leased, so they make room for it: claims stay full
-// batches instead of the crumbs left beside rows published but not yet
-// recorded, and at every commit the relay holds at most MaxInFlight rows.
-func (p *pipeline) carried() int {
+// still leased to this relay, up to need (the loop asks on every turn, and
+// results can pile up while the database is down). A claim takes those
+// results along (takePending) and records them in its own commit, which
+// is also when its new rows are leased, so they make room for it: claims
+// stay full batches instead of the crumbs left beside rows published but
+// not yet recorded, and at every commit the relay holds at most
+// MaxInFlight rows.
+func (p *pipeline) carried(need int) int {
 	n := 0
 	for id, b := range p.pendOf {
+		if n >= need {
+			break
+		}
 		if b != nil && p.leased[id] == b {
 			n++
 		}
@@ -444,9 +452,11 @@ func (p *pipeline) carried() int {
 
 // flushDue reports whether pending results should be recorded now: when
 // nothing else is in flight, when the oldest has waited recordDelay, or
-// when half a batch has gathered while there is no room for a full claim
-// (recording makes room). Otherwise the next claim takes them along in its
-// one commit; a recording alone would hold that claim up.
+// when half a batch has gathered while fewer than a batch of rows are
+// free. Act then claims with them when the gate is open (they count as
+// its room, see carried) and records them alone when it is not; otherwise
+// the next claim takes them along in its one commit, as a recording alone
+// would hold that claim up.
 func (p *pipeline) flushDue(now time.Time) bool {
 	r := p.r
 	n := len(p.pend.Sent) + len(p.pend.Failures) + len(p.pend.Release)
