@@ -373,7 +373,12 @@ func TestBrokerOutagePausesWithoutParking(t *testing.T) {
 	pool := logicalPool(t)
 	b := startNATS(t)
 	w := walWriter(t)
-	r := newRelay(t, pool, b.pub, nil)
+	// The default RetryDelay, not the harness's 20 ms: the breaker opens
+	// once a second key fails, and with 20 ms the first key's quick
+	// retries ran out (and parked it) before the writer, one transaction
+	// per event on a loaded CI machine, had committed a second key's
+	// event 150 ms later.
+	r := newRelay(t, pool, b.pub, func(c *walrelay.Config) { c.RetryDelay = walrelay.DefaultRetryDelay })
 	runRelay(t, r)
 	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
 	want := map[string]int{}
