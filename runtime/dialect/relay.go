@@ -292,9 +292,8 @@ func (q *RelayQueries) ReleaseOrphanHeld() (string, []any) {
 // returned take their place. Then ClaimBlocked (unless FreeToLease),
 // ClaimLease and ClaimHold, as in ClaimInTransaction. The rows leased
 // are the same as Claim's but for which of the window's rows: InnoDB's
-// locking read of the due index
-// costs a clustered-index read for each entry left by a row sent since
-// the last purge (see sql/mysql.sql).
+// locking read of the due index costs a clustered-index read for each
+// entry left by a row sent since the last purge (see sql/mysql.sql).
 func (q *RelayQueries) ClaimByCandidates() bool { return q.candidates != nil }
 
 // ClaimCandidates returns the window read without locks: the ids of at
@@ -312,9 +311,9 @@ func (q *RelayQueries) ClaimCandidates(limit int, overdueAfter time.Duration) (s
 	return q.candidates.render("", time.Duration(0), limit, time.Duration(0), time.Duration(0), time.Duration(0))
 }
 
-// ClaimLock locks and returns (RelayColumns and LockProbe's, id order) up to limit of
-// the candidates ids that are still due and unleased, skipping rows other
-// transactions hold. On dialects without ClaimByCandidates it returns
+// ClaimLock locks and returns, in id order, up to limit of the candidates
+// ids that are still due and unleased (RelayColumns, then LockProbe's two
+// columns), skipping rows other transactions hold. On dialects without ClaimByCandidates it returns
 // "", nil.
 func (q *RelayQueries) ClaimLock(ids []int64, limit int) (string, []any) {
 	if q.lock == nil {
