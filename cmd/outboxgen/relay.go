@@ -828,6 +828,7 @@ type walStatus struct {
 	Slot           string `json:"slot"`
 	Exists         bool   `json:"exists"`
 	Active         bool   `json:"active"`
+	Creating       bool   `json:"creating,omitempty"`
 	LagBytes       int64  `json:"lag_bytes"`
 	WALStatus      string `json:"wal_status,omitempty"`
 	SafeWALSize    int64  `json:"safe_wal_size"`
@@ -861,7 +862,7 @@ func readWALStatus(ctx context.Context, dbf *dbFlags, o *opsDB, slot string) (*w
 	if err != nil {
 		return nil, err
 	}
-	return &walStatus{Slot: st.Name, Exists: st.Exists, Active: st.Active, LagBytes: st.LagBytes, WALStatus: st.WALStatus,
+	return &walStatus{Slot: st.Name, Exists: st.Exists, Active: st.Active, Creating: st.Creating, LagBytes: st.LagBytes, WALStatus: st.WALStatus,
 		SafeWALSize: st.SafeWALSize, ConfirmedFlush: st.ConfirmedFlush}, nil
 }
 
@@ -872,7 +873,10 @@ func (w *walStatus) String() string {
 		return fmt.Sprintf("slot %s: MISSING: events written in WAL mode are not retained; run outboxgen wal setup (or start outboxgen relay) before the writers write", w.Slot)
 	}
 	state := "inactive (no relay streams from it: WAL accumulates)"
-	if w.Active {
+	switch {
+	case w.Creating:
+		return fmt.Sprintf("slot %s: BEING CREATED: it waits for the transactions running when its creation began to end; events committed before it is ready may not be streamed (end long-running transactions if it stays)", w.Slot)
+	case w.Active:
 		state = "active"
 	}
 	safe := "unlimited"

@@ -374,3 +374,21 @@ func TestHumanBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestWALStatusLine: each state of the slot has its own status line; a
+// slot being created is not reported as merely active.
+func TestWALStatusLine(t *testing.T) {
+	for _, c := range []struct {
+		st   walStatus
+		want string
+	}{
+		{walStatus{Slot: "s"}, "slot s: MISSING"},
+		{walStatus{Slot: "s", Exists: true, Active: true, Creating: true}, "slot s: BEING CREATED"},
+		{walStatus{Slot: "s", Exists: true, Active: true, LagBytes: 37_600, WALStatus: "reserved", SafeWALSize: -1}, "slot s: active, 37.6 kB behind (wal_status reserved, safe_wal_size unlimited)"},
+		{walStatus{Slot: "s", Exists: true, WALStatus: "lost"}, "slot s: inactive (no relay streams from it: WAL accumulates), 0 B behind (wal_status lost, safe_wal_size 0 B)  << ALERT"},
+	} {
+		if got := c.st.String(); !strings.HasPrefix(got, c.want) {
+			t.Errorf("%+v: %q, want it to start with %q", c.st, got, c.want)
+		}
+	}
+}

@@ -137,6 +137,13 @@ type Slot struct {
 	SafeWALSize int64
 	// ConfirmedFlush is the slot's confirmed_flush_lsn.
 	ConfirmedFlush string
+	// Creating is true while the slot is being created: PostgreSQL lists
+	// it, held by its creator (Active), from the start of its creation,
+	// and sets its confirmed position only once the transactions running
+	// at that start have ended. Events committed before then may never be
+	// streamed, so writers must wait for a ready slot (Relay.Setup
+	// returns once it is).
+	Creating bool
 }
 
 // SlotStatus reads the replication slot named slot, for `outboxgen status`
@@ -154,6 +161,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&s.Active, &s.LagByt
 		return Slot{}, fmt.Errorf("walrelay: read replication slot %s: %w", slot, err)
 	}
 	s.Exists = true
+	s.Creating = s.ConfirmedFlush == ""
 	if safe != nil {
 		s.SafeWALSize = *safe
 	}
@@ -173,6 +181,8 @@ func CheckSlot(ctx context.Context, q Querier, slot string, maxLagBytes int64) e
 	switch {
 	case !s.Exists:
 		return fmt.Errorf("walrelay: replication slot %s does not exist: start the WAL relay (it creates the slot); events written meanwhile were not retained", slot)
+	case s.Creating:
+		return fmt.Errorf("walrelay: replication slot %s is being created (it waits for the transactions running when its creation began to end): events committed before it is ready may not be streamed; check again shortly, and end long-running transactions if it stays", slot)
 	case s.WALStatus == "lost":
 		errs = append(errs, fmt.Errorf("walrelay: replication slot %s lost WAL (max_slot_wal_keep_size exceeded): events written while the relay was behind are gone from the stream; see the README's recovery steps", slot))
 	case s.WALStatus == "unreserved":
