@@ -46,6 +46,8 @@ var (
 	flagChaosDrainMax = flag.Duration("chaos-drain-max", 20*time.Second, "row 4: longest wait for the drain after the writers stop (the rate is then measured over it)")
 
 	flagTable = flag.String("table", "", "also write the markdown table to this file")
+
+	flagFillfactor = flag.Int("pg-fillfactor", 0, "the fillfactor of every PostgreSQL outbox table the benchmarks create (0: the DDL's, 100); see BenchmarkFillfactor")
 )
 
 const (
@@ -218,6 +220,9 @@ func freshOutbox(b *testing.B, d string) *sql.DB {
 	b.Helper()
 	db := testdb.Open(b, d)
 	testdb.ApplySchema(b, db, d, templates.DefaultTables)
+	if *flagFillfactor != 0 && d == "postgres" {
+		setFillfactor(b, db, *flagFillfactor)
+	}
 	return db
 }
 
@@ -529,6 +534,9 @@ func scaleTable(rs results, started time.Time, took time.Duration, load, pgDesc,
 		pgDriver = "pgxdriver (a pgx pool)"
 	}
 	w("Backlogs: %d keys round robin, ~60-byte JSON payloads; the relay runs with its defaults (BatchSize 100, Concurrency 8), on PostgreSQL through %s, and publishes to a watermill GoChannel. ", max(*flagKeys, 1), pgDriver)
+	if *flagFillfactor != 0 {
+		w("The PostgreSQL outbox tables have fillfactor %d (-pg-fillfactor; the DDL's is 100). ", *flagFillfactor)
+	}
 	w("Ceilings, one client, batches of 100, nothing published, reading the columns the relay reads: **a1** one transaction per batch (SELECT … FOR UPDATE SKIP LOCKED, UPDATE to sent, COMMIT); **a2** a lease (PostgreSQL: UPDATE … WHERE id IN (SELECT … SKIP LOCKED) RETURNING; MariaDB, which has no UPDATE … RETURNING: SELECT … FOR UPDATE SKIP LOCKED + the lease UPDATE in one transaction), then a mark-sent UPDATE: two commits.\n\n")
 
 	w("| # | scenario | outboxgen relay | a1 | a2 | result (ratios within a round) | wanted | verdict |\n")

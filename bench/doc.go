@@ -56,11 +56,15 @@
 //	    -myrows 10000 -slowrows 5000 -chaos-for 5s
 //
 // Other flags: -keys, -scaleout, -chaos-rate, -chaos-per-tx,
-// -chaos-drain-max, -durable, -table FILE (also write the table there).
+// -chaos-drain-max, -durable, -pg-fillfactor N (the PostgreSQL outbox
+// tables' fillfactor; see BenchmarkFillfactor), -table FILE (also write
+// the table there).
 // Filter scenarios with the sub-benchmark name, e.g.
 // -bench 'BenchmarkOutbox/round1/my/'.
 //
-// Focused benchmarks, not part of `make bench`: BenchmarkHeldBack (row 3
+// Focused benchmarks, not part of `make bench`: BenchmarkFillfactor (the
+// PostgreSQL outbox at fillfactor 100 and 50: HOT leases, drain time per
+// batch, heap and index sizes after ten rounds), BenchmarkHeldBack (row 3
 // on PostgreSQL and MariaDB, and the first encounter with the held rows),
 // BenchmarkClaimBacklog (the driver's claim + mark alone at 100k and 1M
 // pending rows beside a1, both dialects) and BenchmarkLatency (commit →
