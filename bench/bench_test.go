@@ -47,7 +47,7 @@ var (
 
 	flagTable = flag.String("table", "", "also write the markdown table to this file")
 
-	flagFillfactor = flag.Int("pg-fillfactor", 0, "the fillfactor of every PostgreSQL outbox table the benchmarks create (0: the DDL's, 100); see BenchmarkFillfactor")
+	flagFillfactor = flag.Int("pg-fillfactor", 0, "the fillfactor of the PostgreSQL outbox tables of BenchmarkOutbox, BenchmarkHeldBack and BenchmarkClaimBacklog (0: the DDL's, 100); see BenchmarkFillfactor")
 )
 
 const (

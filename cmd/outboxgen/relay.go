@@ -811,6 +811,9 @@ func cmdWAL(args []string, stdout, stderr io.Writer) error {
 	if !st.Exists {
 		return fail(fmt.Errorf("replication slot %s is still missing after set-up", r.Slot()))
 	}
+	if st.Creating { // Setup waits for a ready slot: dropped and recreated meanwhile
+		return fail(fmt.Errorf("replication slot %s is being created again: run outboxgen wal setup again before deploying the WAL-mode writers", r.Slot()))
+	}
 	fmt.Fprintf(stdout, "replication slot %s and publication ready on %s (outbox %s): deploy the WAL-mode writers now, and run outboxgen relay\n",
 		r.Slot(), o.Source.Where, schema.Tables.Outbox)
 	return nil
@@ -875,7 +878,7 @@ func (w *walStatus) String() string {
 	state := "inactive (no relay streams from it: WAL accumulates)"
 	switch {
 	case w.Creating:
-		return fmt.Sprintf("slot %s: BEING CREATED: it waits for the transactions running when its creation began to end; events committed before it is ready may not be streamed (end long-running transactions if it stays)", w.Slot)
+		state = "BEING CREATED (it waits for the transactions running when its creation began to end; events committed before it is ready may not be streamed)"
 	case w.Active:
 		state = "active"
 	}

@@ -380,15 +380,23 @@ func TestHumanBytes(t *testing.T) {
 func TestWALStatusLine(t *testing.T) {
 	for _, c := range []struct {
 		st   walStatus
-		want string
+		want []string
 	}{
-		{walStatus{Slot: "s"}, "slot s: MISSING"},
-		{walStatus{Slot: "s", Exists: true, Active: true, Creating: true}, "slot s: BEING CREATED"},
-		{walStatus{Slot: "s", Exists: true, Active: true, LagBytes: 37_600, WALStatus: "reserved", SafeWALSize: -1}, "slot s: active, 37.6 kB behind (wal_status reserved, safe_wal_size unlimited)"},
-		{walStatus{Slot: "s", Exists: true, WALStatus: "lost"}, "slot s: inactive (no relay streams from it: WAL accumulates), 0 B behind (wal_status lost, safe_wal_size 0 B)  << ALERT"},
+		{walStatus{Slot: "s"}, []string{"slot s: MISSING"}},
+		{walStatus{Slot: "s", Exists: true, Active: true, Creating: true, WALStatus: "reserved", SafeWALSize: -1}, []string{"slot s: BEING CREATED (", "0 B behind (wal_status reserved"}},
+		{walStatus{Slot: "s", Exists: true, Active: true, LagBytes: 37_600, WALStatus: "reserved", SafeWALSize: -1}, []string{"slot s: active, 37.6 kB behind (wal_status reserved, safe_wal_size unlimited)"}},
+		{walStatus{Slot: "s", Exists: true, WALStatus: "lost"}, []string{"slot s: inactive (no relay streams from it: WAL accumulates), 0 B behind (wal_status lost, safe_wal_size 0 B)", "<< ALERT"}},
+		// Whatever the state, a slot losing WAL gets the alert.
+		{walStatus{Slot: "s", Exists: true, Active: true, Creating: true, WALStatus: "unreserved"}, []string{"slot s: BEING CREATED (", "<< ALERT"}},
 	} {
-		if got := c.st.String(); !strings.HasPrefix(got, c.want) {
-			t.Errorf("%+v: %q, want it to start with %q", c.st, got, c.want)
+		got := c.st.String()
+		if !strings.HasPrefix(got, c.want[0]) {
+			t.Errorf("%+v: %q, want it to start with %q", c.st, got, c.want[0])
+		}
+		for _, w := range c.want[1:] {
+			if !strings.Contains(got, w) {
+				t.Errorf("%+v: %q, want it to contain %q", c.st, got, w)
+			}
 		}
 	}
 }

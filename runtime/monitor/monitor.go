@@ -78,8 +78,8 @@ const (
 	// (Check returns the error instead), once per failure streak; resolved
 	// by the next successful check.
 	CheckFailing Kind = "check_failing"
-	// WALSlot: the WAL relay's replication slot is missing, not streamed
-	// from, losing WAL, or retains more than Thresholds.SlotLagBytes
+	// WALSlot: the WAL relay's replication slot is missing, still being
+	// created, not streamed from, losing WAL, or retains more than Thresholds.SlotLagBytes
 	// (Config.SlotCheck; sql.wal only). The message is the check's error,
 	// which says what to do.
 	WALSlot Kind = "wal_slot"

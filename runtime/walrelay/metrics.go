@@ -123,7 +123,8 @@ type Slot struct {
 	Name string
 	// Exists is false when there is no such slot (nothing is retained).
 	Exists bool
-	// Active is true while a relay streams from it.
+	// Active is true while a relay streams from it, or creates it
+	// (Creating).
 	Active bool
 	// LagBytes is the WAL the slot retains: pg_current_wal_lsn() -
 	// confirmed_flush_lsn.
@@ -137,12 +138,12 @@ type Slot struct {
 	SafeWALSize int64
 	// ConfirmedFlush is the slot's confirmed_flush_lsn.
 	ConfirmedFlush string
-	// Creating is true while the slot is being created: PostgreSQL lists
-	// it, held by its creator (Active), from the start of its creation,
-	// and sets its confirmed position only once the transactions running
-	// at that start have ended. Events committed before then may never be
-	// streamed, so writers must wait for a ready slot (Relay.Setup
-	// returns once it is).
+	// Creating is true while the logical slot is being created:
+	// PostgreSQL lists it, held by its creator (Active), from the start of
+	// its creation, and sets its confirmed position only once the
+	// transactions running at that start have ended. Events committed
+	// before then may never be streamed, so writers must wait for a ready
+	// slot (Relay.Setup returns once it is).
 	Creating bool
 }
 
@@ -151,9 +152,12 @@ type Slot struct {
 func SlotStatus(ctx context.Context, q Querier, slot string) (Slot, error) {
 	s := Slot{Name: slot, SafeWALSize: -1}
 	var safe *int64
+	// A physical slot never has a confirmed position: it is not being
+	// created (Relay.Setup refuses it).
 	err := q.QueryRow(ctx, `SELECT active, coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::int8, 0),
-	coalesce(wal_status, ''), safe_wal_size, coalesce(confirmed_flush_lsn::text, '')
-FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&s.Active, &s.LagBytes, &s.WALStatus, &safe, &s.ConfirmedFlush)
+	coalesce(wal_status, ''), safe_wal_size, coalesce(confirmed_flush_lsn::text, ''),
+	slot_type = 'logical' AND confirmed_flush_lsn IS NULL
+FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&s.Active, &s.LagBytes, &s.WALStatus, &safe, &s.ConfirmedFlush, &s.Creating)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, nil
 	}
@@ -161,7 +165,6 @@ FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&s.Active, &s.LagByt
 		return Slot{}, fmt.Errorf("walrelay: read replication slot %s: %w", slot, err)
 	}
 	s.Exists = true
-	s.Creating = s.ConfirmedFlush == ""
 	if safe != nil {
 		s.SafeWALSize = *safe
 	}
@@ -170,8 +173,10 @@ FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&s.Active, &s.LagByt
 
 // CheckSlot is a monitor-style check of the slot: it returns nil when all
 // is well, or an error saying what is wrong and what to do: the slot is
-// missing, not streamed from (no relay holds it, so WAL accumulates), lost
-// or about to lose WAL, or retains more than maxLagBytes (0: no limit).
+// missing, still being created (events committed now may not be
+// streamed), not streamed from (no relay holds it, so WAL accumulates),
+// lost or about to lose WAL, or retains more than maxLagBytes (0: no
+// limit).
 func CheckSlot(ctx context.Context, q Querier, slot string, maxLagBytes int64) error {
 	s, err := SlotStatus(ctx, q, slot)
 	if err != nil {
@@ -181,12 +186,13 @@ func CheckSlot(ctx context.Context, q Querier, slot string, maxLagBytes int64) e
 	switch {
 	case !s.Exists:
 		return fmt.Errorf("walrelay: replication slot %s does not exist: start the WAL relay (it creates the slot); events written meanwhile were not retained", slot)
-	case s.Creating:
-		return fmt.Errorf("walrelay: replication slot %s is being created (it waits for the transactions running when its creation began to end): events committed before it is ready may not be streamed; check again shortly, and end long-running transactions if it stays", slot)
 	case s.WALStatus == "lost":
 		errs = append(errs, fmt.Errorf("walrelay: replication slot %s lost WAL (max_slot_wal_keep_size exceeded): events written while the relay was behind are gone from the stream; see the README's recovery steps", slot))
 	case s.WALStatus == "unreserved":
 		errs = append(errs, fmt.Errorf("walrelay: replication slot %s is about to lose WAL (wal_status unreserved, %d bytes behind): restart the relay or raise max_slot_wal_keep_size", slot, s.LagBytes))
+	}
+	if s.Creating {
+		errs = append(errs, fmt.Errorf("walrelay: replication slot %s is being created (it waits for the transactions running when its creation began to end): events committed before it is ready may not be streamed; check again shortly, and end long-running transactions if it stays", slot))
 	}
 	if !s.Active {
 		errs = append(errs, fmt.Errorf("walrelay: no relay streams from replication slot %s (%d bytes of WAL retained): start the WAL relay", slot, s.LagBytes))

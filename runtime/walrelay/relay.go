@@ -318,17 +318,59 @@ func (r *Relay) setup(ctx context.Context, conn *pgconn.PgConn) error {
 }
 
 // Setup creates the publication and the replication slot when missing,
-// without streaming, and returns. Run does the same at its start; call
+// without streaming, and returns once the slot is ready, also when
+// another instance is creating it (Slot.Creating): until then, events
+// committed may never be streamed. Run does the same at its start; call
 // Setup as a deploy step before writers switch to WAL mode (events
-// written before the slot exists are never streamed), e.g. next to the
-// schema migration. Its errors say what to do (wal_level, privileges).
+// written before the slot is ready are never streamed), e.g. next to the
+// schema migration. Its errors say what to do (wal_level, privileges, a
+// creation that waits for long-running transactions until ctx ends).
 func (r *Relay) Setup(ctx context.Context) error {
 	conn, closeConn, err := r.connectReplication(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeConn()
-	return r.setup(ctx, conn)
+	if err := r.setup(ctx, conn); err != nil {
+		return err
+	}
+	return r.waitReady(ctx)
+}
+
+// waitReady waits until the slot, which exists, is no longer being
+// created (by another instance: setup's own creation returns once the
+// slot is ready).
+func (r *Relay) waitReady(ctx context.Context) error {
+	logged := false
+	for {
+		s, err := SlotStatus(ctx, r.pool, r.cfg.Slot)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return r.notReady(ctx)
+			}
+			return err
+		case !s.Exists:
+			return fmt.Errorf("walrelay: replication slot %s was dropped while set-up waited for it to be ready: run set-up again", r.cfg.Slot)
+		case !s.Creating:
+			return nil
+		}
+		if !logged {
+			r.log.Info("another instance is creating the replication slot: waiting until it is ready")
+			logged = true
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return r.notReady(ctx)
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Relay) notReady(ctx context.Context) error {
+	return fmt.Errorf("walrelay: replication slot %s is still being created (it waits for the transactions running when its creation began to end; see pg_stat_activity for long-running ones): do not switch writers to WAL mode yet, run set-up again: %w", r.cfg.Slot, context.Cause(ctx))
 }
 
 // connectReplication opens a replication connection (at most 30 s) and

@@ -413,7 +413,8 @@ func TestBrokerOutagePausesWithoutParking(t *testing.T) {
 // TestSlotBeingCreated: while the relay creates its slot, waiting for a
 // transaction that was running when the creation began, SlotStatus and
 // CheckSlot say the slot is not ready, though PostgreSQL already lists it
-// as active; once the transaction ends, the slot is ready and streams.
+// as active, and another instance's Setup waits; once the transaction
+// ends, Setup returns and the slot is ready and streams.
 func TestSlotBeingCreated(t *testing.T) {
 	pool := logicalPool(t)
 	b := startNATS(t)
@@ -442,8 +443,35 @@ func TestSlotBeingCreated(t *testing.T) {
 	if r.Status().Streaming {
 		t.Error("the relay streams before its slot is ready")
 	}
+	// Setup (a deploy step: `outboxgen wal setup`) finds the slot and
+	// waits until it is ready: writers deployed after it lose nothing.
+	other := newRelay(t, pool, b.pub, func(c *walrelay.Config) { c.InstanceID = "setup" })
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err = other.Setup(short)
+	cancel()
+	if err == nil || !strings.Contains(err.Error(), "still being created") {
+		t.Errorf("Setup while the slot is being created, until its context ended: %v; want an error saying so", err)
+	}
+	setupDone := make(chan error, 1)
+	go func() { setupDone <- other.Setup(ctx) }()
+	select {
+	case err := <-setupDone:
+		t.Fatalf("Setup returned (%v) while the slot is still being created", err)
+	case <-time.After(300 * time.Millisecond):
+	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case err := <-setupDone:
+		if err != nil {
+			t.Fatalf("Setup once the creation could end: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Setup did not return within 30 s of the slot's creation being able to end")
+	}
+	if s, err = walrelay.SlotStatus(ctx, pool, r.Slot()); err != nil || s.Creating {
+		t.Errorf("slot when Setup returned: %+v (%v): want it ready", s, err)
 	}
 	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
 	if s, err = walrelay.SlotStatus(ctx, pool, r.Slot()); err != nil || s.Creating || s.ConfirmedFlush == "" {
