@@ -79,9 +79,9 @@ const (
 	// by the next successful check.
 	CheckFailing Kind = "check_failing"
 	// WALSlot: the WAL relay's replication slot is missing, still being
-	// created, not streamed from, losing WAL, or retains more than Thresholds.SlotLagBytes
-	// (Config.SlotCheck; sql.wal only). The message is the check's error,
-	// which says what to do.
+	// created, not streamed from, losing WAL, or retains more than
+	// Thresholds.SlotLagBytes (Config.SlotCheck; sql.wal only). The
+	// message is the check's error, which says what to do.
 	WALSlot Kind = "wal_slot"
 )
 

@@ -446,7 +446,8 @@ func TestSlotBeingCreated(t *testing.T) {
 	// Setup (a deploy step: `outboxgen wal setup`) finds the slot and
 	// waits until it is ready: writers deployed after it lose nothing.
 	other := newRelay(t, pool, b.pub, func(c *walrelay.Config) { c.InstanceID = "setup" })
-	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	// Long enough to connect and look the slot up on a loaded machine.
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
 	err = other.Setup(short)
 	cancel()
 	if err == nil || !strings.Contains(err.Error(), "still being created") {
