@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -126,6 +127,71 @@ func stateOf(t *testing.T, db *sql.DB, d dialect.Dialect, id string) state {
 	return s
 }
 
+// trace records what a sweep asked of the database and logged, with the
+// time since the trace started, for the failure message of a test whose
+// timing went wrong (one CI run saw a sweep of a few rows take two
+// minutes).
+type trace struct {
+	start time.Time
+	mu    sync.Mutex
+	lines []string
+}
+
+func newTrace() *trace { return &trace{start: time.Now()} }
+
+func (tr *trace) add(format string, args ...any) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.lines = append(tr.lines, fmt.Sprintf("%9.3fs ", time.Since(tr.start).Seconds())+fmt.Sprintf(format, args...))
+}
+
+func (tr *trace) String() string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return strings.Join(tr.lines, "\n")
+}
+
+func (tr *trace) Write(p []byte) (int, error) {
+	tr.add("%s", strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// tracedDriver adds the relay's claims, recordings and lease extensions to
+// a trace, with how long each took.
+type tracedDriver struct {
+	driver.Driver
+	tr *trace
+}
+
+func (d tracedDriver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
+	t0 := time.Now()
+	rows, err := d.Driver.Claim(ctx, p)
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	var rec driver.Results
+	if p.Record != nil {
+		rec = *p.Record
+	}
+	d.tr.add("claim limit %d, recording %d sent %d failed %d released: leased %v, %v (took %s)", p.Limit, len(rec.Sent), len(rec.Failures), len(rec.Release), ids, err, time.Since(t0))
+	return rows, err
+}
+
+func (d tracedDriver) Record(ctx context.Context, owner string, r driver.Results) (driver.Recorded, error) {
+	t0 := time.Now()
+	got, err := d.Driver.Record(ctx, owner, r)
+	d.tr.add("record %d sent %d failed %d released: %+v, %v (took %s)", len(r.Sent), len(r.Failures), len(r.Release), got, err, time.Since(t0))
+	return got, err
+}
+
+func (d tracedDriver) ExtendLease(ctx context.Context, owner string, ids []int64, lease time.Duration) (int64, error) {
+	t0 := time.Now()
+	n, err := d.Driver.ExtendLease(ctx, owner, ids, lease)
+	d.tr.add("extend lease of %v: %d, %v (took %s)", ids, n, err, time.Since(t0))
+	return n, err
+}
+
 // Seed check 2: with the relay stopped, one sweep publishes the stuck
 // rows (in per-key order) and rescues rows of a dead relay whose lease
 // expired; it leaves rows younger than OverdueAfter to the relay, rows
@@ -134,6 +200,7 @@ func TestSweepRescuesStuckRows(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
 		ctx := context.Background()
 		stuck := insert(t, db, d, "a", "b", "a", "c", "poison")
+		tr := newTrace() // young rows must stay younger than OverdueAfter
 		young := insert(t, db, d, "a", "y")
 		leased := insert(t, db, d, "live")
 		expired := insert(t, db, d, "dead")
@@ -143,14 +210,21 @@ func TestSweepRescuesStuckRows(t *testing.T) {
 		set(t, db, d, "lease_owner = 'relay-dead', lease_expires_at = "+drivertest.OpsAgo(d, time.Minute), expired...)
 
 		p := &pub{fail: map[string]bool{stuck[4]: true}, attempts: map[string]int{}}
-		s, err := sweeper.New(drv, sweeper.Config{
+		tr.add("rows inserted and aged")
+		s, err := sweeper.New(tracedDriver{drv, tr}, sweeper.Config{
 			Publisher: p, OverdueAfter: time.Minute, BatchSize: 2, // several batches in one sweep
 			Backoff: func(int) time.Duration { return time.Hour },
-			Logger:  slog.New(slog.DiscardHandler),
+			Logger:  slog.New(slog.NewTextHandler(tr, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the sweeps, from the young rows' insert on:\n%s", tr)
+			}
+		})
+		tr.add("sweep starts")
 		n, err := s.RunOnce(ctx)
 		if err != nil || n != 5 {
 			t.Fatalf("RunOnce = %d, %v; want the 4 publishable stuck rows and the expired-lease row", n, err)
