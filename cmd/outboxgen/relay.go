@@ -796,8 +796,10 @@ func cmdWAL(args []string, stdout, stderr io.Writer) error {
 	schema.WAL = true
 	// The publication keeps its default name whatever the slot's: the
 	// grants script creates that one (templates/grants).
+	// Set-up's log on stderr says what it created, and what it waits for
+	// while a long-running transaction holds the slot's creation up.
 	r, err := walrelay.New(pool, schema, walrelay.Config{Publisher: discard{}, Slot: *slot, Publication: walrelay.DefaultSlot(schema.Tables.Outbox), FailoverSlot: *failover,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(stderr, nil))})
 	if err != nil {
 		return fail(err)
 	}

@@ -258,6 +258,12 @@ func TestRelayProcessWAL(t *testing.T) {
 	if !strings.Contains(out.String(), "replication slot outboxgen_wal_outbox and publication ready") {
 		t.Fatalf("wal setup printed %q", out.String())
 	}
+	// What it did, and what it waited for, on stderr.
+	for _, want := range []string{"publication created", "creating the replication slot", "replication slot created"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("wal setup's stderr lacks %q:\n%s", want, errOut.String())
+		}
+	}
 	if err := cmdWAL([]string{"setup", "-db", dsn, "-f", walSpecPath}, io.Discard, io.Discard); err != nil {
 		t.Fatalf("a second wal setup: %v, want success (the slot is kept)", err)
 	}

@@ -294,6 +294,9 @@ func (r *Relay) setup(ctx context.Context, conn *pgconn.PgConn) error {
 		}
 		return nil
 	}
+	// The creation waits for the transactions running now to end: say so
+	// before, as a long-running one holds it (and the caller) up.
+	r.log.Info("creating the replication slot: it is ready once the transactions running now have ended")
 	if r.cfg.FailoverSlot {
 		var version int
 		if err := r.pool.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
