@@ -216,6 +216,7 @@ type pipeline struct {
 	backlog   bool      // the last claim came back full: another may run beside one in flight
 	hbDue     bool      // a heartbeat came due while claiming: it runs once they returned
 	claimNow  bool      // claim at the next chance (startup, full claim, Notify)
+	onceOwed  bool      // modeOnce: the last short claims ran beside other work; one with nothing beside it decides (owedNow)
 	nextPoll  time.Time // when !claimNow: the poll interval is over
 	done      bool      // claim no more (mode's end, shutdown, once-mode error)
 	stopping  bool      // ctx is done: shutdown under way
@@ -373,13 +374,18 @@ func (p *pipeline) act() (bool, error) {
 		return false, nil
 	}
 	switch {
-	case ok && (p.claimNow || !now.Before(p.nextPoll) || p.flushDue(now)):
+	case ok && (p.claimNow || p.owedNow() || !now.Before(p.nextPoll) || p.flushDue(now)):
 		return true, p.claim(limit)
 	case p.flushDue(now):
 		return true, p.record()
 	}
 	return false, nil
 }
+
+// owedNow reports whether the claim RunOnce owes (onceOwed) may run now:
+// with no unit publishing (act starts claims only when none is in flight),
+// so that it decides.
+func (p *pipeline) owedNow() bool { return p.onceOwed && p.running == 0 }
 
 // claimGate returns how many rows a claim may take now, and whether one
 // may run at all (pacing aside). It changes nothing.
@@ -506,7 +512,7 @@ func (p *pipeline) nextWake(now time.Time) time.Duration {
 	}
 	r := p.r
 	if _, ok := p.claimGate(now); ok {
-		if p.claimNow {
+		if p.claimNow || p.owedNow() {
 			want(now)
 		} else {
 			want(p.nextPoll)
@@ -628,6 +634,7 @@ func (p *pipeline) claim(limit int) error {
 	p.claiming++
 	p.claimRows += limit
 	p.claimNow = false
+	p.onceOwed = false
 	params := driver.ClaimParams{
 		Owner:        r.opts.InstanceID,
 		Lease:        r.opts.LeaseDuration,
@@ -678,9 +685,15 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 		}
 		// RunOnce ends with a short claim made with nothing else in
 		// flight, and none started beside it (whose rows it may have
-		// passed over as locked).
-		if p.mode == modeOnce && out.wasIdle && out.seq == p.claimSeq {
-			p.done = true
+		// passed over as locked). A short claim that cannot tell asks for
+		// one that can, made once nothing else is in flight, not a
+		// PollInterval later (the sweeper's is a minute).
+		if p.mode == modeOnce {
+			if out.wasIdle && out.seq == p.claimSeq {
+				p.done = true
+			} else {
+				p.onceOwed = true
+			}
 		}
 	}
 	p.dropPending(out.rows)

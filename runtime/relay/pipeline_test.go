@@ -541,3 +541,45 @@ func TestCarriedResultsMakeRoom(t *testing.T) {
 		}
 	})
 }
+
+// TestRunOnceOwedClaimRunsAtOnce: when the last short claims of a RunOnce
+// ran beside other work, none of them can tell that nothing is left; the
+// pipeline then makes one more claim at once, with nothing beside it, and
+// that one ends RunOnce. It used to wait PollInterval for it: the
+// sweeper's is a minute, and a sweep of six rows took one or two minutes
+// and published rows that had become overdue meanwhile (seen in CI, then
+// in about 1 of 40 runs of TestSweepRescuesStuckRows on PostgreSQL).
+func TestRunOnceOwedClaimRunsAtOnce(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		opts := testOptions(newRecPub(t), "owed")
+		opts.PollInterval = time.Hour
+		r := mustRelay(t, drv, opts)
+		p := r.newPipeline(context.Background(), modeOnce)
+		defer p.flow.pool.stop()
+		// Two claims in flight, the second started beside the first; both
+		// come back short, the second first (as in the sweeper's trace).
+		p.claimNow = false
+		batch := r.opts.BatchSize
+		p.claimSeq, p.claiming, p.claimRows = 2, 2, 2*batch
+		p.claimReturned(claimOutcome{seq: 2, limit: batch, claimedAt: time.Now()})
+		p.claimReturned(claimOutcome{seq: 1, limit: batch, wasIdle: true, claimedAt: time.Now()})
+		if p.done {
+			t.Fatal("RunOnce ended on short claims that ran beside each other: rows one passed over as locked by the other would be left")
+		}
+		if wake := p.nextWake(time.Now()); wake != 0 {
+			t.Fatalf("the loop would sleep %s before the deciding claim, want 0", wake)
+		}
+		acted, err := p.act()
+		if err != nil || !acted || p.claiming != 1 {
+			t.Fatalf("act = %v, %v with %d claims in flight; want the deciding claim started", acted, err, p.claiming)
+		}
+		out := <-p.claimed
+		if out.err != nil || !out.wasIdle {
+			t.Fatalf("deciding claim: err %v, made with nothing beside it %v", out.err, out.wasIdle)
+		}
+		p.claimReturned(out)
+		if !p.done {
+			t.Fatal("a short claim made with nothing beside it did not end RunOnce")
+		}
+	})
+}
