@@ -4,7 +4,7 @@ package bench
 // table buys and costs. The relay writes every row three times (insert,
 // lease, mark as sent); the lease changes no indexed column, so with free
 // space on its page it is a HOT update (no new index entries). For each
-// fillfactor, ten rounds of: insert 20,000 pending rows (1,000 keys),
+// fillfactor, ten rounds of: insert 20,000 pending rows (-keys keys, 1,000 by default),
 // drain them with the relay's storage driver (claim 100 + mark sent, as
 // in BenchmarkClaimBacklog, durable settings), VACUUM. Reported: the
 // drain's ms per batch, the share of leases that were HOT, and the heap
@@ -25,9 +25,7 @@ import (
 
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
-	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
-	"github.com/outboxgen/outboxgen/runtime/relay"
 )
 
 // setFillfactor sets the fillfactor of the PostgreSQL outbox table.
@@ -59,24 +57,12 @@ func BenchmarkFillfactor(b *testing.B) {
 				batches := 0
 				for range rounds {
 					srv.fill(b)
-					insertRows(b, db, "postgres", perRound, func(g string) string { return concat("postgres", "order-", g+" % 1000") })
-					analyze(b, db, "postgres")
+					fillBacklog(b, db, "postgres", perRound)
 					srv.measure(b)
 					start := time.Now()
 					for {
-						rows, err := drv.Claim(ctx, driver.ClaimParams{Owner: "ff", Lease: relay.DefaultLeaseDuration, Limit: batch})
-						if err != nil {
-							b.Fatalf("claim: %v", err)
-						}
-						if len(rows) == 0 {
+						if n, _ := claimAndMark(b, ctx, drv, "ff", batch); n == 0 {
 							break
-						}
-						ids := make([]int64, len(rows))
-						for i, r := range rows {
-							ids[i] = r.ID
-						}
-						if _, err := drv.MarkSent(ctx, "ff", ids); err != nil {
-							b.Fatal(err)
 						}
 						batches++
 					}
