@@ -314,6 +314,10 @@ func (r *Relay) setup(ctx context.Context, conn *pgconn.PgConn) error {
 		if errors.As(err, &pe) && pe.Code == "42710" { // another instance created it
 			return nil
 		}
+		if ctx.Err() != nil {
+			// PostgreSQL drops a slot whose creation did not finish.
+			return fmt.Errorf("walrelay: replication slot %s was not created: its creation waits for the transactions running when it began to end (see pg_stat_activity for long-running ones), and it had not ended when set-up had to stop; nothing was left behind: do not switch writers to WAL mode yet, run set-up again: %w", r.cfg.Slot, context.Cause(ctx))
+		}
 		return classify("create replication slot "+r.cfg.Slot, err)
 	}
 	r.log.Info("replication slot created", slog.String("plugin", "pgoutput"), slog.Bool("failover", r.cfg.FailoverSlot))

@@ -483,6 +483,44 @@ func TestSlotBeingCreated(t *testing.T) {
 	}
 }
 
+// TestSetupCreationCutOff: Setup's own creation of the slot waits for a
+// running transaction; when Setup's context ends first, its error says
+// why and what to do, and no slot is left behind.
+func TestSetupCreationCutOff(t *testing.T) {
+	pool := logicalPool(t)
+	b := startNATS(t)
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SELECT txid_current()"); err != nil { // an xid the creation waits for
+		t.Fatal(err)
+	}
+	r := newRelay(t, pool, b.pub, nil)
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	err = r.Setup(short)
+	cancel()
+	if err == nil || !strings.Contains(err.Error(), "was not created") || !strings.Contains(err.Error(), "pg_stat_activity") ||
+		!errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Setup cut off while creating the slot: %v; want an error saying the slot was not created and why", err)
+	}
+	waitFor(t, 30*time.Second, "the cut-off slot to be gone", func() bool {
+		s, err := walrelay.SlotStatus(ctx, pool, r.Slot())
+		return err == nil && !s.Exists
+	})
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Setup(ctx); err != nil {
+		t.Fatalf("Setup once nothing holds the creation up: %v", err)
+	}
+	if s, err := walrelay.SlotStatus(ctx, pool, r.Slot()); err != nil || !s.Exists || s.Creating {
+		t.Fatalf("slot after Setup: %+v (%v): want it ready", s, err)
+	}
+}
+
 // TestTakeover: two instances on one slot: one streams, the other stands
 // by; when the streaming one stops, the other takes over and nothing is
 // lost.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -176,7 +177,8 @@ func TestRelayToJetStream(t *testing.T) {
 }
 
 // TestBrokerOutage: the NATS server stops; events written meanwhile fail
-// to publish and are retried with the relay's backoff; the server restarts
+// to publish, each relay's circuit breaker opens, and from then on the
+// relays probe without charging an attempt to any row; the server restarts
 // on the same port and store; every event arrives, in per-key order, once
 // in the stream.
 func TestBrokerOutage(t *testing.T) {
@@ -188,10 +190,14 @@ func TestBrokerOutage(t *testing.T) {
 		pub := newPublisher(t, url, 500*time.Millisecond)
 		counting := &countingPublisher{Publisher: pub}
 		w := brokertest.NewWriter(db, d, topic, keys...)
-		rs := brokertest.StartRelays(t, db, d, 2, counting, relay.Config{
+		const relays = 2
+		breakers := brokertest.NewBreakers()
+		breakerMin := 50 * time.Millisecond
+		rs := brokertest.StartRelays(t, db, d, relays, counting, relay.Config{
 			Backoff:        relay.ExponentialBackoff(50*time.Millisecond, 400*time.Millisecond, 0.2),
-			BreakerBackoff: relay.ExponentialBackoff(50*time.Millisecond, 400*time.Millisecond, 0.2),
+			BreakerBackoff: relay.ExponentialBackoff(breakerMin, 400*time.Millisecond, 0.2),
 			MaxAttempts:    1000, // never FAILED during the outage
+			Logger:         slog.New(breakers),
 		})
 		w.Write(t, 3)
 		rs.Notify()
@@ -202,24 +208,35 @@ func TestBrokerOutage(t *testing.T) {
 		down := time.Now()
 		w.Write(t, 3) // written while the broker is down
 		rs.Notify()
-		// The relays' circuit breakers open (every publish fails, across
-		// keys) and probe: failures go on, but no attempt is charged.
-		brokertest.Eventually(t, 15*time.Second, "publishes failed and probed", func() bool {
-			return counting.failures.Load() >= int64(len(keys)+2)
+		// A relay's breaker opens when a batch of its fails across keys.
+		// Until then a batch holding one key only is charged (a lone
+		// failing key is no outage): how many attempts that is depends
+		// on how the relays' claims fell. Once a breaker is open, its
+		// relay charges nothing until a publish succeeds.
+		brokertest.Eventually(t, 15*time.Second, "both relays' circuit breakers open", func() bool {
+			return breakers.Open() == relays
 		})
-		time.Sleep(time.Second - time.Since(down)) // stay down at least 1s
-		// A batch holding one key only is charged (a lone failing key is
-		// no outage); batches of several keys are not.
-		if n := brokertest.MaxRetryCount(t, db); n > 2 {
-			t.Fatalf("max retry_count %d during the outage: the circuit breaker charged the outage to the rows", n)
+		charged, failed := brokertest.SumRetryCount(t, db), counting.failures.Load()
+		const window = 1500 * time.Millisecond // stay down: the relays probe
+		time.Sleep(window)
+		if n := brokertest.SumRetryCount(t, db); n != charged {
+			t.Fatalf("%d attempts charged to rows while both circuit breakers were open (%d before they were): the outage was charged to the rows", n-charged, charged)
 		}
-		// Breaker pause honoured, no hot loop: 12 rows, pause 50ms
-		// doubling to 400ms, about 1s down.
-		failures := counting.failures.Load()
-		if rows := int64(3 * len(keys)); failures > rows*10 {
-			t.Fatalf("%d failed publishes for %d rows in %s: the relay does not back off", failures, rows, time.Since(down))
+		probes := counting.failures.Load() - failed
+		if probes == 0 {
+			t.Fatalf("no publish in %s with both circuit breakers open: the relays do not probe", window)
 		}
-		t.Logf("broker down %s: %d failed publishes, max retry_count %d", time.Since(down).Round(time.Millisecond), failures, brokertest.MaxRetryCount(t, db))
+		// Breaker pause honoured, no hot loop: a relay probes at most
+		// once per BreakerBackoff (at least 40ms with its jitter); the
+		// batches under way when it opened fail once more at most.
+		if most := int64(relays) * (int64(window/(breakerMin*8/10)) + 1 + 8); probes > most {
+			t.Fatalf("%d failed publishes in %s with both circuit breakers open (at most %d expected): the relays do not back off", probes, window, most)
+		}
+		if n := breakers.Closed(); n != 0 {
+			t.Fatalf("a circuit breaker closed %d times while the broker was down", n)
+		}
+		t.Logf("broker down %s: %d failed publishes, %d attempts charged before both breakers were open (max retry_count %d), %d uncharged failed probes after",
+			time.Since(down).Round(time.Millisecond), counting.failures.Load(), charged, brokertest.MaxRetryCount(t, db), probes)
 		if n := brokertest.CountStatus(t, db, 2); n != 0 {
 			t.Fatalf("%d rows FAILED during the outage", n)
 		}

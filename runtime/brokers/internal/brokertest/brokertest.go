@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -218,6 +219,84 @@ func MaxRetryCount(t testing.TB, db *sql.DB) int {
 	}
 	return int(n.Int64)
 }
+
+// SumRetryCount returns the sum of the outbox rows' retry_count: every
+// attempt charged to a row.
+func SumRetryCount(t testing.TB, db *sql.DB) int {
+	t.Helper()
+	var n sql.NullInt64
+	if err := db.QueryRow("SELECT SUM(retry_count) FROM " + Table).Scan(&n); err != nil {
+		t.Fatalf("sum retry_count: %v", err)
+	}
+	return int(n.Int64)
+}
+
+// Breakers is a slog.Handler for relay.Config.Logger that follows each
+// relay's circuit breaker through the relay's log: its "circuit breaker
+// open" and "circuit breaker closed" records, told apart by the relay's
+// "relay" attribute (its InstanceID). It keeps nothing else.
+type Breakers struct {
+	mu     *sync.Mutex
+	open   map[string]bool
+	closed *int
+	relay  string // from WithAttrs
+}
+
+// NewBreakers returns an empty Breakers.
+func NewBreakers() *Breakers {
+	return &Breakers{mu: &sync.Mutex{}, open: map[string]bool{}, closed: new(int)}
+}
+
+// Open returns how many relays' breakers are open now.
+func (b *Breakers) Open() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, o := range b.open {
+		if o {
+			n++
+		}
+	}
+	return n
+}
+
+// Closed returns how many times a breaker closed.
+func (b *Breakers) Closed() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return *b.closed
+}
+
+// Enabled implements slog.Handler.
+func (b *Breakers) Enabled(context.Context, slog.Level) bool { return true }
+
+// Handle implements slog.Handler.
+func (b *Breakers) Handle(_ context.Context, r slog.Record) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case strings.HasPrefix(r.Message, "circuit breaker open"):
+		b.open[b.relay] = true
+	case strings.HasPrefix(r.Message, "circuit breaker closed"):
+		b.open[b.relay] = false
+		*b.closed++
+	}
+	return nil
+}
+
+// WithAttrs implements slog.Handler; it keeps the "relay" attribute.
+func (b *Breakers) WithAttrs(as []slog.Attr) slog.Handler {
+	c := *b
+	for _, a := range as {
+		if a.Key == "relay" {
+			c.relay = a.Value.String()
+		}
+	}
+	return &c
+}
+
+// WithGroup implements slog.Handler.
+func (b *Breakers) WithGroup(string) slog.Handler { return b }
 
 // Eventually polls cond every 20ms until it is true or timeout passes.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
