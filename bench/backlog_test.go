@@ -102,3 +102,77 @@ func claimAndMark(b *testing.B, ctx context.Context, drv driver.Driver, owner st
 	}
 	return len(rows), took
 }
+
+// BenchmarkClaimFront: claims that read from the start of the due index
+// against claims that read from the front of the previous one
+// (driver.ClaimParams.From), as the relay does while a backlog drains. On
+// a fresh PostgreSQL table of -bigrows pending rows (1,000 keys), the
+// relay's storage driver claims 100 rows and marks them sent until
+// -bigdrain rows are sent, once each way, on fresh tables, in one run; it
+// reports the mean ms per claim over the first and the last tenth of the
+// drain, and per batch (claim + mark) over all of it. Every row sent
+// leaves a dead entry at the start of the due index until VACUUM (the
+// drain runs faster than autovacuum comes), which claims from the start
+// read past.
+//
+//	go test ./bench -run '^$' -bench BenchmarkClaimFront -benchtime 1x
+func BenchmarkClaimFront(b *testing.B) {
+	const batch = 100
+	srv := openServers(b)
+	defer srv.restore(b)
+	batches := max(*flagBigPart/batch, 20)
+	tenth := batches / 10
+	for _, from := range []bool{false, true} {
+		name := "start"
+		if from {
+			name = "front"
+		}
+		b.Run(name, func(b *testing.B) {
+			var first, last, per float64
+			for b.Loop() {
+				db := freshOutbox(b, "postgres")
+				srv.fill(b)
+				fillBacklog(b, db, "postgres", *flagBigRows)
+				srv.measure(b)
+				drv := benchDriver(b, db, "postgres")
+				ctx := context.Background()
+				var pos driver.ScanPos
+				var firstDur, lastDur time.Duration
+				start := time.Now()
+				for i := range batches {
+					var res driver.ClaimResult
+					p := driver.ClaimParams{Owner: "front-bench", Lease: relay.DefaultLeaseDuration, Limit: batch, Result: &res}
+					if from {
+						p.Front, p.From = true, pos
+					}
+					t0 := time.Now()
+					rows, err := drv.Claim(ctx, p)
+					took := time.Since(t0)
+					if err != nil || len(rows) != batch {
+						b.Fatalf("claim %d: %d rows, %v", i, len(rows), err)
+					}
+					pos = res.Front
+					switch {
+					case i < tenth:
+						firstDur += took
+					case i >= batches-tenth:
+						lastDur += took
+					}
+					ids := make([]int64, len(rows))
+					for j, r := range rows {
+						ids[j] = r.ID
+					}
+					if _, err := drv.MarkSent(ctx, "front-bench", ids); err != nil {
+						b.Fatalf("mark sent: %v", err)
+					}
+				}
+				per = float64(time.Since(start).Microseconds()) / 1000 / float64(batches)
+				first = float64(firstDur.Microseconds()) / 1000 / float64(tenth)
+				last = float64(lastDur.Microseconds()) / 1000 / float64(tenth)
+			}
+			b.ReportMetric(first, "ms/claim-first-tenth")
+			b.ReportMetric(last, "ms/claim-last-tenth")
+			b.ReportMetric(per, "ms/batch")
+		})
+	}
+}

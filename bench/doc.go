@@ -67,7 +67,10 @@
 // batch, heap and index sizes after ten rounds), BenchmarkHeldBack (row 3
 // on PostgreSQL and MariaDB, and the first encounter with the held rows),
 // BenchmarkClaimBacklog (the driver's claim + mark alone at 100k and 1M
-// pending rows beside a1, both dialects) and BenchmarkLatency (commit →
+// pending rows beside a1, both dialects), BenchmarkClaimFront (claims
+// from the start of the due index against claims from the previous
+// claim's front over a 200k drain of a 1M PostgreSQL backlog) and
+// BenchmarkLatency (commit →
 // publish latency at a steady event rate per wake-up mode of the relay,
 // -rate, -writers, -latency-for).
 package bench

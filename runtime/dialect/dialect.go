@@ -72,6 +72,9 @@ type spec struct {
 	// holdInFlight: the claim holds rows behind a row of their key in
 	// flight for a while (RelayReleaseInFlightHeld, RelayReleaseOrphanHeld).
 	holdInFlight bool
+	// scanFrom: the one-statement claim returns its front and has a from
+	// section (RelayQueries.ScansFrom).
+	scanFrom bool
 	// arrayIDs: the Relay*Array statements bind an id list as one array.
 	arrayIDs bool
 	// notify: OutboxNotifyInsert and RelayListen (LISTEN/NOTIFY).
@@ -91,6 +94,7 @@ var specs = []*spec{
 		now: "now()", dollar: true,
 		duration:     func(d time.Duration) any { return d.Seconds() },
 		arrayIDs:     true,
+		scanFrom:     true,
 		holdInFlight: true,
 		notify:       true,
 		wal:          true,

@@ -44,8 +44,12 @@ type RelayQueries struct {
 	// unordered are the event types (biz_type) exempt from per-key order.
 	unordered []string
 	set       *stmtSet
-	// The claims, prepared with the unordered list.
-	claim, overdue, blocked *prepared
+	// The claims, prepared with the unordered list; the *Front ones
+	// return their front, the *From ones also read from a position (nil
+	// where the dialect cannot: ScansFrom).
+	claim, overdue, blocked  *prepared
+	claimFront, overdueFront *prepared
+	claimFrom, overdueFrom   *prepared
 	// The windows read without locks and the lock by id (MySQL),
 	// prepared likewise.
 	candidates, overdueCandidates, lock *prepared
@@ -60,8 +64,10 @@ var (
 	// adds the created_at cutoff.
 	// MySQL's has a locking section (see ClaimByCandidates).
 	// max_rows is written into the text: see asLiteral.
-	sClaim = define(nil, "RelayClaim", "owner", "lease", "max_rows", "hold", "overdue", "young").
-		withFixed("unordered", "overdue_on", "locking").mayOmit("owner", "lease", "hold", "overdue", "young").
+	// The front section (ClaimFrom, PostgreSQL) returns the claim's
+	// front, the from section starts its read there.
+	sClaim = define(nil, "RelayClaim", "owner", "lease", "max_rows", "hold", "overdue", "young", "from_us", "from_id").
+		withFixed("unordered", "overdue_on", "locking", "front", "from").mayOmit("owner", "lease", "hold", "overdue", "young", "from_us", "from_id").
 		asLiteral("max_rows")
 	sClaimLock    = define(needCandidates, "RelayClaimLock", "ids", "max_rows").withFixed("unordered")
 	sClaimBlocked = define(needClaimInTx, "RelayClaimBlocked", "ids", "hold").withFixed("unordered")
@@ -101,6 +107,8 @@ func NewRelayQueries(d Dialect, table string, unordered []string) (*RelayQueries
 	q.set = s.statements(tb)
 	c := s.claims(tb, q.unordered)
 	q.claim, q.overdue, q.blocked = c.claim, c.overdue, c.blocked
+	q.claimFront, q.overdueFront = c.claimFront, c.overdueFront
+	q.claimFrom, q.overdueFrom = c.claimFrom, c.overdueFrom
 	q.candidates, q.overdueCandidates, q.lock = c.candidates, c.overdueCandidates, c.lock
 	return q, nil
 }
@@ -108,6 +116,8 @@ func NewRelayQueries(d Dialect, table string, unordered []string) (*RelayQueries
 // claimSet holds the claims prepared for one unordered list.
 type claimSet struct {
 	claim, overdue, blocked             *prepared
+	claimFront, overdueFront            *prepared
+	claimFrom, overdueFrom              *prepared
 	candidates, overdueCandidates, lock *prepared
 }
 
@@ -128,6 +138,13 @@ func (s *spec) claims(tb tables, unordered []string) *claimSet {
 	c := &claimSet{
 		claim:   s.mustPrepare(sClaim, tb, map[string][]string{"unordered": unordered, "locking": {"1"}}),
 		overdue: s.mustPrepare(sClaim, tb, map[string][]string{"unordered": unordered, "overdue_on": {"1"}, "locking": {"1"}}),
+	}
+	if s.scanFrom {
+		on := []string{"1"}
+		c.claimFront = s.mustPrepare(sClaim, tb, map[string][]string{"unordered": unordered, "locking": on, "front": on})
+		c.overdueFront = s.mustPrepare(sClaim, tb, map[string][]string{"unordered": unordered, "overdue_on": on, "locking": on, "front": on})
+		c.claimFrom = s.mustPrepare(sClaim, tb, map[string][]string{"unordered": unordered, "locking": on, "front": on, "from": on})
+		c.overdueFrom = s.mustPrepare(sClaim, tb, map[string][]string{"unordered": unordered, "overdue_on": on, "locking": on, "front": on, "from": on})
 	}
 	fixed := map[string][]string{"unordered": unordered}
 	if s.claimInTx {
@@ -204,15 +221,21 @@ func (q *RelayQueries) ClaimInTransaction() bool { return q.s.claimInTx }
 
 // ClaimColumns are the columns a one-statement claim returns:
 // RelayColumns, then lease_owner (the owner for leased rows, HeldOwner for
-// held ones).
+// held ones); a ClaimFrom statement then returns FrontColumns too.
 var ClaimColumns = append(append([]string(nil), RelayColumns...), "lease_owner")
+
+// FrontColumns are the columns ClaimFrom's statement returns after
+// ClaimColumns: its front (next_retry_time in microseconds since the Unix
+// epoch, and id; NULL when no row is pending from where it read), the
+// same in every row.
+var FrontColumns = []string{"front_us", "front_id"}
 
 // Claim returns the claim statement for owner with lease lease, at most
 // limit candidates, holding blocked rows for hold; see ClaimInTransaction
 // for how to run it. On dialects with HoldsInFlight, rows behind a row of
 // their key in flight for young or more are held until it is recorded.
 func (q *RelayQueries) Claim(owner string, lease time.Duration, limit int, hold, young time.Duration) (string, []any) {
-	return q.claim.render(owner, lease, limit, hold, time.Duration(0), young)
+	return q.claim.render(owner, lease, limit, hold, time.Duration(0), young, int64(0), int64(0))
 }
 
 // ClaimOverdue is Claim restricted to rows created at least overdueAfter
@@ -220,7 +243,41 @@ func (q *RelayQueries) Claim(owner string, lease time.Duration, limit int, hold,
 // younger rows to the relay. Per-key order holds as in Claim. It is run
 // like Claim (see ClaimInTransaction).
 func (q *RelayQueries) ClaimOverdue(owner string, lease time.Duration, limit int, hold, overdueAfter, young time.Duration) (string, []any) {
-	return q.overdue.render(owner, lease, limit, hold, overdueAfter, young)
+	return q.overdue.render(owner, lease, limit, hold, overdueAfter, young, int64(0), int64(0))
+}
+
+// ScansFrom reports whether a claim can return its front, the oldest
+// pending row from where it read, and start its read of due rows at a
+// position (ClaimFrom; PostgreSQL).
+//
+// The due index keeps an entry for every row sent since the last VACUUM
+// (marking a row sent takes it out of the index's predicate, but its old
+// entry stays until VACUUM removes it), and those entries sort first:
+// while a backlog drains, every claim read past all of them, and a claim
+// took over twice as long after 200,000 rows as at the start. A claim
+// that starts at the front of the previous one reads past the entries of
+// the rows sent since then only.
+func (q *RelayQueries) ScansFrom() bool { return q.s.scanFrom }
+
+// ClaimFrom is Claim that also returns its front (FrontColumns) and,
+// when id is not 0, reads the due rows from position (dueMicros, id) in
+// the due index's order (next_retry_time, then id) instead of from the
+// first: rows due before it are not claimed. dueMicros is a
+// next_retry_time in microseconds since the Unix epoch, as a claim
+// returned it in its front; it is no clock reading. overdueAfter > 0
+// makes it ClaimOverdue's. It returns "" when the dialect cannot (see
+// ScansFrom).
+func (q *RelayQueries) ClaimFrom(owner string, lease time.Duration, limit int, hold, overdueAfter, young time.Duration, dueMicros, id int64) (string, []any) {
+	p := q.claimFrom
+	switch {
+	case overdueAfter > 0 && id == 0:
+		p = q.overdueFront
+	case overdueAfter > 0:
+		p = q.overdueFrom
+	case id == 0:
+		p = q.claimFront
+	}
+	return p.render(owner, lease, limit, hold, overdueAfter, young, dueMicros, id)
 }
 
 // HoldsInFlight reports whether a claim holds the rows behind a row of

@@ -94,6 +94,18 @@ type ClaimParams struct {
 	// older runtime, or racing the claim that held them). A relay sets it
 	// now and then; it reads every row held behind a row in flight.
 	ReleaseOrphans bool
+	// Front asks for the claim's front in Result.Front (PostgreSQL;
+	// other dialects ignore it): one more read of the due index, from
+	// From.
+	Front bool
+	// From, when not zero, starts the claim's read of due rows at this
+	// position instead of at the first row due, and implies Front: pass
+	// the Front of an earlier claim (PostgreSQL, where the due index
+	// keeps an entry for every row sent since the last VACUUM, and a
+	// claim from the start reads past them all). Rows due before From are
+	// not claimed: see ScanPos for which those can be, and claim from the
+	// start now and then. Other dialects ignore it.
+	From ScanPos
 	// Result, when not nil, receives what the claim did besides leasing.
 	Result *ClaimResult
 	// Record, when not nil, holds results of earlier claims of Owner:
@@ -147,7 +159,36 @@ type ClaimResult struct {
 	Moved int
 	// Recorded is what ClaimParams.Record changed.
 	Recorded Recorded
+	// Front is, when ClaimParams.Front or From asked for it and the
+	// claim returned rows (PostgreSQL), the position of the oldest pending
+	// row at or after ClaimParams.From that the claim saw, leased or not:
+	// a later claim may read from there (ClaimParams.From). Zero
+	// otherwise.
+	Front ScanPos
 }
+
+// ScanPos is a position in the order claims read due rows: by
+// next_retry_time, then id. The zero ScanPos is the start.
+//
+// A claim's Front has no pending row before it that the claim could see.
+// Rows may become pending before it later, and a claim from it does not
+// see those: the rows of a transaction that began before the front's
+// time and committed after the claim (a row is due from its
+// transaction's start; so are the rows Requeue, ReleaseHeld or a replay
+// make due again), and rows held behind a row in flight once it is
+// recorded (Recorded.Unheld: they go back to their creation time). A
+// caller that claims from a front claims from the start too, now and
+// then and after such releases, as the relay does.
+type ScanPos struct {
+	// DueMicros is the row's next_retry_time in microseconds since the
+	// Unix epoch, as the database returned it.
+	DueMicros int64
+	// ID is the row's id; 0 only in the zero ScanPos.
+	ID int64
+}
+
+// IsZero reports whether p is the start.
+func (p ScanPos) IsZero() bool { return p.ID == 0 }
 
 // DefaultHoldBehindSlow is ClaimParams.HoldBehindSlow when it is zero:
 // twice the relay's SlowPublish (250 ms, the longest a publish counts as

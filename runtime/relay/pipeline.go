@@ -233,7 +233,24 @@ type pipeline struct {
 	claims    int
 	claimed1  int // rows of the first claim (poll)
 	published int
+
+	// The claims' read position (driver.ScanPos): while a backlog
+	// drains, a claim reads from where the last full one found the oldest
+	// pending row (its front) rather than from the start of the due index
+	// (see rescanEvery).
+	from      driver.ScanPos
+	fromGen   int       // bumped when from is reset: fronts of claims started before are stale
+	scannedAt time.Time // when the last claim from the start began
 }
+
+// rescanEvery is how often, at most, claims read from a front instead of
+// from the start. A claim from a front does not see rows that became
+// pending before it afterwards (see driver.ScanPos): the rows of a
+// transaction that ran longer than the claims took to pass its start, and
+// rows whose hold ended. Those wait for the next claim from the start, at
+// most this long while a backlog drains; a relay that is not draining one
+// always claims from the start.
+const rescanEvery = time.Second
 
 func (r *Relay) newPipeline(ctx context.Context, m mode) *pipeline {
 	pubCtx, stopPub := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -607,6 +624,8 @@ type claimOutcome struct {
 	probe     bool
 	wasIdle   bool
 	claimedAt time.Time
+	from      bool // read from p.from, not from the start
+	fromGen   int  // p.fromGen when it started
 }
 
 // claim records the pending results and claims up to limit rows in one
@@ -648,6 +667,16 @@ func (p *pipeline) claim(limit int) error {
 		params.ReleaseOrphans = true
 		p.orphansAt = out.claimedAt
 	}
+	// From the last front while a backlog drains; from the start every
+	// rescanEvery, and when ending orphaned holds (their rows go back
+	// to their creation time, before any front).
+	out.fromGen = p.fromGen
+	params.Front = p.backlog // its front is of use if it comes back full too
+	if !p.from.IsZero() && !params.ReleaseOrphans && out.claimedAt.Sub(p.scannedAt) < rescanEvery {
+		params.From, out.from = p.from, true
+	} else {
+		p.scannedAt = out.claimedAt
+	}
 	go func() {
 		params.Result = &out.res
 		out.rows, out.err = r.drv.Claim(p.claimCtx, params)
@@ -663,6 +692,7 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 	p.claimRows -= out.limit
 	if out.err != nil {
 		p.backlog = false
+		p.resetFrom() // what its recording did is unknown
 		p.restorePending(out.rec, out.of, out.err)
 		p.failed(out.err)
 		return
@@ -677,6 +707,18 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 		p.done = true
 	}
 	p.backlog = len(out.rows)+out.res.Moved >= out.limit
+	switch {
+	case !p.backlog:
+		// The backlog has drained (as far as the claim read): the next
+		// claim reads from the start, and rows a claim from a front
+		// passed over are claimed now, not a PollInterval later.
+		p.resetFrom()
+		if out.from {
+			p.claimNow = true
+		}
+	case out.fromGen == p.fromGen && !out.res.Front.IsZero():
+		p.from = out.res.Front
+	}
 	if p.backlog {
 		p.claimNow = true // a full window: more is probably waiting
 	} else {
@@ -689,7 +731,7 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 		// one that can, made once nothing else is in flight, not a
 		// PollInterval later (the sweeper's is a minute).
 		if p.mode == modeOnce {
-			if out.wasIdle && out.seq == p.claimSeq {
+			if out.wasIdle && out.seq == p.claimSeq && !out.from {
 				p.done = true
 			} else {
 				p.onceOwed = true
@@ -710,6 +752,13 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 	r.observeClaim(out.claimedAt, len(out.rows), len(p.leased))
 }
 
+// resetFrom makes the next claim read from the start, and the fronts of
+// the claims under way stale.
+func (p *pipeline) resetFrom() {
+	p.from = driver.ScanPos{}
+	p.fromGen++
+}
+
 // record records the pending results alone.
 func (p *pipeline) record() error {
 	rec, of := p.takePending()
@@ -723,6 +772,7 @@ func (p *pipeline) record() error {
 	}
 	got, err := p.r.drv.Record(ctx, p.r.opts.InstanceID, *rec)
 	if err != nil {
+		p.resetFrom() // what it did is unknown
 		p.restorePending(rec, of, err)
 		return err
 	}
@@ -734,6 +784,9 @@ func (p *pipeline) record() error {
 // recorded forgets the rows of rec (recorded, or taken over by another
 // instance when the counts fall short) and reports what happened.
 func (p *pipeline) recorded(rec *driver.Results, of map[int64]*batch, got driver.Recorded) {
+	if got.Unheld > 0 {
+		p.resetFrom() // held rows went back to their creation time
+	}
 	if rec == nil {
 		return
 	}

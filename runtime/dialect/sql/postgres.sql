@@ -63,13 +63,22 @@ LISTEN /* TEMPLATE: channel */outbox_event_insert;
 -- OFFSET 0 keeps the planner from turning a per-key NOT EXISTS into an
 -- anti-join over the whole table. RETURNING lease_owner tells leased rows
 -- from the rest. The overdue_on section (ClaimOverdue, the sweeper) keeps
--- only rows created at least overdue ago.
+-- only rows created at least overdue ago. The front section (ClaimFrom)
+-- also returns the claim's front, the oldest pending row from where it
+-- read, and the from section reads from such a front instead of from the
+-- start of the due index, which keeps an entry for every row sent since
+-- the last VACUUM (see RelayQueries.ScansFrom).
 -- name: RelayClaim :many
 WITH cand AS MATERIALIZED (
     SELECT c.id, c.biz_id, c.next_retry_time AS due_at, (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */false) AS unordered_type
     FROM /* TEMPLATE: outbox */outbox_event c
     WHERE c.status = 0
       AND c.next_retry_time <= now()
+      -- From a position an earlier claim returned as its front (see
+      -- front), not from the oldest entry of the due index: every row
+      -- sent since the last VACUUM left an entry there, which each claim
+      -- would otherwise read past.
+      /* IF from */AND (c.next_retry_time, c.id) >= (to_timestamp(0) + sqlc.arg(from_us)::bigint * interval '1 microsecond', sqlc.arg(from_id)::bigint)/* END */
       AND (c.lease_expires_at IS NULL OR c.lease_expires_at < now())
       -- Not behind a row of its key an instance has been publishing for
       -- less than young: it could not be leased, and would take a place in
@@ -90,6 +99,17 @@ WITH cand AS MATERIALIZED (
     ORDER BY c.next_retry_time, c.id
     LIMIT sqlc.arg(max_rows)
     FOR UPDATE SKIP LOCKED),
+-- The front section: the oldest pending row from where the claim read
+-- (from_id 0: from the start), leased, locked by another claim or not: no
+-- row this statement sees is pending before it, so the next claim may
+-- read from there (the from section).
+/* IF front */front AS MATERIALIZED (
+    SELECT f.next_retry_time, f.id
+    FROM /* TEMPLATE: outbox */outbox_event f
+    WHERE f.status = 0
+      AND (f.next_retry_time, f.id) >= (CASE WHEN sqlc.arg(from_id)::bigint = 0 THEN '-infinity'::timestamptz ELSE to_timestamp(0) + sqlc.arg(from_us)::bigint * interval '1 microsecond' END, sqlc.arg(from_id)::bigint)
+    ORDER BY f.next_retry_time, f.id
+    LIMIT 1),/* END */
 checked AS MATERIALIZED (
     SELECT cand.id, cand.biz_id, cand.due_at,
         (cand.unordered_type OR NOT EXISTS (
@@ -153,7 +173,12 @@ RETURNING /* TEMPLATE: outbox */outbox_event.id, /* TEMPLATE: outbox */outbox_ev
     /* TEMPLATE: outbox */outbox_event.topic, /* TEMPLATE: outbox */outbox_event.payload_version,
     /* TEMPLATE: outbox */outbox_event.payload, /* TEMPLATE: outbox */outbox_event.headers,
     /* TEMPLATE: outbox */outbox_event.retry_count, /* TEMPLATE: outbox */outbox_event.created_at,
-    /* TEMPLATE: outbox */outbox_event.lease_owner;
+    /* TEMPLATE: outbox */outbox_event.lease_owner/* IF front */,
+    -- Whole seconds and microseconds apart: exact also where extract
+    -- returns a float (PostgreSQL 12 and 13).
+    (SELECT extract(epoch FROM date_trunc('second', front.next_retry_time))::bigint * 1000000
+        + extract(microseconds FROM front.next_retry_time)::bigint % 1000000 FROM front) AS front_us,
+    (SELECT front.id FROM front) AS front_id/* END */;
 
 
 -- name: RelayMarkSent :execrows

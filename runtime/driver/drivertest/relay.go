@@ -62,6 +62,7 @@ func Run(t *testing.T, open func(t *testing.T) Env) {
 		{"LongIDLists", testLongIDLists},
 		{"ConcurrentClaims", testConcurrentClaims},
 		{"ClaimSkipsRowsLockedElsewhere", testClaimSkipsLocked},
+		{"ClaimFromFront", testClaimFromFront},
 	}
 	tests = append(tests, heldTests...)
 	tests = append(tests, recordTests...)
@@ -755,4 +756,77 @@ func testClaimSkipsLocked(t *testing.T, e *env) {
 	wantIDs(t, "claim beside the locked front of pair", e.claim(t, claimP("beside-pair", 10)), more[1:2])
 	tx.Rollback() //nolint:errcheck
 	wantIDs(t, "claim after that lock is gone", e.claim(t, claimP("after-pair", 10)), []int64{more[0], more[2]})
+}
+
+// A claim returns its front, the oldest pending row it saw, leased or
+// not, when asked (PostgreSQL; zero elsewhere); a claim From it reads
+// from there and does not see rows due before it; a claim from the zero
+// ScanPos does. Other dialects ignore Front and From.
+func testClaimFromFront(t *testing.T, e *env) {
+	if e.d == dialect.Postgres {
+		// Ids past 32 bits: a position's id is a bigint everywhere.
+		if _, err := e.DB.ExecContext(e.ctx, "SELECT setval(pg_get_serial_sequence('"+e.table+"', 'id'), 3000000000)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := e.insert(t, seedEv{Key: "f1"}, seedEv{Key: "f2"}, seedEv{Key: "f3"}, seedEv{Key: "f4"}, seedEv{Key: "f5"}, seedEv{Key: "f6"})
+	claim := func(owner string, limit int, from driver.ScanPos) ([]int64, driver.ScanPos) {
+		t.Helper()
+		var res driver.ClaimResult
+		p := claimP(owner, limit)
+		p.Front, p.From, p.Result = true, from, &res
+		return e.claim(t, p), res.Front
+	}
+	got, front := claim("a", 2, driver.ScanPos{})
+	wantIDs(t, "first claim", got, ids[:2])
+	if e.d != dialect.Postgres {
+		if !front.IsZero() {
+			t.Fatalf("front on %s: %+v, want none", e.d, front)
+		}
+		// From is ignored: the claim reads from the start (a position
+		// past every row would leave nothing).
+		got, _ = claim("b", 4, driver.ScanPos{DueMicros: 1 << 60, ID: ids[5] + 1})
+		wantIDs(t, "claim From a position past every row on "+string(e.d), got, ids[2:6])
+		return
+	}
+	// The front is the oldest pending row, leased or not: row 1, with
+	// its next_retry_time to the microsecond.
+	var due int64
+	if err := e.DB.QueryRowContext(e.ctx, "SELECT (extract(epoch FROM next_retry_time) * 1000000)::bigint FROM "+e.table+" WHERE id = $1", ids[0]).Scan(&due); err != nil {
+		t.Fatal(err)
+	}
+	if ids[0] <= 3000000000 {
+		t.Fatalf("first id %d: the sequence was not moved past 32 bits", ids[0])
+	}
+	if want := (driver.ScanPos{DueMicros: due, ID: ids[0]}); front != want {
+		t.Fatalf("front of the first claim: %+v, want row %d's %+v", front, ids[0], want)
+	}
+	got, front2 := claim("b", 2, front)
+	wantIDs(t, "claim from the front", got, ids[2:4])
+	if front2 != front {
+		t.Fatalf("front while row %d is leased: %+v, want %+v", ids[0], front2, front)
+	}
+	if n, err := e.Driver.MarkSent(e.ctx, "a", ids[:2]); err != nil || n != 2 {
+		t.Fatalf("MarkSent: %d, %v", n, err)
+	}
+	if n, err := e.Driver.MarkSent(e.ctx, "b", ids[2:4]); err != nil || n != 2 {
+		t.Fatalf("MarkSent: %d, %v", n, err)
+	}
+	got, front = claim("c", 1, front)
+	wantIDs(t, "claim from the front once rows 1-4 are sent", got, ids[4:5])
+	if front.ID != ids[4] {
+		t.Fatalf("front once rows 1-4 are sent: %+v, want row %d", front, ids[4])
+	}
+	// A row pending before the front (due an hour ago: as a transaction
+	// that began before the front and committed after the claim leaves
+	// it) is not seen from the front, and is from the start.
+	late := e.insert(t, seedEv{Key: "late"})
+	e.set(t, "next_retry_time = "+OpsAgo(e.d, time.Hour), late...)
+	got, _ = claim("d", 5, front)
+	wantIDs(t, "claim from the front beside a row due before it", got, ids[5:6])
+	got, front = claim("e", 5, driver.ScanPos{})
+	wantIDs(t, "claim from the start", got, late)
+	if front.ID != late[0] {
+		t.Fatalf("front of the claim from the start: %+v, want row %d", front, late[0])
+	}
 }

@@ -39,18 +39,19 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		return nil, fmt.Errorf("pgxdriver: claim: %w", err)
 	}
 	query, args := driverutil.Claim(q, p)
+	front := driverutil.WantsFront(q, p)
 	stmts := driverutil.ClaimRecordStmts(q, p, false)
 	if len(stmts) == 0 {
 		rs, err := x.pool.Query(ctx, query, args...)
 		if err != nil {
 			return nil, fmt.Errorf("pgxdriver: claim: %w", err)
 		}
-		out, moved, err := scanClaimed(rs, p.Owner)
+		out, moved, pos, err := scanClaimed(rs, p.Owner, front)
 		if err != nil {
 			return nil, err
 		}
 		if p.Result != nil {
-			p.Result.Moved = moved
+			p.Result.Moved, p.Result.Front = moved, pos
 		}
 		return out, nil
 	}
@@ -67,9 +68,10 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 	}
 	var out []driver.Row
 	var moved int
+	var pos driver.ScanPos
 	rs, err := br.Query()
 	if err == nil {
-		out, moved, err = scanClaimed(rs, p.Owner)
+		out, moved, pos, err = scanClaimed(rs, p.Owner, front)
 	} else {
 		err = fmt.Errorf("pgxdriver: claim: %w", err)
 	}
@@ -80,24 +82,34 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		return nil, err
 	}
 	if p.Result != nil {
-		p.Result.Moved = moved
+		p.Result.Moved, p.Result.Front = moved, pos
 		p.Result.Recorded = rec
 	}
 	return out, nil
 }
 
 // scanClaimed reads a claim's rows: those leased to owner in id order,
-// and how many others it held or moved back behind an older row of their
-// key. It closes rs.
-func scanClaimed(rs pgx.Rows, owner string) ([]driver.Row, int, error) {
+// how many others it held or moved back behind an older row of their
+// key, and, when the statement returns it (front), the claim's front. It
+// closes rs.
+func scanClaimed(rs pgx.Rows, owner string, front bool) ([]driver.Row, int, driver.ScanPos, error) {
 	defer rs.Close()
 	var out []driver.Row
 	moved := 0
+	var pos driver.ScanPos
 	for rs.Next() {
 		var r driver.Row
 		var leaseOwner *string
-		if err := rs.Scan(&r.ID, &r.EventID, &r.Type, &r.Key, &r.Topic, &r.Version, &r.Payload, &r.Headers, &r.RetryCount, &r.CreatedAt, &leaseOwner); err != nil {
-			return nil, 0, fmt.Errorf("pgxdriver: claim: scan: %w", err)
+		var frontUS, frontID *int64
+		dest := []any{&r.ID, &r.EventID, &r.Type, &r.Key, &r.Topic, &r.Version, &r.Payload, &r.Headers, &r.RetryCount, &r.CreatedAt, &leaseOwner}
+		if front {
+			dest = append(dest, &frontUS, &frontID)
+		}
+		if err := rs.Scan(dest...); err != nil {
+			return nil, 0, driver.ScanPos{}, fmt.Errorf("pgxdriver: claim: scan: %w", err)
+		}
+		if frontUS != nil && frontID != nil {
+			pos = driver.ScanPos{DueMicros: *frontUS, ID: *frontID}
 		}
 		if leaseOwner == nil || *leaseOwner != owner {
 			moved++
@@ -108,10 +120,10 @@ func scanClaimed(rs pgx.Rows, owner string) ([]driver.Row, int, error) {
 		out = append(out, r)
 	}
 	if err := rs.Err(); err != nil {
-		return nil, 0, fmt.Errorf("pgxdriver: claim: %w", err)
+		return nil, 0, driver.ScanPos{}, fmt.Errorf("pgxdriver: claim: %w", err)
 	}
 	driverutil.SortRows(out) // RETURNING has no order
-	return out, moved, nil
+	return out, moved, pos, nil
 }
 
 // readRecorded reads the results of the recording statements queued first

@@ -3,6 +3,9 @@ package pgxdriver_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,5 +88,73 @@ WHERE statement LIKE 'WITH cand AS MATERIALIZED%'`).Scan(&generic, &custom)
 	}
 	if generic < 1 {
 		t.Errorf("10 claims: %d generic plans, %d custom plans: the claim is planned on every call", generic, custom)
+	}
+
+	// The claim from a front likewise, and its generic plan starts its
+	// read of the due index at the position (an index condition), not at
+	// the first entry.
+	var res driver.ClaimResult
+	if _, err := drv.Claim(ctx, driver.ClaimParams{Owner: "r1", Lease: time.Minute, Limit: 50, Front: true, Result: &res}); err != nil || res.Front.IsZero() {
+		t.Fatalf("claim: front %+v, %v", res.Front, err)
+	}
+	for i := range 10 {
+		rows, err := drv.Claim(ctx, driver.ClaimParams{Owner: "r1", Lease: time.Minute, Limit: 50, From: res.Front})
+		if err != nil || len(rows) != 50 {
+			t.Fatalf("claim %d from the front: %d rows, %v", i, len(rows), err)
+		}
+	}
+	err = pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
+WHERE statement LIKE 'WITH cand AS MATERIALIZED%(c.next_retry_time, c.id) >=%'`).Scan(&generic, &custom)
+	if err != nil {
+		t.Fatalf("the claim from a front is not a prepared statement of the session: %v", err)
+	}
+	if generic < 1 {
+		t.Errorf("10 claims from a front: %d generic plans, %d custom plans: the claim is planned on every call", generic, custom)
+	}
+	q, err := dialect.NewRelayQueries(dialect.Postgres, "outbox_event", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	query, args := q.ClaimFrom("r1", time.Minute, 50, time.Minute, 0, 500*time.Millisecond, res.Front.DueMicros, res.Front.ID)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "PREPARE claim_from AS "+query); err != nil {
+		t.Fatal(err)
+	}
+	lits := make([]string, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case string:
+			lits[i] = "'" + v + "'"
+		default:
+			lits[i] = fmt.Sprint(v)
+		}
+	}
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := conn.Query(ctx, "EXPLAIN EXECUTE claim_from("+strings.Join(lits, ", ")+")")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan strings.Builder
+	for rs.Next() {
+		var line string
+		if err := rs.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if rs.Err() != nil {
+		t.Fatal(rs.Err())
+	}
+	// The candidates' scan and the front's: each a scan of the due index
+	// whose condition is the position.
+	re := regexp.MustCompile(`Scan using outbox_event_due_idx on outbox_event \w+ [^\n]*\n\s+Index Cond: \([^\n]*ROW\(next_retry_time, id\) >= ROW\(`)
+	if n := len(re.FindAllString(plan.String(), -1)); n != 2 {
+		t.Errorf("the generic plan of the claim from a front reads the due index from the position in %d scans, want 2 (candidates and front):\n%s", n, plan.String())
 	}
 }

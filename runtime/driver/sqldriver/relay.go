@@ -40,6 +40,7 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		return nil, fmt.Errorf("sqldriver: claim: %w", err)
 	}
 	query, args := driverutil.Claim(q, p)
+	front := driverutil.WantsFront(q, p)
 	before := driverutil.ClaimRecordStmts(q, p, true)
 	if !q.ClaimInTransaction() && len(before) == 0 {
 		// PostgreSQL: one statement; held rows come back with lease_owner
@@ -48,12 +49,12 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		if err != nil {
 			return nil, fmt.Errorf("sqldriver: claim: %w", err)
 		}
-		rows, moved, err := scanRows(rs, p.Owner, nil)
+		rows, moved, pos, err := scanClaimRows(rs, p.Owner, front)
 		if err != nil {
 			return nil, err
 		}
 		if p.Result != nil {
-			p.Result.Moved = moved
+			p.Result.Moved, p.Result.Front = moved, pos
 		}
 		driverutil.SortRows(rows) // RETURNING has no order
 		return rows, nil
@@ -63,7 +64,7 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 	// back whole, so it runs again, a few times, before the relay hears
 	// of it.
 	for attempt := 1; ; attempt++ {
-		rows, err := x.claimTx(ctx, q, p, before, query, args)
+		rows, err := x.claimTx(ctx, q, p, before, query, args, front)
 		if err == nil || attempt == conflictRetries || !dberr.Conflict(err) || ctx.Err() != nil {
 			return rows, err
 		}
@@ -86,7 +87,7 @@ const conflictRetries = 5
 
 // claimTx runs a claim in one transaction, the statements before
 // (driverutil.ClaimRecordStmts) first.
-func (x *Driver) claimTx(ctx context.Context, q *dialect.RelayQueries, p driver.ClaimParams, before []driverutil.Stmt, query string, args []any) ([]driver.Row, error) {
+func (x *Driver) claimTx(ctx context.Context, q *dialect.RelayQueries, p driver.ClaimParams, before []driverutil.Stmt, query string, args []any, front bool) ([]driver.Row, error) {
 	tx, err := x.beginRelayTx(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sqldriver: claim: begin: %w", err)
@@ -98,6 +99,7 @@ func (x *Driver) claimTx(ctx context.Context, q *dialect.RelayQueries, p driver.
 	}
 	var rows []driver.Row
 	var moved int
+	var pos driver.ScanPos
 	if q.ClaimInTransaction() {
 		rows, moved, err = claimSteps(ctx, tx, q, p, query, args)
 	} else {
@@ -105,7 +107,7 @@ func (x *Driver) claimTx(ctx context.Context, q *dialect.RelayQueries, p driver.
 		if rs, err = tx.QueryContext(ctx, query, args...); err != nil {
 			err = fmt.Errorf("sqldriver: claim: %w", err)
 		} else {
-			rows, moved, err = scanRows(rs, p.Owner, nil)
+			rows, moved, pos, err = scanClaimRows(rs, p.Owner, front)
 		}
 	}
 	if err != nil {
@@ -118,7 +120,7 @@ func (x *Driver) claimTx(ctx context.Context, q *dialect.RelayQueries, p driver.
 		return nil, fmt.Errorf("sqldriver: claim: commit: %w", err)
 	}
 	if p.Result != nil {
-		p.Result.Moved = moved
+		p.Result.Moved, p.Result.Front = moved, pos
 		p.Result.Recorded = rec
 	}
 	driverutil.SortRows(rows)
@@ -237,7 +239,7 @@ func claimWindow(ctx context.Context, tx *sql.Tx, q *dialect.RelayQueries, p dri
 		if err != nil {
 			return nil, nil, fmt.Errorf("sqldriver: claim: %w", err)
 		}
-		rows, _, err := scanRows(rs, "", nil)
+		rows, _, err := scanRows(rs, "", nil, nil)
 		return rows, nil, err
 	}
 	lock := func(ids []int64) ([]driver.Row, []dialect.LockProbe, error) {
@@ -250,7 +252,7 @@ func claimWindow(ctx context.Context, tx *sql.Tx, q *dialect.RelayQueries, p dri
 			return nil, nil, fmt.Errorf("sqldriver: claim: lock: %w", err)
 		}
 		probes := []dialect.LockProbe{}
-		rows, _, err := scanRows(rs, "", &probes)
+		rows, _, err := scanRows(rs, "", &probes, nil)
 		return rows, probes, err
 	}
 	// Twice the limit: rows that claims running beside this one have
@@ -317,20 +319,39 @@ func (x *Driver) Record(ctx context.Context, owner string, r driver.Results) (dr
 	return rec, nil
 }
 
+// scanClaimRows scans the rows of a one-statement claim
+// (dialect.ClaimColumns, then dialect.FrontColumns when front): the rows
+// leased to owner, how many others it held or moved, and its front.
+func scanClaimRows(rs *sql.Rows, owner string, front bool) ([]driver.Row, int, driver.ScanPos, error) {
+	var pos driver.ScanPos
+	var at *driver.ScanPos
+	if front {
+		at = &pos
+	}
+	rows, moved, err := scanRows(rs, owner, nil, at)
+	return rows, moved, pos, err
+}
+
 // scanRows scans claimed rows (dialect.RelayColumns). With owner set, the
-// statement also returns lease_owner (dialect.ClaimColumns), and rows whose
-// lease_owner is not owner (held or moved rows) are left out and counted.
+// statement is a one-statement claim, which also returns lease_owner
+// (dialect.ClaimColumns), and rows whose lease_owner is not owner (held or
+// moved rows) are left out and counted; with front set too, it returns
+// its front (dialect.FrontColumns), into *front.
 // With probes set, it is ClaimLock's (two more columns, dialect.LockProbe), and the
 // probes are appended to *probes.
-func scanRows(rs *sql.Rows, owner string, probes *[]dialect.LockProbe) (out []driver.Row, moved int, err error) {
+func scanRows(rs *sql.Rows, owner string, probes *[]dialect.LockProbe, front *driver.ScanPos) (out []driver.Row, moved int, err error) {
 	defer rs.Close()
 	for rs.Next() {
 		var r driver.Row
 		var created driverutil.Time
 		dest := []any{&r.ID, &r.EventID, &r.Type, &r.Key, &r.Topic, &r.Version, &r.Payload, &r.Headers, &r.RetryCount, &created}
 		var leaseOwner sql.NullString
+		var frontUS, frontID sql.NullInt64
 		if owner != "" {
 			dest = append(dest, &leaseOwner)
+		}
+		if front != nil {
+			dest = append(dest, &frontUS, &frontID)
 		}
 		var probe dialect.LockProbe
 		if probes != nil {
@@ -338,6 +359,9 @@ func scanRows(rs *sql.Rows, owner string, probes *[]dialect.LockProbe) (out []dr
 		}
 		if err := rs.Scan(dest...); err != nil {
 			return nil, 0, fmt.Errorf("sqldriver: claim: scan: %w", err)
+		}
+		if frontUS.Valid && frontID.Valid {
+			*front = driver.ScanPos{DueMicros: frontUS.Int64, ID: frontID.Int64}
 		}
 		if owner != "" && leaseOwner.String != owner {
 			moved++ // held, or moved back behind an older row of its key

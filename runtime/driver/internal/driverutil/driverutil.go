@@ -77,10 +77,20 @@ func Claim(q *dialect.RelayQueries, p driver.ClaimParams) (string, []any) {
 	if young <= 0 {
 		young = driver.DefaultHoldBehindSlow
 	}
+	if WantsFront(q, p) {
+		return q.ClaimFrom(p.Owner, p.Lease, p.Limit, hold, p.OverdueAfter, young, p.From.DueMicros, p.From.ID)
+	}
 	if p.OverdueAfter > 0 {
 		return q.ClaimOverdue(p.Owner, p.Lease, p.Limit, hold, p.OverdueAfter, young)
 	}
 	return q.Claim(p.Owner, p.Lease, p.Limit, hold, young)
+}
+
+// WantsFront reports whether Claim's statement for p returns the claim's
+// front (dialect.FrontColumns): p asks for it or reads from one, and the
+// dialect can.
+func WantsFront(q *dialect.RelayQueries, p driver.ClaimParams) bool {
+	return (p.Front || !p.From.IsZero()) && q.ScansFrom()
 }
 
 // HoldOf returns p.Hold, or driver.DefaultHold when it is zero.
@@ -106,6 +116,8 @@ func CheckClaim(what string, p driver.ClaimParams) error {
 		return fmt.Errorf("%s: claim: OverdueAfter is %s: use 0 (no restriction) or a positive duration", what, p.OverdueAfter)
 	case p.Hold < 0:
 		return fmt.Errorf("%s: claim: Hold is %s: use 0 (the default) or a positive duration", what, p.Hold)
+	case p.From.ID < 0:
+		return fmt.Errorf("%s: claim: From.ID is %d: pass a ClaimResult.Front or the zero ScanPos", what, p.From.ID)
 	case p.Owner == dialect.HeldOwner:
 		return fmt.Errorf("%s: claim: Owner %q is reserved for held rows: use another instance id", what, p.Owner)
 	}
