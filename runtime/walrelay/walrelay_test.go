@@ -18,6 +18,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -419,17 +421,11 @@ func TestSlotBeingCreated(t *testing.T) {
 	pool := logicalPool(t)
 	b := startNATS(t)
 	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SELECT txid_current()"); err != nil { // an xid the creation waits for
-		t.Fatal(err)
-	}
+	tx := holdXID(t, pool)
 	r := newRelay(t, pool, b.pub, nil)
 	runRelay(t, r)
 	var s walrelay.Slot
+	var err error
 	waitFor(t, 30*time.Second, "the slot to be listed", func() bool {
 		s, err = walrelay.SlotStatus(ctx, pool, r.Slot())
 		return err == nil && s.Exists
@@ -483,6 +479,22 @@ func TestSlotBeingCreated(t *testing.T) {
 	}
 }
 
+// holdXID begins a transaction that holds an xid, which a slot's creation
+// waits for; it is rolled back when the test ends.
+func holdXID(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, "SELECT txid_current()"); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
 // TestSetupCreationCutOff: Setup's own creation of the slot waits for a
 // running transaction; when Setup's context ends first, its error says
 // why and what to do, and no slot is left behind.
@@ -490,17 +502,10 @@ func TestSetupCreationCutOff(t *testing.T) {
 	pool := logicalPool(t)
 	b := startNATS(t)
 	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SELECT txid_current()"); err != nil { // an xid the creation waits for
-		t.Fatal(err)
-	}
+	tx := holdXID(t, pool)
 	r := newRelay(t, pool, b.pub, nil)
 	short, cancel := context.WithTimeout(ctx, 3*time.Second)
-	err = r.Setup(short)
+	err := r.Setup(short)
 	cancel()
 	if err == nil || !strings.Contains(err.Error(), "was not created") || !strings.Contains(err.Error(), "pg_stat_activity") ||
 		!errors.Is(err, context.DeadlineExceeded) {

@@ -80,15 +80,7 @@ SELECT gen_random_uuid(), 'ORDER_PAID', 'k' || g, 'orders', '{}' FROM generate_s
 			t.Fatalf("claim %d: %d rows, %v", i, len(rows), err)
 		}
 	}
-	var generic, custom int64
-	err = pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
-WHERE statement LIKE 'WITH cand AS MATERIALIZED%'`).Scan(&generic, &custom)
-	if err != nil {
-		t.Fatalf("the claim is not a prepared statement of the session: %v", err)
-	}
-	if generic < 1 {
-		t.Errorf("10 claims: %d generic plans, %d custom plans: the claim is planned on every call", generic, custom)
-	}
+	wantGenericPlan(t, pool, "WITH cand AS MATERIALIZED%", "the claim")
 
 	// The claim from a front likewise, and its generic plan starts its
 	// read of the due index at the position (an index condition), not at
@@ -103,14 +95,7 @@ WHERE statement LIKE 'WITH cand AS MATERIALIZED%'`).Scan(&generic, &custom)
 			t.Fatalf("claim %d from the front: %d rows, %v", i, len(rows), err)
 		}
 	}
-	err = pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
-WHERE statement LIKE 'WITH cand AS MATERIALIZED%(c.next_retry_time, c.id) >=%'`).Scan(&generic, &custom)
-	if err != nil {
-		t.Fatalf("the claim from a front is not a prepared statement of the session: %v", err)
-	}
-	if generic < 1 {
-		t.Errorf("10 claims from a front: %d generic plans, %d custom plans: the claim is planned on every call", generic, custom)
-	}
+	wantGenericPlan(t, pool, "WITH cand AS MATERIALIZED%(c.next_retry_time, c.id) >=%", "the claim from a front")
 	q, err := dialect.NewRelayQueries(dialect.Postgres, "outbox_event", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -156,5 +141,20 @@ WHERE statement LIKE 'WITH cand AS MATERIALIZED%(c.next_retry_time, c.id) >=%'`)
 	re := regexp.MustCompile(`Scan using outbox_event_due_idx on outbox_event \w+ [^\n]*\n\s+Index Cond: \([^\n]*ROW\(next_retry_time, id\) >= ROW\(`)
 	if n := len(re.FindAllString(plan.String(), -1)); n != 2 {
 		t.Errorf("the generic plan of the claim from a front reads the due index from the position in %d scans, want 2 (candidates and front):\n%s", n, plan.String())
+	}
+}
+
+// wantGenericPlan fails t unless the session's prepared statement whose
+// text is LIKE like ran its generic plan (after the 10 calls made of it).
+func wantGenericPlan(t *testing.T, pool *pgxpool.Pool, like, what string) {
+	t.Helper()
+	var generic, custom int64
+	err := pool.QueryRow(context.Background(), `SELECT generic_plans, custom_plans FROM pg_prepared_statements
+WHERE statement LIKE $1`, like).Scan(&generic, &custom)
+	if err != nil {
+		t.Fatalf("%s is not a prepared statement of the session: %v", what, err)
+	}
+	if generic < 1 {
+		t.Errorf("10 calls of %s: %d generic plans, %d custom plans: it is planned on every call", what, generic, custom)
 	}
 }
