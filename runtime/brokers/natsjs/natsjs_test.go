@@ -100,6 +100,19 @@ func consume(t *testing.T, url, durable string) *brokertest.Collector {
 		}
 	}()
 	t.Cleanup(func() {
+		// watermill-nats closes its output channel once Unsubscribe
+		// returns, without waiting for a delivery under way (a data race
+		// the race detector reports). Stop once no message has arrived
+		// for 100 ms: reading the collector here also orders the
+		// deliveries it saw before the close.
+		seen := -1
+		for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			n := len(c.Got())
+			if n == seen {
+				break
+			}
+			seen = n
+		}
 		cancel()
 		sub.Close()
 		<-done
