@@ -707,8 +707,12 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 		p.done = true
 	}
 	p.backlog = len(out.rows)+out.res.Moved >= out.limit
-	switch {
-	case !p.backlog:
+	if p.backlog {
+		p.claimNow = true // a full window: more is probably waiting
+		if out.fromGen == p.fromGen && !out.res.Front.IsZero() {
+			p.from = out.res.Front
+		}
+	} else {
 		// The backlog has drained (as far as the claim read): the next
 		// claim reads from the start, and rows a claim from a front
 		// passed over are claimed now, not a PollInterval later.
@@ -716,12 +720,6 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 		if out.from {
 			p.claimNow = true
 		}
-	case out.fromGen == p.fromGen && !out.res.Front.IsZero():
-		p.from = out.res.Front
-	}
-	if p.backlog {
-		p.claimNow = true // a full window: more is probably waiting
-	} else {
 		if !p.claimNow {
 			p.nextPoll = time.Now().Add(r.opts.PollInterval)
 		}

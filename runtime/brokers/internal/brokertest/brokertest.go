@@ -213,20 +213,23 @@ func CountStatus(t testing.TB, db *sql.DB, status outbox.Status) int {
 // MaxRetryCount returns the highest retry_count of the outbox rows.
 func MaxRetryCount(t testing.TB, db *sql.DB) int {
 	t.Helper()
-	var n sql.NullInt64
-	if err := db.QueryRow("SELECT MAX(retry_count) FROM " + Table).Scan(&n); err != nil {
-		t.Fatalf("max retry_count: %v", err)
-	}
-	return int(n.Int64)
+	return retryCount(t, db, "MAX")
 }
 
 // SumRetryCount returns the sum of the outbox rows' retry_count: every
 // attempt charged to a row.
 func SumRetryCount(t testing.TB, db *sql.DB) int {
 	t.Helper()
+	return retryCount(t, db, "SUM")
+}
+
+// retryCount returns aggregate agg of the outbox rows' retry_count (0
+// when there are none).
+func retryCount(t testing.TB, db *sql.DB, agg string) int {
+	t.Helper()
 	var n sql.NullInt64
-	if err := db.QueryRow("SELECT SUM(retry_count) FROM " + Table).Scan(&n); err != nil {
-		t.Fatalf("sum retry_count: %v", err)
+	if err := db.QueryRow("SELECT " + agg + "(retry_count) FROM " + Table).Scan(&n); err != nil {
+		t.Fatalf("%s(retry_count): %v", agg, err)
 	}
 	return int(n.Int64)
 }
