@@ -195,7 +195,8 @@ type Config struct {
 	// stuck with thousands of events behind it costs the other keys
 	// nothing (default 5 minutes). A requeue of the FAILED row ends the
 	// hold at once; the recheck only matters when the row went another way
-	// (deleted by hand), or in the rare race of a claim reading the key
+	// (deleted by hand), or, on MySQL and MariaDB, whose claim reads the
+	// key without locking it, in the rare race of a claim reading the key
 	// while it is requeued. Rows behind a backing-off row are held until
 	// its next attempt, whatever HoldRecheck is.
 	HoldRecheck time.Duration

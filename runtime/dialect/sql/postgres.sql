@@ -56,7 +56,9 @@ LISTEN /* TEMPLATE: channel */outbox_event_insert;
 -- a requeue of a FAILED prev, or the recording of a slow one, either
 -- waits for this claim and then releases what it held, or is under way
 -- and makes the row skipped (the candidate is left alone): neither misses
--- a hold made at the same moment.
+-- a hold made at the same moment. (A requeue that waited in its release
+-- of a held prev releases again: that statement read the table before
+-- this claim committed.)
 -- So every key's oldest row sorts first among its rows, a claim reads at
 -- most max_rows candidates whatever the backlog, and a row behind a stuck
 -- key is read once per attempt of the key's head (FAILED: once per hold).

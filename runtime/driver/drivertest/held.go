@@ -5,6 +5,7 @@ package drivertest
 // dialect.RelayQueries.ClaimInTransaction).
 
 import (
+	"database/sql"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ var heldTests = []struct {
 	{"NotHeldBehindInFlight", testNotHeldBehindInFlight},
 	{"HeldUnordered", testHeldUnordered},
 	{"RequeueDuringClaim", testRequeueDuringClaim},
+	{"RequeueWaitsForClaim", testRequeueWaitsForClaim},
 	{"HeldBehindSlowInFlight", testHeldBehindSlowInFlight},
 	{"OrphanHoldsReleased", testOrphanHoldsReleased},
 	{"HeldBehindHeldSlow", testHeldBehindHeldSlow},
@@ -174,6 +176,83 @@ func testRequeueDuringClaim(t *testing.T, e *env) {
 	}
 	if owner, due := e.heldState(t, ids[1]); owner == dialect.HeldOwner || !due {
 		t.Fatalf("row behind the requeued head: owner %q due %v, want not held", owner, due)
+	}
+	wantIDs(t, "claim after the requeue", e.claim(t, claimP("r1", 10)), ids)
+}
+
+// testRequeueWaitsForClaim: a claim that holds a row behind a held row of
+// the key (share-locking it) and commits while a requeue of the key's
+// FAILED head waits for that lock: the requeue must release the row the
+// claim held too, or it stays out of claims for a whole hold. The claim
+// runs in a transaction left open, so that the requeue meets it.
+func testRequeueWaitsForClaim(t *testing.T, e *env) {
+	if e.d != dialect.Postgres {
+		t.Skipf("%s: see testRequeueDuringClaim", e.d)
+	}
+	ids := e.insert(t, seedEv{Key: "w"}, seedEv{Key: "w"}, seedEv{Key: "w"})
+	e.set(t, "status = 2, retry_count = 5", ids[0])
+	e.set(t, "lease_owner = '"+dialect.HeldOwner+"', next_retry_time = now() + interval '1 hour'", ids[1])
+	q, err := dialect.NewRelayQueries(e.d, e.table, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.DB.BeginTx(e.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	query, args := q.Claim("r1", time.Minute, 10, time.Hour, time.Second)
+	if _, err := tx.ExecContext(e.ctx, query, args...); err != nil {
+		t.Fatal(err)
+	}
+	var owner sql.NullString
+	if err := tx.QueryRowContext(e.ctx, "SELECT lease_owner FROM "+e.table+" WHERE id = $1", ids[2]).Scan(&owner); err != nil {
+		t.Fatal(err)
+	}
+	if owner.String != dialect.HeldOwner {
+		t.Fatalf("the claim left the row behind the held one with owner %q, want it held (%q)", owner.String, dialect.HeldOwner)
+	}
+
+	type requeued struct {
+		n, released int64
+		err         error
+	}
+	done := make(chan requeued, 1)
+	go func() {
+		n, r, err := e.Driver.RequeueAndRelease(e.ctx, ids[:1])
+		done <- requeued{n, r, err}
+	}()
+	// The requeue's release waits for the claim's lock on the held row.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		if err := e.DB.QueryRowContext(e.ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("the requeue did not wait for the claim: %+v", r)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the requeue never waited for the claim's lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.n != 1 || r.released != 2 {
+		t.Fatalf("RequeueAndRelease = %d requeued, %d released, %v; want 1 and 2 (the held row and the one the claim held)", r.n, r.released, r.err)
+	}
+	for _, id := range ids[1:] {
+		if owner, due := e.heldState(t, id); owner != "" || !due {
+			t.Fatalf("row %d after the requeue: owner %q due %v, want released and due", id, owner, due)
+		}
 	}
 	wantIDs(t, "claim after the requeue", e.claim(t, claimP("r1", 10)), ids)
 }

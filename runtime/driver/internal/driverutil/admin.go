@@ -311,11 +311,20 @@ func (a *Admin) RequeueAndRelease(ctx context.Context, ids []int64) (requeued, r
 		if err != nil {
 			return err
 		}
-		r, err := execChunks(ctx, tx, ids, q.ReleaseHeld)
-		if err != nil {
-			return fmt.Errorf("release held rows: %w", err)
+		// Twice: a claim that held a row behind a held row of the key
+		// share-locked that row, and the first release waits for it; but
+		// that statement read the table before the claim committed, so the
+		// row the claim held is released by the second, which reads it
+		// after. A claim that comes later skips the rows this transaction
+		// locked, and holds nothing behind them.
+		for range 2 {
+			r, err := execChunks(ctx, tx, ids, q.ReleaseHeld)
+			if err != nil {
+				return fmt.Errorf("release held rows: %w", err)
+			}
+			released += r
 		}
-		requeued, released = n, r
+		requeued = n
 		return nil
 	})
 	if err != nil {
