@@ -1,5 +1,6 @@
-// Package natsjs builds watermill-nats/v2 JetStream publishers and
-// subscribers configured for outboxgen's transactional outbox.
+// Package natsjs builds JetStream publishers (watermill-nats/v2's) and
+// subscribers (its own, see Subscriber) configured for outboxgen's
+// transactional outbox.
 //
 //	pub, err := natsjs.NewPublisher(natsjs.Config{URL: "nats://127.0.0.1:4222", AutoProvision: true})
 //	...
@@ -43,6 +44,20 @@
 // instead of the publish sitting in a client buffer that the relay already
 // counted as failed. Config.NatsOptions are applied after these and can
 // override them.
+//
+// # Durable consumers
+//
+// A subscriber with SubscriberConfig.Durable creates its durable JetStream
+// consumer itself (deliver all, explicit ack, AckWait; ConfigureConsumer
+// adds settings) and binds to it, so the consumer outlives every
+// subscriber: a restarted or redeployed consumer resumes after the last
+// acknowledged message, and the messages in flight at the stop come again
+// after AckWait. (Subscribing through nats.go's options instead lets
+// nats.go own the consumer, and it deletes the consumer when the
+// subscription ends: every restart then started over at the beginning of
+// the stream.) Without QueueGroup one subscription at a time may hold the
+// consumer; a new one waits up to 30 s for the one before it to end, as a
+// rolling deploy needs.
 package natsjs
 
 import (

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -100,19 +101,6 @@ func consume(t *testing.T, url, durable string) *brokertest.Collector {
 		}
 	}()
 	t.Cleanup(func() {
-		// watermill-nats closes its output channel once Unsubscribe
-		// returns, without waiting for a delivery under way (a data race
-		// the race detector reports). Stop once no message has arrived
-		// for 100 ms: reading the collector here also orders the
-		// deliveries it saw before the close.
-		seen := -1
-		for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-			n := len(c.Got())
-			if n == seen {
-				break
-			}
-			seen = n
-		}
 		cancel()
 		sub.Close()
 		<-done
@@ -360,5 +348,160 @@ func TestReprovision(t *testing.T) {
 	}
 	if m := streamMsgs(t, pub); m != 1 {
 		t.Fatalf("re-created stream holds %d messages, want 1", m)
+	}
+}
+
+// TestSubscriptionEndsWhileDelivering ends subscriptions while JetStream
+// is delivering to them, by their context and by Close, many times over:
+// the output channel is closed only after the callbacks under way
+// returned (watermill-nats v2.1.3 closed it before, and a callback's send
+// on it then panicked: the race detector reported it in about one run in
+// ten of this test), and the messages the consumer did not acknowledge are
+// delivered again to the next subscriber of the durable consumer, and
+// only those: every message is acknowledged in the end, none twice. (With
+// watermill-nats, nats.go deleted the durable consumer it had created when
+// the subscription ended, and every subscriber started over at the
+// beginning of the stream.)
+func TestSubscriptionEndsWhileDelivering(t *testing.T) {
+	s := startNATS(t, -1, t.TempDir())
+	url := s.ClientURL()
+	const total = 1000
+	pub := newPublisher(t, url, 5*time.Second)
+	for i := range total {
+		m := message.NewMessage(strconv.Itoa(i), []byte("x"))
+		if err := pub.Publish(topic, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acked := map[string]bool{}
+	for round := 0; len(acked) < total; round++ {
+		if round == 200 {
+			t.Fatalf("%d of %d messages acknowledged after %d subscriptions", len(acked), total, round)
+		}
+		sub, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url, Durable: "ends", AckWait: 300 * time.Millisecond, CloseTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		msgs, err := sub.Subscribe(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Stop after a few messages, while the rest keep arriving: by the
+		// context in even rounds, by Close in odd ones. The messages
+		// received from then on are not acknowledged.
+		const stopAt = 25
+		n := 0
+		stop := func() {
+			if round%2 == 0 {
+				cancel()
+			} else {
+				go sub.Close() //nolint:errcheck // checked below
+			}
+		}
+		for m := range msgs {
+			if acked[m.UUID] {
+				t.Fatalf("round %d: message %s delivered again after its ack", round, m.UUID)
+			}
+			if n++; n < stopAt {
+				acked[m.UUID] = true
+				m.Ack()
+			}
+			if n == stopAt || len(acked) == total {
+				stop()
+			}
+		}
+		cancel()
+		if err := sub.Close(); err != nil {
+			t.Fatalf("round %d: Close: %v", round, err)
+		}
+	}
+}
+
+// TestDurableConsumerKept: a durable consumer outlives its subscribers: the
+// next one resumes after the last acknowledged message, waits for the one
+// before it to end (a rolling deploy starts the new process first), and
+// brings the consumer's AckWait to its own; ConfigureConsumer shapes the
+// consumer the first subscriber creates.
+func TestDurableConsumerKept(t *testing.T) {
+	s := startNATS(t, -1, t.TempDir())
+	url := s.ClientURL()
+	pub := newPublisher(t, url, 5*time.Second)
+	for i := range 10 {
+		if err := pub.Publish(topic, message.NewMessage(strconv.Itoa(i), []byte("x"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func(ackWait time.Duration) *natsjs.Subscriber {
+		sub, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url, Durable: "kept", AckWait: ackWait,
+			ConfigureConsumer: func(_ string, cfg *nats.ConsumerConfig) { cfg.MaxAckPending = 50 }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sub.Close() })
+		return sub
+	}
+	first := open(time.Second)
+	msgs, err := first.Subscribe(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		m := <-msgs
+		if m.UUID != strconv.Itoa(i) {
+			t.Fatalf("first subscriber got %s, want %d", m.UUID, i)
+		}
+		m.Ack()
+	}
+	info := func() *nats.ConsumerInfo {
+		js, err := pub.Conn().JetStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ci, err := js.ConsumerInfo(natsjs.DefaultStreamName(topic), natsjs.DurableName("kept", topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ci
+	}
+	// The acks are confirmed before the next message is handed over.
+	time.Sleep(100 * time.Millisecond)
+	if ci := info(); ci.Config.MaxAckPending != 50 || ci.Config.AckWait != time.Second || ci.AckFloor.Consumer != 4 {
+		t.Fatalf("consumer: MaxAckPending %d, AckWait %s, ack floor %d; want 50, 1s, 4", ci.Config.MaxAckPending, ci.Config.AckWait, ci.AckFloor.Consumer)
+	}
+
+	second := open(2 * time.Second)
+	type subscribed struct {
+		msgs <-chan *message.Message
+		err  error
+	}
+	got := make(chan subscribed, 1)
+	go func() {
+		m, err := second.Subscribe(context.Background(), topic)
+		got <- subscribed{m, err}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("the second subscriber subscribed while the first was bound (err %v)", r.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("second Subscribe: %v", r.err)
+	}
+	// The messages JetStream had pushed to the first subscriber and nobody
+	// acknowledged come again after the first's AckWait.
+	for i := 4; i < 10; i++ {
+		m := <-r.msgs
+		if m.UUID != strconv.Itoa(i) {
+			t.Fatalf("second subscriber got %s, want %d: it resumes after the last ack", m.UUID, i)
+		}
+		m.Ack()
+	}
+	if ci := info(); ci.Config.AckWait != 2*time.Second || ci.Config.MaxAckPending != 50 {
+		t.Fatalf("consumer after the second subscriber: AckWait %s, MaxAckPending %d; want 2s (its own), 50 (kept)", ci.Config.AckWait, ci.Config.MaxAckPending)
 	}
 }

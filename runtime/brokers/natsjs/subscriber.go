@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"time"
 
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
-	"github.com/outboxgen/outboxgen/runtime/internal/wmlog"
 	"github.com/outboxgen/outboxgen/runtime/redact"
 )
 
@@ -22,8 +23,8 @@ type SubscriberConfig struct {
 	// Conn is set.
 	URL string
 
-	// Conn is an existing connection. Close drains it (watermill-nats
-	// does so), so give the subscriber a connection of its own.
+	// Conn is an existing connection. Close drains it, so give the
+	// subscriber a connection of its own.
 	Conn *nats.Conn
 
 	// NatsOptions are applied when the subscriber connects to URL, after
@@ -54,9 +55,19 @@ type SubscriberConfig struct {
 	// NakDelay, if set, delays redelivery after a Nack.
 	NakDelay wmnats.Delay
 
-	// SubscribeOptions are added to the defaults (deliver all, explicit
-	// ack, manual ack, AckWait).
+	// SubscribeOptions are added to the subscription's options (manual
+	// ack; for an ephemeral consumer also deliver all, explicit ack and
+	// AckWait). A durable consumer is created by the subscriber, not by
+	// these options: set its configuration with ConfigureConsumer; options
+	// that ask for other settings than an existing consumer's fail the
+	// Subscribe.
 	SubscribeOptions []nats.SubOpt
+
+	// ConfigureConsumer, if set, adjusts the configuration of a durable
+	// consumer the subscriber creates (deliver all, explicit ack, AckWait,
+	// the topic as filter, QueueGroup as deliver group). An existing
+	// consumer keeps its configuration, but for AckWait.
+	ConfigureConsumer func(topic string, cfg *nats.ConsumerConfig)
 
 	// AutoProvision creates the topic's stream before subscribing, as
 	// Config.AutoProvision does for publishers (same DuplicateWindow,
@@ -70,7 +81,8 @@ type SubscriberConfig struct {
 	// (default 30s).
 	CloseTimeout time.Duration
 
-	// Logger receives watermill's logs (default: none).
+	// Logger receives the subscriber's logs: messages that cannot be read,
+	// failed acks and nacks (default: none).
 	Logger *slog.Logger
 }
 
@@ -128,17 +140,30 @@ func (c SubscriberConfig) Validate() error {
 }
 
 // Subscriber is a watermill message.Subscriber over JetStream push
-// consumers (watermill-nats/v2 with JetStream enabled). Messages carry the
-// relay's metadata and UUID = event_id; deduplicate by it (JetStream
-// redelivers unacknowledged messages, and the relay may re-send after the
-// duplicate window).
+// consumers. Messages carry the relay's metadata and UUID = event_id;
+// deduplicate by it (JetStream redelivers unacknowledged messages, and the
+// relay may re-send after the duplicate window).
+//
+// It does what watermill-nats/v2's subscriber does, but for two things
+// that matter when a subscription ends. Its output channel is closed only
+// once every delivery callback of that subscription has returned:
+// watermill-nats (v2.1.3) closes it as soon as Unsubscribe returns, which
+// does not wait for a callback under way, and that callback's send on the
+// closed channel panics and takes the consuming process down. And a
+// durable consumer outlives the subscription (see the package doc).
 type Subscriber struct {
-	*wmnats.Subscriber
-
+	cfg           SubscriberConfig
 	conn          *nats.Conn
+	js            nats.JetStreamContext
+	log           *slog.Logger
 	autoProvision bool
 	prov          *provisioner
 	secrets       []string // masked in every error (redact.ErrorWith)
+
+	mu      sync.Mutex
+	closed  bool
+	closing chan struct{} // closed by Close: every subscription ends
+	outputs sync.WaitGroup
 }
 
 var _ message.Subscriber = (*Subscriber)(nil)
@@ -150,54 +175,33 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	conn, js, own, err := connectJetStream(cfg.Conn, cfg.URL, cfg.NatsOptions)
+	conn, js, _, err := connectJetStream(cfg.Conn, cfg.URL, cfg.NatsOptions)
 	if err != nil {
 		return nil, err
 	}
-	sec := connSecrets(conn, cfg.URL)
-	opts := append([]nats.SubOpt{nats.DeliverAll(), nats.AckExplicit(), nats.ManualAck(), nats.AckWait(cfg.AckWait)}, cfg.SubscribeOptions...)
-	queue := cfg.QueueGroup
-	sub, err := wmnats.NewSubscriberWithNatsConn(conn, wmnats.SubscriberSubscriptionConfig{
-		Unmarshaler:      Marshaler{},
-		SubscribersCount: cfg.SubscribersCount,
-		AckWaitTimeout:   cfg.AckWait,
-		CloseTimeout:     cfg.CloseTimeout,
-		NakDelay:         cfg.NakDelay,
-		QueueGroupPrefix: queue,
-		SubjectCalculator: func(queueGroupPrefix, topic string) *wmnats.SubjectDetail {
-			return &wmnats.SubjectDetail{Primary: topic, QueueGroup: queueGroupPrefix}
-		},
-		JetStream: wmnats.JetStreamConfig{
-			AutoProvision:    false, // ours, see Config.AutoProvision
-			SubscribeOptions: opts,
-			DurablePrefix:    cfg.Durable,
-			DurableCalculator: func(prefix, topic string) string {
-				if prefix == "" {
-					return ""
-				}
-				return DurableName(prefix, topic)
-			},
-		},
-	}, wmlog.Adapter(cfg.Logger))
-	if err != nil {
-		closeIfOwned(conn, own)
-		return nil, redact.ErrorWith(fmt.Errorf("natsjs: %w", err), sec...)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &Subscriber{
-		Subscriber:    sub,
+		cfg:           cfg,
 		conn:          conn,
+		js:            js,
+		log:           log,
 		autoProvision: cfg.AutoProvision,
 		prov:          newProvisioner(js, cfg.DuplicateWindow, cfg.StreamName, cfg.ConfigureStream),
-		secrets:       sec,
+		secrets:       connSecrets(conn, cfg.URL),
+		closing:       make(chan struct{}),
 	}, nil
 }
 
-// Conn returns the subscriber's NATS connection. Subscriber.Close (from
-// watermill-nats) drains it.
+// Conn returns the subscriber's NATS connection. Close drains it.
 func (s *Subscriber) Conn() *nats.Conn { return s.conn }
 
 // Subscribe subscribes to the subject topic (wildcards allowed, e.g.
-// "orders.>", when no provisioning is needed).
+// "orders.>", when no provisioning is needed). The channel is closed once
+// ctx is done or Close is called, and every message it delivered has been
+// acknowledged, nacked or given up on (AckWait).
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if s.autoProvision {
 		if err := ValidateTopic(topic); err != nil {
@@ -207,8 +211,283 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			return nil, redact.ErrorWith(err, s.secrets...)
 		}
 	}
-	ch, err := s.Subscriber.Subscribe(ctx, topic)
-	return ch, redact.ErrorWith(err, s.secrets...)
+	opts := []nats.SubOpt{nats.ManualAck()}
+	var stream, name string
+	if s.cfg.Durable != "" {
+		var err error
+		if stream, name, err = s.durable(topic); err != nil {
+			return nil, redact.ErrorWith(err, s.secrets...)
+		}
+		opts = append(opts, nats.Bind(stream, name))
+		if s.cfg.QueueGroup == "" {
+			if err := s.waitUnbound(ctx, stream, name); err != nil {
+				return nil, redact.ErrorWith(err, s.secrets...)
+			}
+		}
+	} else {
+		// An ephemeral consumer of the stream whose subjects hold topic,
+		// deleted when the subscription ends.
+		opts = append(opts, nats.DeliverAll(), nats.AckExplicit(), nats.AckWait(s.cfg.AckWait), nats.BindStream(""))
+	}
+	opts = append(opts, s.cfg.SubscribeOptions...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errors.New("natsjs: Subscribe on a closed subscriber")
+	}
+	subCtx, end := context.WithCancel(ctx)
+	l := &subscription{s: s, topic: topic, ctx: subCtx, output: make(chan *message.Message)}
+	var subs []*nats.Subscription
+	for range s.cfg.SubscribersCount {
+		sub, err := s.js.QueueSubscribe(topic, s.cfg.QueueGroup, l.deliver, opts...)
+		if err != nil {
+			for _, sub := range subs {
+				_ = sub.Unsubscribe()
+			}
+			end()
+			return nil, redact.ErrorWith(fmt.Errorf("natsjs: subscribe to %s: %w", topic, err), s.secrets...)
+		}
+		subs = append(subs, sub)
+	}
+	s.outputs.Add(1)
+	go func() {
+		defer s.outputs.Done()
+		select {
+		case <-subCtx.Done():
+		case <-s.closing:
+			end()
+		}
+		for _, sub := range subs {
+			if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+				s.log.Warn("natsjs: unsubscribe failed", slog.String("topic", topic), slog.String("error", redact.ErrorWith(err, s.secrets...).Error()))
+			}
+		}
+		// Unsubscribe does not wait for a callback under way: wait for
+		// them here, so that none sends on the closed channel.
+		l.stop()
+		close(l.output)
+	}()
+	return l.output, nil
+}
+
+// durable makes sure the durable consumer of topic exists, and returns its
+// stream and name. The subscriber creates it rather than nats.go's
+// Subscribe: nats.go deletes a consumer it created when the subscription
+// ends (Unsubscribe, Drain), and the next subscriber would start over at
+// the beginning of the stream. An existing consumer is kept, with AckWait
+// brought to the configured one.
+func (s *Subscriber) durable(topic string) (stream, name string, err error) {
+	name = DurableName(s.cfg.Durable, topic)
+	stream, err = s.js.StreamNameBySubject(topic)
+	if err != nil {
+		return "", "", fmt.Errorf("natsjs: find the stream of %s (create it, or set AutoProvision): %w", topic, err)
+	}
+	info, err := s.js.ConsumerInfo(stream, name)
+	switch {
+	case errors.Is(err, nats.ErrConsumerNotFound):
+		inbox := s.conn.Opts.InboxPrefix // nats.CustomInboxPrefix
+		if inbox == "" {
+			inbox = strings.TrimSuffix(nats.InboxPrefix, ".")
+		}
+		want := nats.ConsumerConfig{
+			Durable: name,
+			// The same deliver subject for every subscriber that creates
+			// it at once: their configurations are equal, so they agree.
+			DeliverSubject: inbox + ".outboxgen." + name,
+			DeliverGroup:   s.cfg.QueueGroup,
+			DeliverPolicy:  nats.DeliverAllPolicy,
+			AckPolicy:      nats.AckExplicitPolicy,
+			AckWait:        s.cfg.AckWait,
+			FilterSubject:  topic,
+		}
+		if s.cfg.ConfigureConsumer != nil {
+			s.cfg.ConfigureConsumer(topic, &want)
+		}
+		if _, err := s.js.AddConsumer(stream, &want); err != nil {
+			return "", "", fmt.Errorf("natsjs: create the durable consumer %s on stream %s: %w", name, stream, err)
+		}
+		s.log.Info("natsjs: durable consumer created", slog.String("consumer", name), slog.String("stream", stream), slog.String("topic", topic))
+	case err != nil:
+		return "", "", fmt.Errorf("natsjs: read the durable consumer %s on stream %s: %w", name, stream, err)
+	case info.Config.AckWait != s.cfg.AckWait:
+		cfg := info.Config
+		cfg.AckWait = s.cfg.AckWait
+		if _, err := s.js.UpdateConsumer(stream, &cfg); err != nil {
+			return "", "", fmt.Errorf("natsjs: change the AckWait of durable consumer %s from %s to %s: %w", name, info.Config.AckWait, s.cfg.AckWait, err)
+		}
+		s.log.Info("natsjs: durable consumer's AckWait changed", slog.String("consumer", name), slog.String("from", info.Config.AckWait.String()), slog.String("to", s.cfg.AckWait.String()))
+	}
+	return stream, name, nil
+}
+
+// boundWait bounds how long Subscribe waits for the subscription before
+// it on a durable consumer without a queue group to go away.
+const boundWait = 30 * time.Second
+
+// waitUnbound waits (at most boundWait) until no subscription is bound to
+// the durable consumer: a consumer without a deliver group takes one, and
+// the one of a process that just stopped, or that a rolling deploy is
+// about to stop, goes away a moment later.
+func (s *Subscriber) waitUnbound(ctx context.Context, stream, name string) error {
+	deadline := time.Now().Add(boundWait)
+	for logged := false; ; {
+		info, err := s.js.ConsumerInfo(stream, name)
+		if err != nil {
+			return fmt.Errorf("natsjs: read the durable consumer %s on stream %s: %w", name, stream, err)
+		}
+		if !info.PushBound {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("natsjs: durable consumer %s is still bound to another subscription after %s: stop the other subscriber, or give both the same QueueGroup to share the consumer", name, boundWait)
+		}
+		if !logged {
+			s.log.Info("natsjs: waiting for the other subscription of the durable consumer to end", slog.String("consumer", name), slog.String("stream", stream))
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("natsjs: durable consumer %s is bound to another subscription: %w", name, context.Cause(ctx))
+		case <-s.closing:
+			return errors.New("natsjs: Subscribe on a closed subscriber")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Close ends every subscription, waits (at most CloseTimeout) until their
+// messages are settled, then drains the connection.
+func (s *Subscriber) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.closing)
+	s.mu.Unlock()
+	waited := make(chan struct{})
+	go func() { s.outputs.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(s.cfg.CloseTimeout):
+		return fmt.Errorf("natsjs: subscriptions still delivering after CloseTimeout (%s): the connection was left open", s.cfg.CloseTimeout)
+	}
+	if err := s.conn.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		return redact.ErrorWith(fmt.Errorf("natsjs: drain the connection: %w", err), s.secrets...)
+	}
+	return nil
+}
+
+// subscription is one Subscribe call: its output, and the delivery
+// callbacks under way.
+type subscription struct {
+	s      *Subscriber
+	topic  string
+	ctx    context.Context // Subscribe's, ended with the subscription
+	output chan *message.Message
+
+	mu       sync.Mutex
+	stopped  bool
+	inflight sync.WaitGroup
+}
+
+// enter registers a callback; false once the subscription has stopped.
+func (l *subscription) enter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		return false
+	}
+	l.inflight.Add(1)
+	return true
+}
+
+// stop makes later callbacks return at once and waits for those under way
+// (they return promptly: l.ctx is done).
+func (l *subscription) stop() {
+	l.mu.Lock()
+	l.stopped = true
+	l.mu.Unlock()
+	l.inflight.Wait()
+}
+
+// deliver is the NATS callback: it hands the message to the consumer and
+// settles it at JetStream as the consumer does. A message not handed over,
+// or not settled within AckWait, is left unacknowledged: JetStream
+// redelivers it after AckWait.
+func (l *subscription) deliver(m *nats.Msg) {
+	if !l.enter() {
+		return
+	}
+	defer l.inflight.Done()
+	log := l.s.log.With(slog.String("topic", l.topic))
+	msg, err := Marshaler{}.Unmarshal(m)
+	if err != nil {
+		log.Error("natsjs: message cannot be read: left unacknowledged", slog.String("subject", m.Subject), slog.String("error", err.Error()))
+		return
+	}
+	ctx, cancel := context.WithCancel(l.ctx)
+	defer cancel()
+	msg.SetContext(ctx)
+	select {
+	case l.output <- msg:
+	case <-ctx.Done():
+		return
+	}
+	timeout := time.NewTimer(l.s.cfg.AckWait)
+	defer timeout.Stop()
+	select {
+	case <-msg.Acked():
+		l.ack(m, msg.UUID, log)
+	case <-msg.Nacked():
+		l.nak(m, msg.UUID, log)
+	case <-timeout.C:
+		log.Warn("natsjs: message neither acked nor nacked within AckWait: JetStream redelivers it", slog.String("uuid", msg.UUID))
+	case <-ctx.Done():
+		// The subscription ends: an ack the consumer gave at the same
+		// moment still counts (the connection stays open until every
+		// callback has returned); else JetStream redelivers the message.
+		select {
+		case <-msg.Acked():
+			l.ack(m, msg.UUID, log)
+		case <-msg.Nacked():
+			l.nak(m, msg.UUID, log)
+		default:
+		}
+	}
+}
+
+// ack acknowledges m and waits for JetStream to confirm it.
+func (l *subscription) ack(m *nats.Msg, uuid string, log *slog.Logger) {
+	if err := m.AckSync(); err != nil {
+		log.Error("natsjs: ack failed: JetStream redelivers the message", slog.String("uuid", uuid), slog.String("error", err.Error()))
+	}
+}
+
+// nak asks JetStream to redeliver m, after NakDelay's wait when set
+// (TermSignal: never).
+func (l *subscription) nak(m *nats.Msg, uuid string, log *slog.Logger) {
+	var delay time.Duration
+	if l.s.cfg.NakDelay != nil {
+		if md, err := m.Metadata(); err == nil {
+			delay = l.s.cfg.NakDelay.WaitTime(md.NumDelivered)
+		} else {
+			log.Warn("natsjs: message metadata unreadable: nak without delay", slog.String("uuid", uuid), slog.String("error", err.Error()))
+		}
+	}
+	var err error
+	switch {
+	case delay == wmnats.TermSignal:
+		err = m.Term()
+	case delay > 0:
+		err = m.NakWithDelay(delay)
+	default:
+		err = m.Nak()
+	}
+	if err != nil {
+		log.Error("natsjs: nack failed: JetStream redelivers the message after AckWait", slog.String("uuid", uuid), slog.String("error", err.Error()))
+	}
 }
 
 // DurableName returns the consumer name of a durable subscriber for topic:
