@@ -134,6 +134,9 @@ func catalog(t *testing.T, d Dialect) []rendered {
 	{
 		s, a := rq.ReleaseHeld(catalogIDs)
 		add("RelayReleaseHeld", "", s, a)
+		if s, a := rq.LockKeys(catalogIDs); s != "" {
+			add("RelayLockKeys", "", s, a)
+		}
 	}
 	if rq.HoldsInFlight() {
 		s, a := rq.ReleaseInFlightHeld(catalogIDs)

@@ -75,6 +75,10 @@ type spec struct {
 	// scanFrom: the one-statement claim returns its front and has a from
 	// section (RelayQueries.ScansFrom).
 	scanFrom bool
+	// rowLocks: claims lock rows, and run beside a requeue; the requeue
+	// locks the pending rows of its keys before it releases their holds
+	// (RelayLockKeys). SQLite has one writer: they cannot overlap there.
+	rowLocks bool
 	// arrayIDs: the Relay*Array statements bind an id list as one array.
 	arrayIDs bool
 	// notify: OutboxNotifyInsert and RelayListen (LISTEN/NOTIFY).
@@ -94,6 +98,7 @@ var specs = []*spec{
 		now: "now()", dollar: true,
 		duration:     func(d time.Duration) any { return d.Seconds() },
 		arrayIDs:     true,
+		rowLocks:     true,
 		scanFrom:     true,
 		holdInFlight: true,
 		notify:       true,
@@ -106,6 +111,7 @@ var specs = []*spec{
 		duration:        func(d time.Duration) any { return d.Microseconds() },
 		claimInTx:       true,
 		claimCandidates: true,
+		rowLocks:        true,
 		archive:         archivePickCopyDelete,
 	},
 	{

@@ -74,6 +74,7 @@ var (
 	sClaimLease   = define(needClaimInTx, "RelayClaimLease", "owner", "lease", "ids")
 	sClaimHold    = define(needClaimInTx, "RelayClaimHold", "hold_until", "ids")
 	sReleaseHeld  = define(nil, "RelayReleaseHeld", "ids")
+	sLockKeys     = define(needRowLocks, "RelayLockKeys", "ids")
 
 	sReleaseInFlightHeld      = define(needHoldInFlight, "RelayReleaseInFlightHeld", "stamps")
 	sReleaseInFlightHeldArray = define(needHoldInFlightArray, "RelayReleaseInFlightHeldArray", "stamps")
@@ -439,6 +440,19 @@ func (q *RelayQueries) ClaimHold(holdUntil any, ids []int64) (string, []any) {
 // lists longer than MaxInList.
 func (q *RelayQueries) ReleaseHeld(ids []int64) (string, []any) {
 	return q.set.get(sReleaseHeld).render(ids)
+}
+
+// LockKeys locks the pending rows of the keys of ids (PostgreSQL, MySQL;
+// on SQLite it returns "", nil). A requeue runs it after Requeue and
+// before ReleaseHeld, in one transaction: it waits for every claim that
+// locked one of those rows (a row the claim may hold, or the row it holds
+// one behind) to commit, so that ReleaseHeld sees the holds they made, and
+// a claim after it skips the locked rows instead of holding them.
+func (q *RelayQueries) LockKeys(ids []int64) (string, []any) {
+	if !q.s.rowLocks {
+		return "", nil
+	}
+	return q.set.get(sLockKeys).render(ids)
 }
 
 // MarkSent marks the ids sent (status 1, sent_at now, lease cleared),

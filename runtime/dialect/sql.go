@@ -97,6 +97,7 @@ func (d *stmtDef) needed(s *spec) bool { return d.need == nil || d.need(s) }
 // spec).
 func needClaimInTx(s *spec) bool    { return s.claimInTx }
 func needArrayIDs(s *spec) bool     { return s.arrayIDs }
+func needRowLocks(s *spec) bool     { return s.rowLocks }
 func needCandidates(s *spec) bool   { return s.claimCandidates }
 func needHoldInFlight(s *spec) bool { return s.holdInFlight }
 func needHoldInFlightArray(s *spec) bool {

@@ -194,11 +194,10 @@ type Config struct {
 	// FAILED row of its key is held: kept out of claims, so that a key
 	// stuck with thousands of events behind it costs the other keys
 	// nothing (default 5 minutes). A requeue of the FAILED row ends the
-	// hold at once; the recheck only matters when the row went another way
-	// (deleted by hand), or, on MySQL and MariaDB, whose claim reads the
-	// key without locking it, in the rare race of a claim reading the key
-	// while it is requeued. Rows behind a backing-off row are held until
-	// its next attempt, whatever HoldRecheck is.
+	// hold at once, also for a claim that read the key while it was
+	// requeued; the recheck only matters when the row went another way
+	// (deleted by hand). Rows behind a backing-off row are held until its
+	// next attempt, whatever HoldRecheck is.
 	HoldRecheck time.Duration
 
 	// OnFailed, if set, is called once for each row this relay marks

@@ -201,6 +201,16 @@ UPDATE /* TEMPLATE: outbox */outbox_event
 SET lease_owner = sqlc.arg(owner), lease_expires_at = CURRENT_TIMESTAMP(6) + INTERVAL sqlc.arg(lease) MICROSECOND, updated_at = CURRENT_TIMESTAMP(6)
 WHERE id IN (sqlc.slice(ids));
 
+-- The pending rows of the keys of ids, locked (RelayQueries.LockKeys):
+-- a requeue waits here for the claims that locked one of them, then
+-- releases what they held.
+-- name: RelayLockKeys :many
+SELECT k.id
+FROM /* TEMPLATE: outbox */outbox_event k
+WHERE k.biz_id IN (SELECT h.biz_id FROM /* TEMPLATE: outbox */outbox_event h WHERE h.id IN (sqlc.slice(ids)))
+  AND k.status = 0
+FOR UPDATE;
+
 -- The derived table lets MySQL read the table it updates.
 -- name: RelayReleaseHeld :execrows
 UPDATE /* TEMPLATE: outbox */outbox_event

@@ -56,9 +56,10 @@ LISTEN /* TEMPLATE: channel */outbox_event_insert;
 -- a requeue of a FAILED prev, or the recording of a slow one, either
 -- waits for this claim and then releases what it held, or is under way
 -- and makes the row skipped (the candidate is left alone): neither misses
--- a hold made at the same moment. (A requeue that waited in its release
--- of a held prev releases again: that statement read the table before
--- this claim committed.)
+-- a hold made at the same moment. (A requeue locks the key's pending
+-- rows, RelayLockKeys, before its release: a claim that share-locked a
+-- held prev, or locked a candidate, commits first, and the release, a
+-- later statement, sees its holds.)
 -- So every key's oldest row sorts first among its rows, a claim reads at
 -- most max_rows candidates whatever the backlog, and a row behind a stuck
 -- key is read once per attempt of the key's head (FAILED: once per hold).
@@ -224,6 +225,16 @@ WHERE id IN (sqlc.slice(ids))
 
 -- The *Array statements bind the id list as one bigint[] (RelayQueries.ArrayIDs):
 -- their text does not depend on the list length.
+
+-- The pending rows of the keys of ids, locked (RelayQueries.LockKeys):
+-- a requeue waits here for the claims that locked one of them, then
+-- releases what they held.
+-- name: RelayLockKeys :many
+SELECT k.id
+FROM /* TEMPLATE: outbox */outbox_event k
+WHERE k.biz_id IN (SELECT h.biz_id FROM /* TEMPLATE: outbox */outbox_event h WHERE h.id IN (sqlc.slice(ids)))
+  AND k.status = 0
+FOR UPDATE;
 
 -- The held rows of the keys of ids back in the due range: the row that
 -- held them (one of ids) was requeued.

@@ -6,6 +6,7 @@ package drivertest
 
 import (
 	"database/sql"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,11 +146,13 @@ func testHeldUnordered(t *testing.T, e *env) {
 // testRequeueDuringClaim: a claim that runs while a requeue of the FAILED
 // head is under way (not committed yet) must not hold the rows behind it
 // past the requeue: once the requeue commits, the key is claimable at
-// once. SQLite has one writer, so the two cannot overlap there; MySQL's
-// claim reads without locks and keeps the race (documented).
+// once. On PostgreSQL the claim skips the FAILED row the requeue locked;
+// on MySQL, whose claim reads the key without locks, it skips the key's
+// rows the requeue locked (RelayLockKeys). SQLite has one writer, so the
+// two cannot overlap there.
 func testRequeueDuringClaim(t *testing.T, e *env) {
-	if e.d != dialect.Postgres {
-		t.Skipf("%s: see the test's comment", e.d)
+	if e.d == dialect.SQLite {
+		t.Skip("sqlite: one writer, a claim and a requeue cannot overlap")
 	}
 	ids := e.insert(t, seedEv{Key: "r"}, seedEv{Key: "r"})
 	e.set(t, "status = 2, retry_count = 5", ids[0])
@@ -166,6 +169,14 @@ func testRequeueDuringClaim(t *testing.T, e *env) {
 	if _, err := tx.ExecContext(e.ctx, query, args...); err != nil {
 		t.Fatal(err)
 	}
+	// The statements of Driver.RequeueAndRelease.
+	if query, args := q.LockKeys(ids[:1]); query != "" {
+		rows, err := tx.QueryContext(e.ctx, query, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+	}
 	query, args = q.ReleaseHeld(ids[:1])
 	if _, err := tx.ExecContext(e.ctx, query, args...); err != nil {
 		t.Fatal(err)
@@ -181,32 +192,65 @@ func testRequeueDuringClaim(t *testing.T, e *env) {
 }
 
 // testRequeueWaitsForClaim: a claim that holds a row behind a held row of
-// the key (share-locking it) and commits while a requeue of the key's
-// FAILED head waits for that lock: the requeue must release the row the
-// claim held too, or it stays out of claims for a whole hold. The claim
-// runs in a transaction left open, so that the requeue meets it.
+// the key, and commits while a requeue of the key's FAILED head waits for
+// its locks: the requeue must release the row the claim held too, or it
+// stays out of claims for a whole hold. The claim runs in a transaction
+// left open, so that the requeue meets it: PostgreSQL's one statement
+// (which share-locks the held row), MySQL's lock and hold statements.
 func testRequeueWaitsForClaim(t *testing.T, e *env) {
-	if e.d != dialect.Postgres {
-		t.Skipf("%s: see testRequeueDuringClaim", e.d)
+	if e.d == dialect.SQLite {
+		t.Skip("sqlite: one writer, a claim and a requeue cannot overlap")
 	}
 	ids := e.insert(t, seedEv{Key: "w"}, seedEv{Key: "w"}, seedEv{Key: "w"})
 	e.set(t, "status = 2, retry_count = 5", ids[0])
-	e.set(t, "lease_owner = '"+dialect.HeldOwner+"', next_retry_time = now() + interval '1 hour'", ids[1])
+	e.set(t, "lease_owner = '"+dialect.HeldOwner+"', next_retry_time = "+OpsAgo(e.d, -time.Hour), ids[1])
 	q, err := dialect.NewRelayQueries(e.d, e.table, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := e.DB.BeginTx(e.ctx, nil)
+	tx, err := e.DB.BeginTx(e.ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback() //nolint:errcheck
-	query, args := q.Claim("r1", time.Minute, 10, time.Hour, time.Second)
-	if _, err := tx.ExecContext(e.ctx, query, args...); err != nil {
-		t.Fatal(err)
+	exec := func(query string, args []any) {
+		t.Helper()
+		if _, err := tx.ExecContext(e.ctx, query, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Whether a transaction waits for a row lock.
+	waiting := func() bool {
+		var n int
+		if err := e.DB.QueryRowContext(e.ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	if e.d == dialect.Postgres {
+		exec(q.Claim("r1", time.Minute, 10, time.Hour, time.Second))
+	} else {
+		// The claim's transaction as sqldriver runs it, once it found
+		// the row blocked (ClaimBlocked, read without locks).
+		query, args := q.ClaimLock(ids[2:], 10)
+		rows, err := tx.QueryContext(e.ctx, query, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+		exec(q.ClaimHold("2999-01-01 00:00:00.000000", ids[2:]))
+		// MariaDB's information_schema.INNODB_TRX leaves out a
+		// transaction waiting in a locking read; the monitor shows it.
+		waiting = func() bool {
+			var typ, name, status string
+			if err := e.DB.QueryRowContext(e.ctx, "SHOW ENGINE INNODB STATUS").Scan(&typ, &name, &status); err != nil {
+				t.Fatal(err)
+			}
+			return strings.Contains(status, "FOR THIS LOCK TO BE GRANTED")
+		}
 	}
 	var owner sql.NullString
-	if err := tx.QueryRowContext(e.ctx, "SELECT lease_owner FROM "+e.table+" WHERE id = $1", ids[2]).Scan(&owner); err != nil {
+	if err := tx.QueryRowContext(e.ctx, "SELECT lease_owner FROM "+e.table+" WHERE id = "+e.d.Placeholder(1), ids[2]).Scan(&owner); err != nil {
 		t.Fatal(err)
 	}
 	if owner.String != dialect.HeldOwner {
@@ -225,11 +269,7 @@ func testRequeueWaitsForClaim(t *testing.T, e *env) {
 	// The requeue's release waits for the claim's lock on the held row.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		var waiting int
-		if err := e.DB.QueryRowContext(e.ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted").Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
+		if waiting() {
 			break
 		}
 		select {

@@ -311,18 +311,29 @@ func (a *Admin) RequeueAndRelease(ctx context.Context, ids []int64) (requeued, r
 		if err != nil {
 			return err
 		}
-		// Twice: a claim that held a row behind a held row of the key
-		// share-locked that row, and the first release waits for it; but
-		// that statement read the table before the claim committed, so the
-		// row the claim held is released by the second, which reads it
-		// after. A claim that comes later skips the rows this transaction
-		// locked, and holds nothing behind them.
-		for range 2 {
-			r, err := execChunks(ctx, tx, ids, q.ReleaseHeld)
-			if err != nil {
-				return fmt.Errorf("release held rows: %w", err)
+		// Wait for the claims that locked a pending row of the keys (one
+		// they may hold, or one they hold a row behind) to commit: a claim
+		// that read the FAILED row before the requeue may still hold a row
+		// behind it. The release, a later statement, sees those holds.
+		if err := Chunks(ids, func(c []int64) error {
+			query, args := q.LockKeys(c)
+			if query == "" {
+				return nil
 			}
-			released += r
+			rows, err := tx.Query(ctx, query, args...)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+			}
+			rows.Close()
+			return rows.Err()
+		}); err != nil {
+			return fmt.Errorf("lock the rows of the keys: %w", err)
+		}
+		released, err = execChunks(ctx, tx, ids, q.ReleaseHeld)
+		if err != nil {
+			return fmt.Errorf("release held rows: %w", err)
 		}
 		requeued = n
 		return nil
