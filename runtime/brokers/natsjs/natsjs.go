@@ -56,8 +56,15 @@
 // nats.go own the consumer, and it deletes the consumer when the
 // subscription ends: every restart then started over at the beginning of
 // the stream.) Without QueueGroup one subscription at a time may hold the
-// consumer; a new one waits up to 30 s for the one before it to end, as a
-// rolling deploy needs.
+// consumer: a new one waits up to 30 s for the one before it to end, so a
+// rolling deploy works if the new process does not have to subscribe
+// before the old one stops (the old process must close its subscriber; one
+// that died holds the consumer until the server notices). A subscription
+// checks every 5 s that its consumer still exists, and creates it again
+// if it was deleted (it then delivers the stream from its beginning; the
+// inbox drops what was consumed already). Subscribers of releases before
+// this one own the consumer they created, and delete it when they stop:
+// that is how such a deletion happens on an upgrade.
 package natsjs
 
 import (

@@ -292,6 +292,9 @@ func TestConfigValidate(t *testing.T) {
 	if err := (natsjs.SubscriberConfig{URL: "nats://x", SubscribersCount: 2, AckWait: 1, DuplicateWindow: 1, CloseTimeout: 1}).Validate(); err == nil || !strings.Contains(err.Error(), "QueueGroup") {
 		t.Errorf("SubscribersCount 2 without QueueGroup: %v", err)
 	}
+	if err := (natsjs.SubscriberConfig{URL: "nats://x", QueueGroup: "g", SubscribersCount: 1, AckWait: 1, DuplicateWindow: 1, CloseTimeout: 1, StreamName: natsjs.DefaultStreamName}).Validate(); err == nil || !strings.Contains(err.Error(), "without Durable") {
+		t.Errorf("QueueGroup without Durable: %v", err)
+	}
 }
 
 // TestPublishInvalidTopic: an invalid subject fails before the server,
@@ -503,5 +506,139 @@ func TestDurableConsumerKept(t *testing.T) {
 	}
 	if ci := info(); ci.Config.AckWait != 2*time.Second || ci.Config.MaxAckPending != 50 {
 		t.Fatalf("consumer after the second subscriber: AckWait %s, MaxAckPending %d; want 2s (its own), 50 (kept)", ci.Config.AckWait, ci.Config.MaxAckPending)
+	}
+}
+
+// TestDurableConsumerRecreated: a durable consumer that goes away under
+// its subscribers is created again on the deliver subject they listen
+// on. It goes away when an operator deletes it, and when a subscriber of
+// an older release that created it through nats.go stops: a new
+// subscriber waiting for that one to let go creates it at once.
+func TestDurableConsumerRecreated(t *testing.T) {
+	s := startNATS(t, -1, t.TempDir())
+	url := s.ClientURL()
+	pub := newPublisher(t, url, 5*time.Second)
+	publish := func(id string) {
+		t.Helper()
+		if err := pub.Publish(topic, message.NewMessage(id, []byte("x"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("before")
+	js, err := pub.Conn().JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, name := natsjs.DefaultStreamName(topic), natsjs.DurableName("again", topic)
+	// waitFor reads msgs until a message with UUID id, acking each.
+	waitFor := func(msgs <-chan *message.Message, id string, within time.Duration) {
+		t.Helper()
+		deadline := time.After(within)
+		for {
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					t.Fatalf("the subscription ended before %s", id)
+				}
+				m.Ack()
+				if m.UUID == id {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no message %s within %s", id, within)
+			}
+		}
+	}
+
+	t.Run("older release stops", func(t *testing.T) {
+		old, err := nats.Connect(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer old.Close()
+		ojs, err := old.JetStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What the subscriber of an older release did: nats.go creates
+		// the consumer, and owns it.
+		osub, err := ojs.Subscribe(topic, func(m *nats.Msg) { _ = m.Ack() }, nats.Durable(name), nats.ManualAck(), nats.DeliverAll(), nats.AckExplicit())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url, Durable: "again"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		type subscribed struct {
+			msgs <-chan *message.Message
+			err  error
+		}
+		got := make(chan subscribed, 1)
+		go func() {
+			m, err := sub.Subscribe(context.Background(), topic)
+			got <- subscribed{m, err}
+		}()
+		time.Sleep(300 * time.Millisecond)
+		if err := osub.Unsubscribe(); err != nil { // deletes the consumer
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("Subscribe once the older subscriber stopped: %v", r.err)
+		}
+		publish("after-old")
+		waitFor(r.msgs, "after-old", 10*time.Second)
+	})
+
+	t.Run("deleted by an operator", func(t *testing.T) {
+		sub, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url, Durable: "again"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		msgs, err := sub.Subscribe(context.Background(), topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		publish("bound")
+		waitFor(msgs, "bound", 10*time.Second)
+		if err := js.DeleteConsumer(stream, name); err != nil {
+			t.Fatal(err)
+		}
+		publish("after-delete")
+		// Within the 5 s check, from the beginning of the stream.
+		waitFor(msgs, "after-delete", 15*time.Second)
+		if _, err := js.ConsumerInfo(stream, name); err != nil {
+			t.Fatalf("the consumer was not created again: %v", err)
+		}
+	})
+}
+
+// TestDurableConsumerGroupMismatch: a durable consumer that delivers to a
+// queue group cannot be bound without it: Subscribe says so at once
+// instead of waiting for it to be free.
+func TestDurableConsumerGroupMismatch(t *testing.T) {
+	s := startNATS(t, -1, t.TempDir())
+	url := s.ClientURL()
+	newPublisher(t, url, 5*time.Second)
+	grouped, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url, Durable: "mix", QueueGroup: "workers", AutoProvision: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer grouped.Close()
+	if _, err := grouped.Subscribe(context.Background(), topic); err != nil {
+		t.Fatal(err)
+	}
+	alone, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url, Durable: "mix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alone.Close()
+	start := time.Now()
+	_, err = alone.Subscribe(context.Background(), topic)
+	if err == nil || !strings.Contains(err.Error(), `queue group "workers"`) || time.Since(start) > 5*time.Second {
+		t.Fatalf("Subscribe without the consumer's queue group: %v after %s; want a prompt error naming the group", err, time.Since(start))
 	}
 }

@@ -36,12 +36,15 @@ type SubscriberConfig struct {
 	// topic is named Durable + "_" + the topic with dots replaced by '_'
 	// ("billing" and "orders.paid" → "billing_orders_paid"), so one
 	// subscriber can subscribe to several topics. Empty: an ephemeral
-	// consumer that starts at the beginning of the stream.
+	// consumer that starts at the beginning of the stream and is deleted
+	// when the subscription ends. See the package doc, "Durable
+	// consumers".
 	Durable string
 
 	// QueueGroup, if set, spreads the messages of a topic over every
-	// subscriber with the same QueueGroup (and Durable). Leave it empty
-	// when one process must see a key's events in order.
+	// subscriber with the same QueueGroup and Durable (it needs Durable:
+	// the consumer the group shares must outlive each member). Leave it
+	// empty when one process must see a key's events in order.
 	QueueGroup string
 
 	// SubscribersCount is the number of subscriptions per topic (default
@@ -49,7 +52,8 @@ type SubscriberConfig struct {
 	SubscribersCount int
 
 	// AckWait is how long a message may stay unacknowledged before
-	// JetStream redelivers it (default 30s).
+	// JetStream redelivers it (default 30s). It is set on the consumer,
+	// also on an existing durable one (unless that has a BackOff).
 	AckWait time.Duration
 
 	// NakDelay, if set, delays redelivery after a Nack.
@@ -64,9 +68,10 @@ type SubscriberConfig struct {
 	SubscribeOptions []nats.SubOpt
 
 	// ConfigureConsumer, if set, adjusts the configuration of a durable
-	// consumer the subscriber creates (deliver all, explicit ack, AckWait,
-	// the topic as filter, QueueGroup as deliver group). An existing
-	// consumer keeps its configuration, but for AckWait.
+	// consumer the subscriber creates (deliver all, explicit ack, the
+	// topic as filter; its name, deliver subject, deliver group and
+	// AckWait are the subscriber's). An existing consumer keeps its
+	// configuration, but for AckWait.
 	ConfigureConsumer func(topic string, cfg *nats.ConsumerConfig)
 
 	// AutoProvision creates the topic's stream before subscribing, as
@@ -77,8 +82,10 @@ type SubscriberConfig struct {
 	StreamName      func(topic string) string
 	ConfigureStream func(topic string, cfg *nats.StreamConfig)
 
-	// CloseTimeout bounds how long Close waits for in-flight messages
-	// (default 30s).
+	// CloseTimeout bounds how long Close waits for the subscriptions'
+	// deliveries under way to return (default 30s). Close does not wait
+	// for the consumer to acknowledge what it holds: stop the consumer
+	// first (a watermill Router does), or it is redelivered after AckWait.
 	CloseTimeout time.Duration
 
 	// Logger receives the subscriber's logs: messages that cannot be read,
@@ -130,6 +137,9 @@ func (c SubscriberConfig) Validate() error {
 	}
 	if c.StreamName == nil {
 		errs = append(errs, errors.New("natsjs: SubscriberConfig.StreamName must be left nil before NewSubscriber to get its default"))
+	}
+	if c.QueueGroup != "" && c.Durable == "" {
+		errs = append(errs, fmt.Errorf("natsjs: SubscriberConfig.QueueGroup %q without Durable: the consumer a queue group shares must be durable, or it goes away with the member that created it; set Durable", c.QueueGroup))
 	}
 	for _, name := range []string{c.Durable, c.QueueGroup} {
 		if err := checkConsumerName(name); err != nil {
@@ -200,9 +210,13 @@ func (s *Subscriber) Conn() *nats.Conn { return s.conn }
 
 // Subscribe subscribes to the subject topic (wildcards allowed, e.g.
 // "orders.>", when no provisioning is needed). The channel is closed once
-// ctx is done or Close is called, and every message it delivered has been
-// acknowledged, nacked or given up on (AckWait).
+// ctx is done or Close is called and every delivery under way has
+// returned; a message handed over and not acknowledged by then is
+// redelivered by JetStream after AckWait.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if s.isClosed() {
+		return nil, errClosed
+	}
 	if s.autoProvision {
 		if err := ValidateTopic(topic); err != nil {
 			return nil, err
@@ -212,28 +226,28 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		}
 	}
 	opts := []nats.SubOpt{nats.ManualAck()}
-	var stream, name string
+	var c *consumer
 	if s.cfg.Durable != "" {
 		var err error
-		if stream, name, err = s.durable(topic); err != nil {
+		if c, err = s.durable(topic); err != nil {
 			return nil, redact.ErrorWith(err, s.secrets...)
 		}
-		opts = append(opts, nats.Bind(stream, name))
 		if s.cfg.QueueGroup == "" {
-			if err := s.waitUnbound(ctx, stream, name); err != nil {
+			if err := s.waitUnbound(ctx, c); err != nil {
 				return nil, redact.ErrorWith(err, s.secrets...)
 			}
 		}
+		opts = append(opts, nats.Bind(c.stream, c.name))
 	} else {
 		// An ephemeral consumer of the stream whose subjects hold topic,
 		// deleted when the subscription ends.
-		opts = append(opts, nats.DeliverAll(), nats.AckExplicit(), nats.AckWait(s.cfg.AckWait), nats.BindStream(""))
+		opts = append(opts, nats.DeliverAll(), nats.AckExplicit(), nats.AckWait(s.cfg.AckWait))
 	}
 	opts = append(opts, s.cfg.SubscribeOptions...)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, errors.New("natsjs: Subscribe on a closed subscriber")
+		return nil, errClosed
 	}
 	subCtx, end := context.WithCancel(ctx)
 	l := &subscription{s: s, topic: topic, ctx: subCtx, output: make(chan *message.Message)}
@@ -252,11 +266,19 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.outputs.Add(1)
 	go func() {
 		defer s.outputs.Done()
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			if c != nil {
+				s.watch(subCtx, c)
+			}
+		}()
 		select {
 		case <-subCtx.Done():
 		case <-s.closing:
-			end()
 		}
+		end()
+		<-watched
 		for _, sub := range subs {
 			if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 				s.log.Warn("natsjs: unsubscribe failed", slog.String("topic", topic), slog.String("error", redact.ErrorWith(err, s.secrets...).Error()))
@@ -270,54 +292,93 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	return l.output, nil
 }
 
-// durable makes sure the durable consumer of topic exists, and returns its
-// stream and name. The subscriber creates it rather than nats.go's
-// Subscribe: nats.go deletes a consumer it created when the subscription
-// ends (Unsubscribe, Drain), and the next subscriber would start over at
-// the beginning of the stream. An existing consumer is kept, with AckWait
-// brought to the configured one.
-func (s *Subscriber) durable(topic string) (stream, name string, err error) {
-	name = DurableName(s.cfg.Durable, topic)
-	stream, err = s.js.StreamNameBySubject(topic)
-	if err != nil {
-		return "", "", fmt.Errorf("natsjs: find the stream of %s (create it, or set AutoProvision): %w", topic, err)
+var errClosed = errors.New("natsjs: Subscribe on a closed subscriber")
+
+func (s *Subscriber) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// consumer is a durable consumer a subscription binds to.
+type consumer struct {
+	topic, stream, name string
+	// deliver is its deliver subject: the one the subscription listens
+	// on, which a consumer created again must keep.
+	deliver string
+}
+
+// consumerCheck is how often a subscription checks that its durable
+// consumer still exists.
+const consumerCheck = 5 * time.Second
+
+// durable makes sure the durable consumer of topic exists, and returns it.
+// The subscriber creates it rather than nats.go's Subscribe: nats.go
+// deletes a consumer it created when the subscription ends (Unsubscribe,
+// Drain), and the next subscriber would start over at the beginning of the
+// stream. An existing consumer is kept, with AckWait brought to the
+// configured one (unless it has a BackOff, which sets its AckWait).
+func (s *Subscriber) durable(topic string) (*consumer, error) {
+	c := &consumer{topic: topic, name: DurableName(s.cfg.Durable, topic)}
+	var err error
+	if c.stream, err = s.js.StreamNameBySubject(topic); err != nil {
+		return nil, fmt.Errorf("natsjs: find the stream of %s (create it, or set AutoProvision): %w", topic, err)
 	}
-	info, err := s.js.ConsumerInfo(stream, name)
+	info, err := s.js.ConsumerInfo(c.stream, c.name)
 	switch {
 	case errors.Is(err, nats.ErrConsumerNotFound):
 		inbox := s.conn.Opts.InboxPrefix // nats.CustomInboxPrefix
 		if inbox == "" {
 			inbox = strings.TrimSuffix(nats.InboxPrefix, ".")
 		}
-		want := nats.ConsumerConfig{
-			Durable: name,
-			// The same deliver subject for every subscriber that creates
-			// it at once: their configurations are equal, so they agree.
-			DeliverSubject: inbox + ".outboxgen." + name,
-			DeliverGroup:   s.cfg.QueueGroup,
-			DeliverPolicy:  nats.DeliverAllPolicy,
-			AckPolicy:      nats.AckExplicitPolicy,
-			AckWait:        s.cfg.AckWait,
-			FilterSubject:  topic,
-		}
-		if s.cfg.ConfigureConsumer != nil {
-			s.cfg.ConfigureConsumer(topic, &want)
-		}
-		if _, err := s.js.AddConsumer(stream, &want); err != nil {
-			return "", "", fmt.Errorf("natsjs: create the durable consumer %s on stream %s: %w", name, stream, err)
-		}
-		s.log.Info("natsjs: durable consumer created", slog.String("consumer", name), slog.String("stream", stream), slog.String("topic", topic))
+		// The same deliver subject for every subscriber that creates it
+		// at once: their configurations are equal, so they agree. Stream
+		// names have no dots.
+		c.deliver = inbox + ".outboxgen." + c.stream + "." + c.name
+		return c, s.create(c)
 	case err != nil:
-		return "", "", fmt.Errorf("natsjs: read the durable consumer %s on stream %s: %w", name, stream, err)
-	case info.Config.AckWait != s.cfg.AckWait:
+		return nil, fmt.Errorf("natsjs: read the durable consumer %s on stream %s: %w", c.name, c.stream, err)
+	}
+	c.deliver = info.Config.DeliverSubject
+	switch group := info.Config.DeliverGroup; {
+	case c.deliver == "":
+		return nil, fmt.Errorf("natsjs: durable consumer %s on stream %s is a pull consumer: the subscriber needs a push consumer; delete it or choose another Durable", c.name, c.stream)
+	case group != s.cfg.QueueGroup:
+		return nil, fmt.Errorf("natsjs: durable consumer %s on stream %s delivers to queue group %q, the subscriber's QueueGroup is %q: use the same, or another Durable", c.name, c.stream, group, s.cfg.QueueGroup)
+	}
+	if info.Config.AckWait != s.cfg.AckWait && len(info.Config.BackOff) == 0 {
 		cfg := info.Config
 		cfg.AckWait = s.cfg.AckWait
-		if _, err := s.js.UpdateConsumer(stream, &cfg); err != nil {
-			return "", "", fmt.Errorf("natsjs: change the AckWait of durable consumer %s from %s to %s: %w", name, info.Config.AckWait, s.cfg.AckWait, err)
+		if _, err := s.js.UpdateConsumer(c.stream, &cfg); err != nil {
+			return nil, fmt.Errorf("natsjs: change the AckWait of durable consumer %s from %s to %s: %w", c.name, info.Config.AckWait, s.cfg.AckWait, err)
 		}
-		s.log.Info("natsjs: durable consumer's AckWait changed", slog.String("consumer", name), slog.String("from", info.Config.AckWait.String()), slog.String("to", s.cfg.AckWait.String()))
+		s.log.Info("natsjs: durable consumer's AckWait changed", slog.String("consumer", c.name), slog.String("from", info.Config.AckWait.String()), slog.String("to", s.cfg.AckWait.String()))
 	}
-	return stream, name, nil
+	return c, nil
+}
+
+// create creates the durable consumer c: deliver all, explicit ack,
+// AckWait, the topic as filter, QueueGroup as deliver group, then
+// ConfigureConsumer's changes.
+func (s *Subscriber) create(c *consumer) error {
+	want := nats.ConsumerConfig{
+		Durable:        c.name,
+		DeliverSubject: c.deliver,
+		DeliverGroup:   s.cfg.QueueGroup,
+		DeliverPolicy:  nats.DeliverAllPolicy,
+		AckPolicy:      nats.AckExplicitPolicy,
+		AckWait:        s.cfg.AckWait,
+		FilterSubject:  c.topic,
+	}
+	if s.cfg.ConfigureConsumer != nil {
+		s.cfg.ConfigureConsumer(c.topic, &want)
+		want.Durable, want.DeliverSubject, want.DeliverGroup, want.AckWait = c.name, c.deliver, s.cfg.QueueGroup, s.cfg.AckWait
+	}
+	if _, err := s.js.AddConsumer(c.stream, &want); err != nil {
+		return fmt.Errorf("natsjs: create the durable consumer %s on stream %s: %w", c.name, c.stream, err)
+	}
+	s.log.Info("natsjs: durable consumer created", slog.String("consumer", c.name), slog.String("stream", c.stream), slog.String("topic", c.topic))
+	return nil
 }
 
 // boundWait bounds how long Subscribe waits for the subscription before
@@ -327,36 +388,70 @@ const boundWait = 30 * time.Second
 // waitUnbound waits (at most boundWait) until no subscription is bound to
 // the durable consumer: a consumer without a deliver group takes one, and
 // the one of a process that just stopped, or that a rolling deploy is
-// about to stop, goes away a moment later.
-func (s *Subscriber) waitUnbound(ctx context.Context, stream, name string) error {
+// about to stop, goes away a moment later. A consumer that goes away with
+// it (created by that subscription through nats.go, as before this
+// package created its own) is created again.
+func (s *Subscriber) waitUnbound(ctx context.Context, c *consumer) error {
 	deadline := time.Now().Add(boundWait)
 	for logged := false; ; {
-		info, err := s.js.ConsumerInfo(stream, name)
-		if err != nil {
-			return fmt.Errorf("natsjs: read the durable consumer %s on stream %s: %w", name, stream, err)
-		}
-		if !info.PushBound {
+		info, err := s.js.ConsumerInfo(c.stream, c.name)
+		switch {
+		case errors.Is(err, nats.ErrConsumerNotFound):
+			if err := s.create(c); err != nil {
+				return err
+			}
+			continue
+		case err != nil:
+			return fmt.Errorf("natsjs: read the durable consumer %s on stream %s: %w", c.name, c.stream, err)
+		case !info.PushBound:
 			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("natsjs: durable consumer %s is still bound to another subscription after %s: stop the other subscriber, or give both the same QueueGroup to share the consumer", name, boundWait)
+		case time.Now().After(deadline):
+			return fmt.Errorf("natsjs: durable consumer %s is still bound to another subscription after %s: stop the other subscriber, or give both the same QueueGroup to share the consumer", c.name, boundWait)
 		}
 		if !logged {
-			s.log.Info("natsjs: waiting for the other subscription of the durable consumer to end", slog.String("consumer", name), slog.String("stream", stream))
+			s.log.Info("natsjs: waiting for the other subscription of the durable consumer to end", slog.String("consumer", c.name), slog.String("stream", c.stream))
 			logged = true
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("natsjs: durable consumer %s is bound to another subscription: %w", name, context.Cause(ctx))
+			return fmt.Errorf("natsjs: durable consumer %s is bound to another subscription: %w", c.name, context.Cause(ctx))
 		case <-s.closing:
-			return errors.New("natsjs: Subscribe on a closed subscriber")
+			return errClosed
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
+// watch creates the durable consumer again, on the deliver subject the
+// subscription listens on, whenever it finds it gone: deleted by an
+// operator, by a stream provisioned again, or by a subscriber of an older
+// release that created it through nats.go and stopped. The new consumer
+// delivers the stream from its beginning (the consumers' inbox drops what
+// they had); without it the subscription would wait for nothing. It
+// returns when ctx ends.
+func (s *Subscriber) watch(ctx context.Context, c *consumer) {
+	t := time.NewTicker(consumerCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := s.js.ConsumerInfo(c.stream, c.name); !errors.Is(err, nats.ErrConsumerNotFound) {
+			continue // there, or not known now: checked again later
+		}
+		s.log.Warn("natsjs: durable consumer gone: creating it again, it delivers the stream from its beginning", slog.String("consumer", c.name), slog.String("stream", c.stream))
+		if err := s.create(c); err != nil {
+			s.log.Error("natsjs: durable consumer not created again: the subscription receives nothing until it is", slog.String("consumer", c.name), slog.String("error", redact.ErrorWith(err, s.secrets...).Error()))
+		}
+	}
+}
+
 // Close ends every subscription, waits (at most CloseTimeout) until their
-// messages are settled, then drains the connection.
+// deliveries under way have returned, then drains the connection. A
+// message handed over and not acknowledged by then is redelivered by
+// JetStream after AckWait.
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {
