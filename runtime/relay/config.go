@@ -196,8 +196,10 @@ type Config struct {
 	// nothing (default 5 minutes). A requeue of the FAILED row ends the
 	// hold at once, also for a claim that read the key while it was
 	// requeued; the recheck only matters when the row went another way
-	// (deleted by hand). Rows behind a backing-off row are held until its
-	// next attempt, whatever HoldRecheck is.
+	// (deleted by hand) and, on MySQL and MariaDB, for a row of the key
+	// written while the requeue ran, which a claim may still hold (their
+	// claim reads the key without locks). Rows behind a backing-off row
+	// are held until its next attempt, whatever HoldRecheck is.
 	HoldRecheck time.Duration
 
 	// OnFailed, if set, is called once for each row this relay marks

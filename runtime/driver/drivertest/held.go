@@ -219,15 +219,19 @@ func testRequeueWaitsForClaim(t *testing.T, e *env) {
 			t.Fatal(err)
 		}
 	}
-	// Whether a transaction waits for a row lock.
+	// Whether a transaction waits for a lock of the claim's.
+	var claimPID int
 	waiting := func() bool {
 		var n int
-		if err := e.DB.QueryRowContext(e.ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted").Scan(&n); err != nil {
+		if err := e.DB.QueryRowContext(e.ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", claimPID).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n > 0
 	}
 	if e.d == dialect.Postgres {
+		if err := tx.QueryRowContext(e.ctx, "SELECT pg_backend_pid()").Scan(&claimPID); err != nil {
+			t.Fatal(err)
+		}
 		exec(q.Claim("r1", time.Minute, 10, time.Hour, time.Second))
 	} else {
 		// The claim's transaction as sqldriver runs it, once it found
@@ -240,13 +244,16 @@ func testRequeueWaitsForClaim(t *testing.T, e *env) {
 		rows.Close()
 		exec(q.ClaimHold("2999-01-01 00:00:00.000000", ids[2:]))
 		// MariaDB's information_schema.INNODB_TRX leaves out a
-		// transaction waiting in a locking read; the monitor shows it.
+		// transaction waiting in a locking read; the monitor's list of
+		// transactions shows it (not its LATEST DETECTED DEADLOCK
+		// section, which comes before and keeps the same words).
 		waiting = func() bool {
 			var typ, name, status string
 			if err := e.DB.QueryRowContext(e.ctx, "SHOW ENGINE INNODB STATUS").Scan(&typ, &name, &status); err != nil {
 				t.Fatal(err)
 			}
-			return strings.Contains(status, "FOR THIS LOCK TO BE GRANTED")
+			_, list, _ := strings.Cut(status, "LIST OF TRANSACTIONS FOR EACH SESSION")
+			return strings.Contains(list, "FOR THIS LOCK TO BE GRANTED")
 		}
 	}
 	var owner sql.NullString

@@ -306,6 +306,22 @@ func (a *Admin) RequeueAndRelease(ctx context.Context, ids []int64) (requeued, r
 	if err != nil {
 		return 0, 0, a.errf("requeue", err)
 	}
+	// The transaction is run again when the database rolled it back for a
+	// deadlock (two requeues of one key lock its rows in turn): it is
+	// atomic, and the first try changed nothing.
+	for attempt := 1; ; attempt++ {
+		requeued, released, err = a.requeueAndRelease(ctx, q, ids)
+		if err == nil || attempt == 3 || !dberr.Conflict(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return 0, 0, a.errf("requeue", err)
+	}
+	return requeued, released, nil
+}
+
+func (a *Admin) requeueAndRelease(ctx context.Context, q *dialect.RelayQueries, ids []int64) (requeued, released int64, err error) {
 	err = a.Q.InTx(ctx, func(tx Querier) error {
 		n, err := execChunks(ctx, tx, ids, q.Requeue)
 		if err != nil {
@@ -339,7 +355,7 @@ func (a *Admin) RequeueAndRelease(ctx context.Context, ids []int64) (requeued, r
 		return nil
 	})
 	if err != nil {
-		return 0, 0, a.errf("requeue", err)
+		return 0, 0, err
 	}
 	return requeued, released, nil
 }

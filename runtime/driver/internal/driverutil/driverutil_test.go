@@ -89,3 +89,62 @@ func TestProbeQuery(t *testing.T) {
 		t.Errorf("failed query: %v", err)
 	}
 }
+
+// deadlockOnce is a Querier whose first transaction fails as the database
+// fails one side of a deadlock, after running f; later ones run f and
+// commit. It counts the statements of the committed transaction.
+type deadlockOnce struct {
+	txs, stmts int
+}
+
+type deadlockErr struct{}
+
+func (deadlockErr) Error() string    { return "ERROR: deadlock detected (SQLSTATE 40P01)" }
+func (deadlockErr) SQLState() string { return "40P01" }
+
+type noRows struct{}
+
+func (noRows) Next() bool        { return false }
+func (noRows) Scan(...any) error { return nil }
+func (noRows) Err() error        { return nil }
+func (noRows) Close()            {}
+
+func (q *deadlockOnce) Query(context.Context, string, ...any) (Rows, error) {
+	q.stmts++
+	return noRows{}, nil
+}
+
+func (q *deadlockOnce) Exec(context.Context, string, ...any) (int64, error) {
+	q.stmts++
+	return 1, nil
+}
+
+func (q *deadlockOnce) InTx(ctx context.Context, f func(tx Querier) error) error {
+	q.txs++
+	q.stmts = 0
+	if err := f(q); err != nil {
+		return err
+	}
+	if q.txs == 1 {
+		return deadlockErr{}
+	}
+	return nil
+}
+
+// TestRequeueRetriesDeadlock: a requeue the database rolled back for a
+// deadlock (two requeues of one key lock its rows in turn) is run again.
+func TestRequeueRetriesDeadlock(t *testing.T) {
+	rq, err := NewRelayQueries(dialect.Postgres, "outbox_event", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &deadlockOnce{}
+	a := &Admin{What: "test", Q: q, Relay: rq}
+	n, released, err := a.RequeueAndRelease(context.Background(), []int64{7})
+	if err != nil || n != 1 || released != 1 {
+		t.Fatalf("RequeueAndRelease = %d, %d, %v; want 1, 1, nil after one retry", n, released, err)
+	}
+	if q.txs != 2 || q.stmts != 3 {
+		t.Fatalf("%d transactions, %d statements in the last; want 2 (one retry) and 3 (requeue, lock, release)", q.txs, q.stmts)
+	}
+}
