@@ -474,15 +474,7 @@ func TestDurableConsumerKept(t *testing.T) {
 	}
 
 	second := open(2 * time.Second)
-	type subscribed struct {
-		msgs <-chan *message.Message
-		err  error
-	}
-	got := make(chan subscribed, 1)
-	go func() {
-		m, err := second.Subscribe(context.Background(), topic)
-		got <- subscribed{m, err}
-	}()
+	got := subscribeAsync(second)
 	select {
 	case r := <-got:
 		t.Fatalf("the second subscriber subscribed while the first was bound (err %v)", r.err)
@@ -571,15 +563,7 @@ func TestDurableConsumerRecreated(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer sub.Close()
-		type subscribed struct {
-			msgs <-chan *message.Message
-			err  error
-		}
-		got := make(chan subscribed, 1)
-		go func() {
-			m, err := sub.Subscribe(context.Background(), topic)
-			got <- subscribed{m, err}
-		}()
+		got := subscribeAsync(sub)
 		time.Sleep(300 * time.Millisecond)
 		if err := osub.Unsubscribe(); err != nil { // deletes the consumer
 			t.Fatal(err)
@@ -641,4 +625,21 @@ func TestDurableConsumerGroupMismatch(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `queue group "workers"`) || time.Since(start) > 5*time.Second {
 		t.Fatalf("Subscribe without the consumer's queue group: %v after %s; want a prompt error naming the group", err, time.Since(start))
 	}
+}
+
+// subscribed is the outcome of a Subscribe call.
+type subscribed struct {
+	msgs <-chan *message.Message
+	err  error
+}
+
+// subscribeAsync subscribes sub to topic on a goroutine (Subscribe may
+// wait for the consumer), and delivers the outcome on the channel.
+func subscribeAsync(sub *natsjs.Subscriber) <-chan subscribed {
+	got := make(chan subscribed, 1)
+	go func() {
+		m, err := sub.Subscribe(context.Background(), topic)
+		got <- subscribed{m, err}
+	}()
+	return got
 }
