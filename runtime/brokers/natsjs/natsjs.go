@@ -61,10 +61,13 @@
 // before the old one stops (the old process must close its subscriber; one
 // that died holds the consumer until the server notices). A subscription
 // checks every 5 s that its consumer still exists, and creates it again
-// if it was deleted (it then delivers the stream from its beginning; the
-// inbox drops what was consumed already). Subscribers of releases before
-// this one own the consumer they created, and delete it when they stop:
-// that is how such a deletion happens on an upgrade.
+// if it was deleted (it then delivers the stream from its beginning, with
+// the default deliver policy; the inbox drops what was consumed already),
+// or binds to it again if another subscriber created it again on its own
+// deliver subject. So an operator cannot remove a consumer while its
+// subscribers run: stop them first. Subscribers of releases before this
+// one own the consumer they created, and delete it when they stop: that
+// is how such a deletion happens on an upgrade.
 package natsjs
 
 import (

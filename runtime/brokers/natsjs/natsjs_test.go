@@ -576,6 +576,54 @@ func TestDurableConsumerRecreated(t *testing.T) {
 		waitFor(r.msgs, "after-old", 10*time.Second)
 	})
 
+	t.Run("created again elsewhere", func(t *testing.T) {
+		// Queue members: an older release owns the consumer; a new
+		// member binds to it; the old one stops and deletes it; a second
+		// new member creates it again, on its own deliver subject, and
+		// stops too. The first must follow the consumer, not stay bound
+		// to a subject nobody delivers to.
+		old, err := nats.Connect(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer old.Close()
+		ojs, err := old.JetStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		osub, err := ojs.QueueSubscribe(topic, "workers", func(m *nats.Msg) { _ = m.Ack() },
+			nats.Durable(natsjs.DurableName("group", topic)), nats.ManualAck(), nats.DeliverAll(), nats.AckExplicit())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := natsjs.SubscriberConfig{URL: url, Durable: "group", QueueGroup: "workers"}
+		first, err := natsjs.NewSubscriber(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer first.Close()
+		msgs, err := first.Subscribe(context.Background(), topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := osub.Unsubscribe(); err != nil { // deletes the consumer
+			t.Fatal(err)
+		}
+		second, err := natsjs.NewSubscriber(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := second.Subscribe(context.Background(), topic); err != nil {
+			t.Fatal(err)
+		}
+		if err := second.Close(); err != nil {
+			t.Fatal(err)
+		}
+		publish("after-second")
+		// Within the 5 s check.
+		waitFor(msgs, "after-second", 15*time.Second)
+	})
+
 	t.Run("deleted by an operator", func(t *testing.T) {
 		sub, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url, Durable: "again"})
 		if err != nil {

@@ -250,18 +250,10 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, errClosed
 	}
 	subCtx, end := context.WithCancel(ctx)
-	l := &subscription{s: s, topic: topic, ctx: subCtx, output: make(chan *message.Message)}
-	var subs []*nats.Subscription
-	for range s.cfg.SubscribersCount {
-		sub, err := s.js.QueueSubscribe(topic, s.cfg.QueueGroup, l.deliver, opts...)
-		if err != nil {
-			for _, sub := range subs {
-				_ = sub.Unsubscribe()
-			}
-			end()
-			return nil, redact.ErrorWith(fmt.Errorf("natsjs: subscribe to %s: %w", topic, err), s.secrets...)
-		}
-		subs = append(subs, sub)
+	l := &subscription{s: s, topic: topic, ctx: subCtx, output: make(chan *message.Message), opts: opts}
+	if err := l.bind(); err != nil {
+		end()
+		return nil, redact.ErrorWith(err, s.secrets...)
 	}
 	s.outputs.Add(1)
 	go func() {
@@ -270,7 +262,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		go func() {
 			defer close(watched)
 			if c != nil {
-				s.watch(subCtx, c)
+				l.watch(c)
 			}
 		}()
 		select {
@@ -279,11 +271,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		}
 		end()
 		<-watched
-		for _, sub := range subs {
-			if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-				s.log.Warn("natsjs: unsubscribe failed", slog.String("topic", topic), slog.String("error", redact.ErrorWith(err, s.secrets...).Error()))
-			}
-		}
+		l.unsubscribe(l.swap(nil))
 		// Unsubscribe does not wait for a callback under way: wait for
 		// them here, so that none sends on the closed channel.
 		l.stop()
@@ -303,8 +291,8 @@ func (s *Subscriber) isClosed() bool {
 // consumer is a durable consumer a subscription binds to.
 type consumer struct {
 	topic, stream, name string
-	// deliver is its deliver subject: the one the subscription listens
-	// on, which a consumer created again must keep.
+	// deliver is the deliver subject it is created with (create sets it
+	// to the one it has).
 	deliver string
 }
 
@@ -374,9 +362,14 @@ func (s *Subscriber) create(c *consumer) error {
 		s.cfg.ConfigureConsumer(c.topic, &want)
 		want.Durable, want.DeliverSubject, want.DeliverGroup, want.AckWait = c.name, c.deliver, s.cfg.QueueGroup, s.cfg.AckWait
 	}
-	if _, err := s.js.AddConsumer(c.stream, &want); err != nil {
+	info, err := s.js.AddConsumer(c.stream, &want)
+	if err != nil {
 		return fmt.Errorf("natsjs: create the durable consumer %s on stream %s: %w", c.name, c.stream, err)
 	}
+	// AddConsumer returns an existing consumer whatever its deliver
+	// subject (another subscriber created it a moment before): bind to
+	// the one it has.
+	c.deliver = info.Config.DeliverSubject
 	s.log.Info("natsjs: durable consumer created", slog.String("consumer", c.name), slog.String("stream", c.stream), slog.String("topic", c.topic))
 	return nil
 }
@@ -422,28 +415,90 @@ func (s *Subscriber) waitUnbound(ctx context.Context, c *consumer) error {
 	}
 }
 
-// watch creates the durable consumer again, on the deliver subject the
-// subscription listens on, whenever it finds it gone: deleted by an
-// operator, by a stream provisioned again, or by a subscriber of an older
-// release that created it through nats.go and stopped. The new consumer
-// delivers the stream from its beginning (the consumers' inbox drops what
-// they had); without it the subscription would wait for nothing. It
-// returns when ctx ends.
-func (s *Subscriber) watch(ctx context.Context, c *consumer) {
+// bind makes the subscription's SubscribersCount NATS subscriptions and
+// puts them in place of the ones it had, which it ends.
+func (l *subscription) bind() error {
+	s := l.s
+	var subs []*nats.Subscription
+	for range s.cfg.SubscribersCount {
+		sub, err := s.js.QueueSubscribe(l.topic, s.cfg.QueueGroup, l.deliver, l.opts...)
+		if err != nil {
+			l.unsubscribe(subs)
+			return fmt.Errorf("natsjs: subscribe to %s: %w", l.topic, err)
+		}
+		subs = append(subs, sub)
+	}
+	l.unsubscribe(l.swap(subs))
+	return nil
+}
+
+// listening returns the subject the subscription listens on.
+func (l *subscription) listening() string {
+	l.subsMu.Lock()
+	defer l.subsMu.Unlock()
+	return l.subject
+}
+
+// swap puts subs in place of the subscription's NATS subscriptions and
+// returns those.
+func (l *subscription) swap(subs []*nats.Subscription) []*nats.Subscription {
+	l.subsMu.Lock()
+	defer l.subsMu.Unlock()
+	old := l.subs
+	l.subs = subs
+	if len(subs) > 0 {
+		l.subject = subs[0].Subject
+	}
+	return old
+}
+
+func (l *subscription) unsubscribe(subs []*nats.Subscription) {
+	for _, sub := range subs {
+		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			l.s.log.Warn("natsjs: unsubscribe failed", slog.String("topic", l.topic), slog.String("error", redact.ErrorWith(err, l.s.secrets...).Error()))
+		}
+	}
+}
+
+// watch keeps the subscription fed by its durable consumer c until the
+// subscription ends. Every consumerCheck it reads the consumer: gone
+// (deleted by an operator, by a stream provisioned again, or by a
+// subscriber of an older release that created it through nats.go and
+// stopped), it creates it again on the deliver subject the subscription
+// listens on; it then delivers the stream from its beginning (with the
+// default deliver policy; the consumers' inbox drops what they had).
+// Delivering elsewhere (another process created it again first, on its
+// own deliver subject), the subscription binds to it again.
+func (l *subscription) watch(c *consumer) {
+	s := l.s
 	t := time.NewTicker(consumerCheck)
 	defer t.Stop()
-	for {
+	for warned := false; ; {
 		select {
-		case <-ctx.Done():
+		case <-l.ctx.Done():
 			return
 		case <-t.C:
 		}
-		if _, err := s.js.ConsumerInfo(c.stream, c.name); !errors.Is(err, nats.ErrConsumerNotFound) {
-			continue // there, or not known now: checked again later
-		}
-		s.log.Warn("natsjs: durable consumer gone: creating it again, it delivers the stream from its beginning", slog.String("consumer", c.name), slog.String("stream", c.stream))
-		if err := s.create(c); err != nil {
-			s.log.Error("natsjs: durable consumer not created again: the subscription receives nothing until it is", slog.String("consumer", c.name), slog.String("error", redact.ErrorWith(err, s.secrets...).Error()))
+		info, err := s.js.ConsumerInfo(c.stream, c.name, nats.Context(l.ctx))
+		switch {
+		case errors.Is(err, nats.ErrConsumerNotFound):
+			s.log.Warn("natsjs: durable consumer gone: creating it again, it delivers the stream from its beginning", slog.String("consumer", c.name), slog.String("stream", c.stream))
+			c.deliver = l.listening()
+			if err := s.create(c); err != nil {
+				s.log.Error("natsjs: durable consumer not created again: the subscription receives nothing until it is", slog.String("consumer", c.name), slog.String("error", redact.ErrorWith(err, s.secrets...).Error()))
+			}
+		case err != nil:
+			if !warned && l.ctx.Err() == nil {
+				s.log.Warn("natsjs: durable consumer cannot be read: checked again later", slog.String("consumer", c.name), slog.String("stream", c.stream), slog.String("error", redact.ErrorWith(err, s.secrets...).Error()))
+				warned = true
+			}
+		case info.Config.DeliverSubject != l.listening():
+			s.log.Warn("natsjs: durable consumer created again by another subscriber, on its deliver subject: binding to it", slog.String("consumer", c.name), slog.String("stream", c.stream))
+			if err := l.bind(); err != nil {
+				s.log.Error("natsjs: could not bind to the durable consumer again: checked again later", slog.String("consumer", c.name), slog.String("error", redact.ErrorWith(err, s.secrets...).Error()))
+			}
+		default:
+			warned = false
 		}
 	}
 }
@@ -481,6 +536,11 @@ type subscription struct {
 	topic  string
 	ctx    context.Context // Subscribe's, ended with the subscription
 	output chan *message.Message
+	opts   []nats.SubOpt
+
+	subsMu  sync.Mutex
+	subs    []*nats.Subscription // SubscribersCount of them
+	subject string               // the subject they listen on: the consumer's deliver subject
 
 	mu       sync.Mutex
 	stopped  bool
