@@ -2,6 +2,8 @@ package brokerurl
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -83,7 +85,7 @@ func (s amqpSettings) config(ctx context.Context, opt Options) wmamqp.Config {
 			},
 			Reconnect: wmamqp.DefaultReconnectConfig(),
 		},
-		Marshaler: wmamqp.DefaultMarshaler{
+		Marshaler: amqpMarshaler{wmamqp.DefaultMarshaler{
 			NotPersistentDeliveryMode: !s.durable,
 			// The message id is the event id, for tools that look at
 			// AMQP properties; the UUID also travels in the
@@ -94,7 +96,7 @@ func (s amqpSettings) config(ctx context.Context, opt Options) wmamqp.Config {
 				}
 				return p
 			},
-		},
+		}},
 		Exchange: wmamqp.ExchangeConfig{
 			GenerateName: wmamqp.GenerateExchangeNameConstant(s.exchange),
 			Type:         s.exchangeType,
@@ -181,4 +183,46 @@ func (s *amqpSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 	}
 	ch, err := s.Subscriber.Subscribe(ctx, topic)
 	return ch, redact.ErrorWith(err, s.secrets...)
+}
+
+// amqpMarshaler is watermill-amqp's DefaultMarshaler, except that a
+// header whose value is not a string becomes metadata in text instead of
+// failing the delivery. RabbitMQ adds such headers itself (x-death when a
+// message was dead-lettered, x-delivery-count when a quorum queue
+// delivers it again, x-shovelled), and the default marshaler's error
+// nacks the message back to its queue, where it fails again: a loop that
+// stalls the queue and, under a delivery limit, drops the event.
+type amqpMarshaler struct{ wmamqp.DefaultMarshaler }
+
+// Unmarshal implements wmamqp.Marshaler.
+func (m amqpMarshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
+	if len(d.Headers) > 0 {
+		h := make(amqp.Table, len(d.Headers))
+		for k, v := range d.Headers {
+			h[k] = headerText(v)
+		}
+		d.Headers = h
+	}
+	return m.DefaultMarshaler.Unmarshal(d)
+}
+
+// headerText is an AMQP header value as text: strings as they are, times
+// in RFC 3339, tables and arrays (x-death) in JSON, other values as Go
+// prints them.
+func headerText(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	case nil:
+		return ""
+	case time.Time:
+		return v.UTC().Format(time.RFC3339Nano)
+	case amqp.Table, []any:
+		if b, err := json.Marshal(v); err == nil {
+			return string(b)
+		}
+	}
+	return fmt.Sprint(v)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outboxgen/outboxgen/runtime/brokers/brokerurl"
@@ -442,5 +443,70 @@ func TestSchemes(t *testing.T) {
 	got := strings.Join(brokerurl.Schemes(), ",")
 	if got != "nats,kafka,amqp,amqps,redis,rediss,stdout" {
 		t.Errorf("Schemes() = %s", got)
+	}
+}
+
+// TestAMQPHeadersNotText: a message with headers that are not strings
+// (RabbitMQ adds x-death when it dead-letters a message, x-delivery-count
+// when a quorum queue delivers it again) is delivered, those headers as
+// text; watermill-amqp's own marshaler failed it, which nacked it back to
+// the queue for ever.
+func TestAMQPHeadersNotText(t *testing.T) {
+	u := serverURL(t, amqpEnv)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	exchange := "brokerurl-headers-" + randSuffix(t)
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	sub, err := brokerurl.OpenSubscriber(ctx, u+sep+"exchange="+exchange+"&durable=0", "tests-"+randSuffix(t), brokerurl.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ch, err := sub.Subscribe(ctx, "orders.paid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	amqpCh, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	err = amqpCh.PublishWithContext(ctx, exchange, "orders.paid", false, false, amqp.Publishing{
+		Body: []byte(`{"n":1}`),
+		Headers: amqp.Table{
+			"_watermill_message_uuid": "event-1",
+			"x-delivery-count":        int64(3),
+			"x-death":                 []any{amqp.Table{"count": int64(1), "reason": "rejected", "queue": "q"}},
+			"x-first-death-time":      at,
+			"trace":                   "t-1",
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-ch:
+		m.Ack()
+		if m.UUID != "event-1" || string(m.Payload) != `{"n":1}` {
+			t.Fatalf("got %q %q", m.UUID, m.Payload)
+		}
+		for k, want := range map[string]string{"x-delivery-count": "3", "trace": "t-1", "x-first-death-time": "2026-12-02T10:00:00Z"} {
+			if got := m.Metadata.Get(k); got != want {
+				t.Errorf("metadata %s = %q, want %q", k, got, want)
+			}
+		}
+		if got := m.Metadata.Get("x-death"); !strings.Contains(got, `"reason":"rejected"`) {
+			t.Errorf("metadata x-death = %q, want the table in JSON", got)
+		}
+	case <-ctx.Done():
+		t.Fatal("the message with non-text headers was not delivered")
 	}
 }
