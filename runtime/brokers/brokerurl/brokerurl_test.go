@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outboxgen/outboxgen/runtime/brokers/brokerurl"
@@ -508,5 +509,60 @@ func TestAMQPHeadersNotText(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the message with non-text headers was not delivered")
+	}
+}
+
+// TestRedisUnreadableEntry: a stream entry no watermill publisher wrote is
+// delivered flagged unreadable (a consumer's inbox poisons it), and the
+// subscription reads on; watermill-redisstream's marshaller failed it,
+// which ended the subscription, and the entry, still pending, ended the
+// next one too.
+func TestRedisUnreadableEntry(t *testing.T) {
+	u := serverURL(t, redisEnv)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	topic := "orders.paid." + randSuffix(t)
+	sub, err := brokerurl.OpenSubscriber(ctx, u, "tests-"+randSuffix(t), brokerurl.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ch, err := sub.Subscribe(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := redis.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(opts)
+	defer rc.Close()
+	if err := rc.XAdd(ctx, &redis.XAddArgs{Stream: topic, Values: map[string]any{"hand": "written", "payload": "x"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := brokerurl.Open(ctx, u, brokerurl.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	if err := pub.Publish(topic, message.NewMessage("event-after", []byte("y"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"", "event-after"} {
+		select {
+		case m, ok := <-ch:
+			if !ok {
+				t.Fatalf("the subscription ended before %q", want)
+			}
+			m.Ack()
+			if m.UUID != want {
+				t.Fatalf("got message %q, want %q", m.UUID, want)
+			}
+			if flag := m.Metadata.Get(brokerurl.MetadataUnreadable); (want == "") != (flag != "") {
+				t.Fatalf("message %q: %s = %q", m.UUID, brokerurl.MetadataUnreadable, flag)
+			}
+		case <-ctx.Done():
+			t.Fatalf("no message %q", want)
+		}
 	}
 }

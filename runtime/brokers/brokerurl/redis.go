@@ -2,6 +2,7 @@ package brokerurl
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -107,6 +108,7 @@ func openRedisSubscriber(ctx context.Context, u *brokerURL, group string, opt Op
 		ConsumerGroup: group,
 		Consumer:      s.consumer,
 		OldestId:      "0", // a new group reads the stream from its start
+		Unmarshaller:  redisUnmarshaller{},
 		// Block for BlockTime (not forever) on the first read, so that
 		// Close never waits on a read that cannot be cancelled.
 		DisableIndefiniteInitialBlock: true,
@@ -133,4 +135,35 @@ func (s *redisSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 	}
 	ch, err := s.Subscriber.Subscribe(ctx, topic)
 	return ch, redact.ErrorWith(err, s.secrets...)
+}
+
+// MetadataUnreadable is the metadata key of a message a subscriber could
+// not read from its broker (its value says why); the message has no UUID
+// and none of the relay's metadata, so a consumer's inbox poisons it.
+const MetadataUnreadable = "outboxgen_unreadable"
+
+// redisUnmarshaller is watermill-redisstream's default, except that a
+// stream entry it cannot read (no message UUID field, metadata that is
+// not msgpack: not written by a watermill publisher) becomes a message
+// flagged MetadataUnreadable instead of an error. On an error the
+// subscriber stops reading the stream and closes its channel, and the
+// entry, still pending, stops the next subscriber of the group too.
+type redisUnmarshaller struct{}
+
+// Unmarshal implements redisstream.Unmarshaller.
+func (redisUnmarshaller) Unmarshal(values map[string]any) (msg *message.Message, err error) {
+	defer func() {
+		// The default asserts string field values (go-redis returns
+		// strings for stream fields; anything else is unreadable too).
+		if r := recover(); r != nil {
+			msg, err = nil, fmt.Errorf("a field is not text: %v", r)
+		}
+		if err != nil {
+			payload, _ := values["payload"].(string)
+			msg = message.NewMessage("", []byte(payload))
+			msg.Metadata.Set(MetadataUnreadable, "redis stream entry: "+err.Error())
+			err = nil
+		}
+	}()
+	return redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(values)
 }
