@@ -523,7 +523,7 @@ func TestDurableConsumerRecreated(t *testing.T) {
 	}
 	stream, name := natsjs.DefaultStreamName(topic), natsjs.DurableName("again", topic)
 	// waitFor reads msgs until a message with UUID id, acking each.
-	waitFor := func(msgs <-chan *message.Message, id string, within time.Duration) {
+	waitFor := func(t *testing.T, msgs <-chan *message.Message, id string, within time.Duration) {
 		t.Helper()
 		deadline := time.After(within)
 		for {
@@ -573,7 +573,7 @@ func TestDurableConsumerRecreated(t *testing.T) {
 			t.Fatalf("Subscribe once the older subscriber stopped: %v", r.err)
 		}
 		publish("after-old")
-		waitFor(r.msgs, "after-old", 10*time.Second)
+		waitFor(t, r.msgs, "after-old", 10*time.Second)
 	})
 
 	t.Run("created again elsewhere", func(t *testing.T) {
@@ -596,7 +596,9 @@ func TestDurableConsumerRecreated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := natsjs.SubscriberConfig{URL: url, Durable: "group", QueueGroup: "workers"}
+		// A message the consumer pushes to the second member's subject
+		// as it leaves comes again after AckWait: keep that short.
+		cfg := natsjs.SubscriberConfig{URL: url, Durable: "group", QueueGroup: "workers", AckWait: 2 * time.Second}
 		first, err := natsjs.NewSubscriber(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -621,7 +623,7 @@ func TestDurableConsumerRecreated(t *testing.T) {
 		}
 		publish("after-second")
 		// Within the 5 s check.
-		waitFor(msgs, "after-second", 15*time.Second)
+		waitFor(t, msgs, "after-second", 15*time.Second)
 	})
 
 	t.Run("deleted by an operator", func(t *testing.T) {
@@ -635,13 +637,13 @@ func TestDurableConsumerRecreated(t *testing.T) {
 			t.Fatal(err)
 		}
 		publish("bound")
-		waitFor(msgs, "bound", 10*time.Second)
+		waitFor(t, msgs, "bound", 10*time.Second)
 		if err := js.DeleteConsumer(stream, name); err != nil {
 			t.Fatal(err)
 		}
 		publish("after-delete")
 		// Within the 5 s check, from the beginning of the stream.
-		waitFor(msgs, "after-delete", 15*time.Second)
+		waitFor(t, msgs, "after-delete", 15*time.Second)
 		if _, err := js.ConsumerInfo(stream, name); err != nil {
 			t.Fatalf("the consumer was not created again: %v", err)
 		}

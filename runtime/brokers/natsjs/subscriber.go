@@ -389,7 +389,7 @@ func (s *Subscriber) waitUnbound(ctx context.Context, c *consumer) error {
 	for logged := false; ; {
 		info, err := s.js.ConsumerInfo(c.stream, c.name)
 		switch {
-		case errors.Is(err, nats.ErrConsumerNotFound):
+		case errors.Is(err, nats.ErrConsumerNotFound) && time.Now().Before(deadline):
 			if err := s.create(c); err != nil {
 				return err
 			}
