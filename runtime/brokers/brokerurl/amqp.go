@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/outboxgen/outboxgen/runtime/internal/pubguard"
 	"github.com/outboxgen/outboxgen/runtime/internal/wmlog"
 	"github.com/outboxgen/outboxgen/runtime/redact"
 )
@@ -136,16 +137,25 @@ func openAMQP(ctx context.Context, u *brokerURL, opt Options) (message.Publisher
 	return &amqpPublisher{Publisher: pub, secrets: u.secrets}, nil
 }
 
-// amqpPublisher is watermill-amqp's publisher with redacted errors.
+// amqpPublisher is watermill-amqp's publisher with redacted errors, safe
+// to close while Publish calls are under way (package pubguard).
 type amqpPublisher struct {
 	*wmamqp.Publisher
 	secrets []string
+	guard   pubguard.Guard
 }
 
 // Publish publishes msgs to the exchange with topic as routing key and
 // waits for the broker's confirm of each.
 func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) error {
-	return redact.ErrorWith(p.Publisher.Publish(topic, msgs...), p.secrets...)
+	err := p.guard.Do(func() error { return p.Publisher.Publish(topic, msgs...) })
+	return redact.ErrorWith(err, p.secrets...)
+}
+
+// Close waits for the Publish calls under way, then closes the
+// connection.
+func (p *amqpPublisher) Close() error {
+	return redact.ErrorWith(p.guard.Close(p.Publisher.Close), p.secrets...)
 }
 
 func openAMQPSubscriber(ctx context.Context, u *brokerURL, group string, opt Options) (message.Subscriber, error) {

@@ -10,6 +10,8 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -564,5 +566,53 @@ func TestRedisUnreadableEntry(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("no message %q", want)
 		}
+	}
+}
+
+// TestAMQPCloseWhilePublishing: Close while Publish calls are under way
+// waits for them, and later calls fail; watermill-amqp's unguarded
+// closed flag let a Publish race Close (a data race, and a panic on its
+// reused WaitGroup).
+func TestAMQPCloseWhilePublishing(t *testing.T) {
+	u := serverURL(t, amqpEnv)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pub, err := brokerurl.Open(ctx, u, brokerurl.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := "orders.closing." + randSuffix(t)
+	var wg sync.WaitGroup
+	var sent, refused atomic.Int64
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				err := pub.Publish(topic, message.NewMessage(fmt.Sprintf("m-%d-%d", g, i), []byte("x")))
+				switch {
+				case err == nil:
+					sent.Add(1)
+				case strings.Contains(err.Error(), "publisher closed"):
+					refused.Add(1)
+					return
+				default:
+					t.Errorf("Publish: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	for deadline := time.Now().Add(20 * time.Second); sent.Load() < 20; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d messages published in 20s", sent.Load())
+		}
+	}
+	if err := pub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if refused.Load() != 4 {
+		t.Fatalf("%d publishers saw the close, want 4", refused.Load())
 	}
 }

@@ -48,6 +48,7 @@ import (
 	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/outboxgen/outboxgen/runtime/internal/pubguard"
 	"github.com/outboxgen/outboxgen/runtime/internal/wmlog"
 	"github.com/outboxgen/outboxgen/runtime/redact"
 	"github.com/outboxgen/outboxgen/runtime/relay"
@@ -300,14 +301,22 @@ func addrSecrets(addr string) []string {
 type Publisher struct {
 	*wmkafka.Publisher
 	secrets []string
+	guard   pubguard.Guard
 }
 
 var _ message.Publisher = (*Publisher)(nil)
 
 // Publish publishes msgs to topic and returns once the brokers
-// acknowledged every record. Errors are redacted (package redact).
+// acknowledged every record. Errors are redacted (package redact). After
+// Close it fails with pubguard.ErrClosed.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
-	return redact.ErrorWith(p.Publisher.Publish(topic, msgs...), p.secrets...)
+	err := p.guard.Do(func() error { return p.Publisher.Publish(topic, msgs...) })
+	return redact.ErrorWith(err, p.secrets...)
+}
+
+// Close waits for the Publish calls under way, then closes the producer.
+func (p *Publisher) Close() error {
+	return redact.ErrorWith(p.guard.Close(p.Publisher.Close), p.secrets...)
 }
 
 // NewPublisher returns a watermill-kafka publisher (a sarama SyncProducer:

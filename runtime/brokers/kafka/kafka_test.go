@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,5 +209,55 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if sc.Net.ReadTimeout <= sc.Producer.Timeout {
 		t.Errorf("read timeout %s must exceed the produce timeout %s (the broker holds the request that long)", sc.Net.ReadTimeout, sc.Producer.Timeout)
+	}
+}
+
+// TestCloseWhilePublishing: Close while Publish calls are under way waits
+// for them, and later calls fail with pubguard's error; watermill-kafka's
+// unguarded closed flag let a Publish reach sarama's closed producer
+// (send on a closed channel: a panic) and is a data race.
+func TestCloseWhilePublishing(t *testing.T) {
+	brokers := startKafka(t)
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var sent, refused atomic.Int64
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				m := message.NewMessage(fmt.Sprintf("m-%d-%d", g, i), []byte("x"))
+				m.Metadata.Set(relay.MetadataKey, keys[g])
+				err := pub.Publish(topic, m)
+				switch {
+				case err == nil:
+					sent.Add(1)
+				case strings.Contains(err.Error(), "publisher closed"):
+					refused.Add(1)
+					return
+				default:
+					t.Errorf("Publish: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	for deadline := time.Now().Add(20 * time.Second); sent.Load() < 20; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d messages published in 20s", sent.Load())
+		}
+	}
+	if err := pub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if refused.Load() != 4 {
+		t.Fatalf("%d publishers saw the close, want 4", refused.Load())
+	}
+	if err := pub.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
 	}
 }
