@@ -10,8 +10,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outboxgen/outboxgen/runtime/brokers/brokerurl"
+	"github.com/outboxgen/outboxgen/runtime/brokers/internal/brokertest"
 	"github.com/outboxgen/outboxgen/runtime/relay"
 )
 
@@ -582,37 +581,7 @@ func TestAMQPCloseWhilePublishing(t *testing.T) {
 		t.Fatal(err)
 	}
 	topic := "orders.closing." + randSuffix(t)
-	var wg sync.WaitGroup
-	var sent, refused atomic.Int64
-	for g := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				err := pub.Publish(topic, message.NewMessage(fmt.Sprintf("m-%d-%d", g, i), []byte("x")))
-				switch {
-				case err == nil:
-					sent.Add(1)
-				case strings.Contains(err.Error(), "publisher closed"):
-					refused.Add(1)
-					return
-				default:
-					t.Errorf("Publish: %v", err)
-					return
-				}
-			}
-		}()
-	}
-	for deadline := time.Now().Add(20 * time.Second); sent.Load() < 20; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d messages published in 20s", sent.Load())
-		}
-	}
-	if err := pub.Close(); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	if refused.Load() != 4 {
-		t.Fatalf("%d publishers saw the close, want 4", refused.Load())
-	}
+	brokertest.CloseWhilePublishing(t, pub, topic, func(g, i int) *message.Message {
+		return message.NewMessage(fmt.Sprintf("m-%d-%d", g, i), []byte("x"))
+	})
 }

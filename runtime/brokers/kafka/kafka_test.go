@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -222,42 +220,9 @@ func TestCloseWhilePublishing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	var sent, refused atomic.Int64
-	for g := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				m := message.NewMessage(fmt.Sprintf("m-%d-%d", g, i), []byte("x"))
-				m.Metadata.Set(relay.MetadataKey, keys[g])
-				err := pub.Publish(topic, m)
-				switch {
-				case err == nil:
-					sent.Add(1)
-				case strings.Contains(err.Error(), "publisher closed"):
-					refused.Add(1)
-					return
-				default:
-					t.Errorf("Publish: %v", err)
-					return
-				}
-			}
-		}()
-	}
-	for deadline := time.Now().Add(20 * time.Second); sent.Load() < 20; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d messages published in 20s", sent.Load())
-		}
-	}
-	if err := pub.Close(); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	if refused.Load() != 4 {
-		t.Fatalf("%d publishers saw the close, want 4", refused.Load())
-	}
-	if err := pub.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
+	brokertest.CloseWhilePublishing(t, pub, topic, func(g, i int) *message.Message {
+		m := message.NewMessage(fmt.Sprintf("m-%d-%d", g, i), []byte("x"))
+		m.Metadata.Set(relay.MetadataKey, keys[g])
+		return m
+	})
 }

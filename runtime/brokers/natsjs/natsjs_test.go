@@ -543,21 +543,7 @@ func TestDurableConsumerRecreated(t *testing.T) {
 	}
 
 	t.Run("older release stops", func(t *testing.T) {
-		old, err := nats.Connect(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer old.Close()
-		ojs, err := old.JetStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		// What the subscriber of an older release did: nats.go creates
-		// the consumer, and owns it.
-		osub, err := ojs.Subscribe(topic, func(m *nats.Msg) { _ = m.Ack() }, nats.Durable(name), nats.ManualAck(), nats.DeliverAll(), nats.AckExplicit())
-		if err != nil {
-			t.Fatal(err)
-		}
+		osub := olderRelease(t, url, "", name)
 		sub, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url, Durable: "again"})
 		if err != nil {
 			t.Fatal(err)
@@ -582,20 +568,7 @@ func TestDurableConsumerRecreated(t *testing.T) {
 		// new member creates it again, on its own deliver subject, and
 		// stops too. The first must follow the consumer, not stay bound
 		// to a subject nobody delivers to.
-		old, err := nats.Connect(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer old.Close()
-		ojs, err := old.JetStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		osub, err := ojs.QueueSubscribe(topic, "workers", func(m *nats.Msg) { _ = m.Ack() },
-			nats.Durable(natsjs.DurableName("group", topic)), nats.ManualAck(), nats.DeliverAll(), nats.AckExplicit())
-		if err != nil {
-			t.Fatal(err)
-		}
+		osub := olderRelease(t, url, "workers", natsjs.DurableName("group", topic))
 		// A message the consumer pushes to the second member's subject
 		// as it leaves comes again after AckWait: keep that short.
 		cfg := natsjs.SubscriberConfig{URL: url, Durable: "group", QueueGroup: "workers", AckWait: 2 * time.Second}
@@ -692,4 +665,26 @@ func subscribeAsync(sub *natsjs.Subscriber) <-chan subscribed {
 		got <- subscribed{m, err}
 	}()
 	return got
+}
+
+// olderRelease subscribes to topic as the subscriber of an older release
+// did, on a connection of its own closed when the test ends: nats.go
+// creates the durable consumer and owns it, so Unsubscribe deletes it.
+func olderRelease(t *testing.T, url, queue, durable string) *nats.Subscription {
+	t.Helper()
+	old, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(old.Close)
+	js, err := old.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := js.QueueSubscribe(topic, queue, func(m *nats.Msg) { _ = m.Ack() },
+		nats.Durable(durable), nats.ManualAck(), nats.DeliverAll(), nats.AckExplicit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -428,4 +429,49 @@ func Check(t testing.TB, written []Written, got []Received) (duplicates int) {
 		}
 	}
 	return duplicates
+}
+
+// CloseWhilePublishing publishes to topic from 4 goroutines until pub is
+// closed, closes it once 20 messages went out, and checks that Close
+// waited for the calls under way and every later call failed with
+// "publisher closed" (package pubguard). msg makes goroutine g's i-th
+// message.
+func CloseWhilePublishing(t *testing.T, pub message.Publisher, topic string, msg func(g, i int) *message.Message) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var sent, refused atomic.Int64
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				err := pub.Publish(topic, msg(g, i))
+				switch {
+				case err == nil:
+					sent.Add(1)
+				case strings.Contains(err.Error(), "publisher closed"):
+					refused.Add(1)
+					return
+				default:
+					t.Errorf("Publish: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	for deadline := time.Now().Add(20 * time.Second); sent.Load() < 20; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d messages published in 20s", sent.Load())
+		}
+	}
+	if err := pub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if refused.Load() != 4 {
+		t.Fatalf("%d publishers saw the close, want 4", refused.Load())
+	}
+	if err := pub.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
 }
