@@ -8,14 +8,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"time"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/driver/internal/driverutil"
-	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
 )
 
 var _ driver.Driver = (*Driver)(nil)
@@ -63,22 +61,12 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 	// claims moving rows in the due index): the transaction was rolled
 	// back whole, so it runs again, a few times, before the relay hears
 	// of it.
-	for attempt := 1; ; attempt++ {
-		rows, err := x.claimTx(ctx, q, p, before, query, args, front)
-		if err == nil || attempt == conflictRetries || !dberr.Conflict(err) || ctx.Err() != nil {
-			return rows, err
-		}
-		// Claims retried at once tend to collide again with the same
-		// concurrent claims: wait a few random milliseconds, longer each
-		// time.
-		t := time.NewTimer(time.Duration(attempt) * (time.Millisecond + rand.N(4*time.Millisecond)))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return rows, err
-		case <-t.C:
-		}
-	}
+	var rows []driver.Row
+	err = driverutil.RetryConflicts(ctx, conflictRetries, func() (err error) {
+		rows, err = x.claimTx(ctx, q, p, before, query, args, front)
+		return err
+	})
+	return rows, err
 }
 
 // conflictRetries is how many times a claim runs when the database

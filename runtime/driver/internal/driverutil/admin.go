@@ -306,15 +306,12 @@ func (a *Admin) RequeueAndRelease(ctx context.Context, ids []int64) (requeued, r
 	if err != nil {
 		return 0, 0, a.errf("requeue", err)
 	}
-	// The transaction is run again when the database rolled it back for a
-	// deadlock (two requeues of one key lock its rows in turn): it is
-	// atomic, and the first try changed nothing.
-	for attempt := 1; ; attempt++ {
+	// Two requeues of one key lock its rows in turn, and the database may
+	// roll one back as a deadlock victim.
+	err = RetryConflicts(ctx, 3, func() (err error) {
 		requeued, released, err = a.requeueAndRelease(ctx, q, ids)
-		if err == nil || attempt == 3 || !dberr.Conflict(err) || ctx.Err() != nil {
-			break
-		}
-	}
+		return err
+	})
 	if err != nil {
 		return 0, 0, a.errf("requeue", err)
 	}

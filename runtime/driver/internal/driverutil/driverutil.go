@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -346,4 +347,26 @@ func dialectIdent(d dialect.Dialect) string {
 		return "MySQL"
 	}
 	return "SQLite"
+}
+
+// RetryConflicts runs tx up to tries times while it fails as a deadlock
+// victim or serialization failure (dberr.Conflict): the database rolled
+// the transaction back whole, so running it again is safe. Transactions
+// retried at once tend to collide again with the same ones, so it waits
+// a few random milliseconds first, longer each time. It returns tx's last
+// error.
+func RetryConflicts(ctx context.Context, tries int, tx func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := tx()
+		if err == nil || attempt >= tries || !dberr.Conflict(err) || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(time.Duration(attempt) * (time.Millisecond + rand.N(4*time.Millisecond)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }
