@@ -307,8 +307,8 @@ type Publisher struct {
 var _ message.Publisher = (*Publisher)(nil)
 
 // Publish publishes msgs to topic and returns once the brokers
-// acknowledged every record. Errors are redacted (package redact). After
-// Close it fails with pubguard.ErrClosed.
+// acknowledged every record. Errors are redacted (package redact). Once
+// Close has begun it fails with "publisher closed".
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	err := p.guard.Do(func() error { return p.Publisher.Publish(topic, msgs...) })
 	return redact.ErrorWith(err, p.secrets...)
