@@ -69,7 +69,9 @@
 // BenchmarkClaimBacklog (the driver's claim + mark alone at 100k and 1M
 // pending rows beside a1, both dialects), BenchmarkClaimFront (claims
 // from the start of the due index against claims from the previous
-// claim's front over a 200k drain of a 1M PostgreSQL backlog) and
+// claim's front over a 200k drain of a 1M PostgreSQL backlog),
+// BenchmarkFewKeys (drains of backlogs of 10, 100 and 1,000 keys on both
+// dialects, and a hot key queued before 1,000 others) and
 // BenchmarkLatency (commit →
 // publish latency at a steady event rate per wake-up mode of the relay,
 // -rate, -writers, -latency-for).

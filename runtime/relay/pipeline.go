@@ -8,8 +8,9 @@ package relay
 // taking the units' results (they go out with the next claim), so the
 // database and the publishing overlap; while a backlog lasts (the last
 // claim came back full) up to ParallelClaims claims run at once, each
-// leasing under SKIP LOCKED as another instance's claim would. Nothing
-// else touches the database while a claim runs.
+// leasing under SKIP LOCKED as another instance's claim would, unless
+// the rows left wait behind rows in flight (saturated). Nothing else
+// touches the database while a claim runs.
 //
 // Claimed rows are grouped into units (one ordered key's rows, or one
 // unordered row), each published on a goroutine of its own (kept for
@@ -241,6 +242,11 @@ type pipeline struct {
 	from      driver.ScanPos
 	fromGen   int       // bumped when from is reset: fronts of claims started before are stale
 	scannedAt time.Time // when the last claim from the start began
+
+	// saturatedAt is when a claim made beside rows of ours in flight last
+	// found nothing (see saturated); zero: not since a full claim that
+	// recorded nothing.
+	saturatedAt time.Time
 }
 
 // rescanEvery is how often, at most, claims read from a front instead of
@@ -385,7 +391,7 @@ func (p *pipeline) act() (bool, error) {
 	if p.claiming > 0 {
 		// Beside claims in flight only another claim starts: while a
 		// backlog lasts, and unless a heartbeat waits for them to end.
-		if ok && p.backlog && !p.hbDue && p.claiming < r.opts.ParallelClaims {
+		if ok && p.backlog && !p.hbDue && p.claiming < r.opts.ParallelClaims && !p.saturated(now) {
 			return true, p.claim(limit)
 		}
 		return false, nil
@@ -397,6 +403,22 @@ func (p *pipeline) act() (bool, error) {
 		return true, p.record()
 	}
 	return false, nil
+}
+
+// saturated reports whether the due rows left wait behind rows in
+// flight, as far as the claims can tell: a claim made beside rows of ours
+// in flight found nothing to lease or hold, less than rescanEvery ago,
+// and no full claim that recorded nothing came back since. That is a
+// backlog of few keys (each key's rows go out one batch after the
+// other), or of keys other instances are publishing. Another claim then
+// would read past every due row again for nothing, so a full claim does
+// not start another at once, nor one beside it: the
+// next comes with our results, which free keys (flushDue), with a
+// Notify, or at the poll. A relay that finds nothing beside rows in
+// flight while a backlog of many keys drains loses at most that: claims
+// in step with its recordings for rescanEvery.
+func (p *pipeline) saturated(now time.Time) bool {
+	return !p.saturatedAt.IsZero() && now.Sub(p.saturatedAt) < rescanEvery
 }
 
 // owedNow reports whether the claim RunOnce owes (onceOwed) may run now:
@@ -626,6 +648,7 @@ type claimOutcome struct {
 	claimedAt time.Time
 	from      bool // read from p.from, not from the start
 	fromGen   int  // p.fromGen when it started
+	inFlight  int  // rows of ours in flight beside it: leased, results not carried
 }
 
 // claim records the pending results and claims up to limit rows in one
@@ -648,6 +671,7 @@ func (p *pipeline) claim(limit int) error {
 		claimedAt: time.Now(), // the lease starts no earlier than this
 	}
 	out.rec, out.of = p.takePending()
+	out.inFlight = len(p.leased) - len(out.of)
 	// A Notify arriving while the claim runs sets claimNow again: it may
 	// announce rows the claim did not see.
 	p.claiming++
@@ -706,18 +730,33 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 	if p.mode == modeOneClaim {
 		p.done = true
 	}
-	p.backlog = len(out.rows)+out.res.Moved >= out.limit
+	found := len(out.rows) + out.res.Moved
+	p.backlog = found >= out.limit
+	switch {
+	case found == 0 && out.inFlight > 0:
+		p.saturatedAt = time.Now()
+	case p.backlog && out.rec == nil:
+		p.saturatedAt = time.Time{}
+	}
+	saturated := p.saturated(time.Now())
 	if p.backlog {
-		p.claimNow = true // a full window: more is probably waiting
+		if saturated {
+			// More may be due, but the last claims beside our rows in
+			// flight found nothing: the next one comes with our results.
+			p.nextPoll = time.Now().Add(r.opts.PollInterval)
+		} else {
+			p.claimNow = true // a full window: more is probably waiting
+		}
 		if out.fromGen == p.fromGen && !out.res.Front.IsZero() {
 			p.from = out.res.Front
 		}
 	} else {
 		// The backlog has drained (as far as the claim read): the next
 		// claim reads from the start, and rows a claim from a front
-		// passed over are claimed now, not a PollInterval later.
+		// passed over are claimed now, not a PollInterval later (unless
+		// the rows left wait behind rows in flight: see saturated).
 		p.resetFrom()
-		if out.from {
+		if out.from && !saturated {
 			p.claimNow = true
 		}
 		if !p.claimNow {

@@ -38,9 +38,10 @@ SELECT pg_notify(/* TEMPLATE: channel */'outbox_event_insert', '');
 LISTEN /* TEMPLATE: channel */outbox_event_insert;
 
 -- One statement: lock a window of due, unleased candidates (SKIP
--- LOCKED) in the order they became due, then by id, through the due index
+-- LOCKED) that do not wait behind a row of their key in flight, in the
+-- order they became due, then by id, through the due index
 -- (next_retry_time, id); then, per candidate of an ordered type: lease it
--- when every older unsent row of its key is in the window. Otherwise the
+-- when every older unsent row of its key is a candidate too. Otherwise the
 -- nearest older unsent row of its key outside the window (prev) decides: prev FAILED: hold
 -- the candidate (lease_owner '~held', next_retry_time now + hold; a
 -- requeue ends it, RelayReleaseHeld); prev in flight for young or more
@@ -60,11 +61,15 @@ LISTEN /* TEMPLATE: channel */outbox_event_insert;
 -- rows, RelayLockKeys, before its release: a claim that share-locked a
 -- held prev, or locked a candidate, commits first, and the release, a
 -- later statement, sees its holds.)
--- So every key's oldest row sorts first among its rows, a claim reads at
+-- So every key's oldest row sorts first among its rows, a claim locks at
 -- most max_rows candidates whatever the backlog, and a row behind a stuck
 -- key is read once per attempt of the key's head (FAILED: once per hold).
--- OFFSET 0 keeps the planner from turning a per-key NOT EXISTS into an
--- anti-join over the whole table. RETURNING lease_owner tells leased rows
+-- A claim reads past the rows waiting behind rows in flight (a backlog of
+-- few keys is made of them once each key has a row in flight; the relay
+-- then claims in step with its recordings, see relay's saturated), at
+-- the cost of one read of the due index and the row each: their keys are
+-- probed once per key (the head) and, for keys with more than one
+-- candidate, once more (the gap). RETURNING lease_owner tells leased rows
 -- from the rest. The overdue_on section (ClaimOverdue, the sweeper) keeps
 -- only rows created at least overdue ago. The front section (ClaimFrom)
 -- also returns the claim's front, the oldest pending row from where it
@@ -73,8 +78,26 @@ LISTEN /* TEMPLATE: channel */outbox_event_insert;
 -- the last VACUUM (see RelayQueries.ScansFrom).
 -- name: RelayClaim :many
 WITH cand AS MATERIALIZED (
-    SELECT c.id, c.biz_id, c.next_retry_time AS due_at, (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */false) AS unordered_type
+    SELECT c.id, c.biz_id, c.next_retry_time AS due_at, (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */false) AS unordered_type,
+        h.id AS head_id
     FROM /* TEMPLATE: outbox */outbox_event c
+    -- The key's oldest unsent row (its head; c itself when c is the head),
+    -- and whether an instance has been publishing it for less than young.
+    -- One read of the key index per key: the rows of a key share it
+    -- (Memoize), so a backlog of few keys costs little to read past. The
+    -- key is matched as a range, not with =, so that the order asked for
+    -- is the key index's alone: with = the planner may walk the primary
+    -- key instead, expecting the key's rows soon when the statistics show
+    -- few keys, and read past every sent row (seconds per claim on a
+    -- table drained since).
+    LEFT JOIN LATERAL (
+        SELECT f.id, (f.lease_expires_at >= now() AND f.updated_at > now() - sqlc.arg(young) * interval '1 second') AS young
+        FROM /* TEMPLATE: outbox */outbox_event f
+        WHERE /* IF unordered */c.biz_type NOT IN (sqlc.slice(unordered)) AND /* END */f.biz_id >= c.biz_id AND f.biz_id <= c.biz_id
+          AND f.status <> 1
+          /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+        ORDER BY f.biz_id, f.id
+        LIMIT 1) h ON true
     WHERE c.status = 0
       AND c.next_retry_time <= now()
       -- From a position an earlier claim returned as its front (see
@@ -83,29 +106,16 @@ WITH cand AS MATERIALIZED (
       -- would otherwise read past.
       /* IF from */AND (c.next_retry_time, c.id) >= (to_timestamp(0) + sqlc.arg(from_us)::bigint * interval '1 microsecond', sqlc.arg(from_id)::bigint)/* END */
       AND (c.lease_expires_at IS NULL OR c.lease_expires_at < now())
-      -- Not behind a row of its key an instance has been publishing for
-      -- less than young: it could not be leased, and would take a place in
-      -- the window of every claim until that row is sent (one O(1) read:
-      -- the key's oldest unsent row). Behind a row in flight for longer (a
-      -- slow publish) it is taken, to be held (see verdict), so claims
-      -- stop reading past it.
-      AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */COALESCE((
-        SELECT CASE WHEN f.lease_expires_at >= now() AND f.updated_at > now() - sqlc.arg(young) * interval '1 second' THEN 1 ELSE 0 END
-        FROM /* TEMPLATE: outbox */outbox_event f
-        WHERE f.biz_id = c.biz_id
-          AND f.id < c.id
-          AND f.status <> 1
-          /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
-        ORDER BY f.id
-        LIMIT 1), 0) <> 1)
+      -- Not behind a row of its key in flight for less than young: it
+      -- could not be leased, and would take a place in the window of
+      -- every claim until that row is sent. Behind a row in flight for
+      -- longer (a slow publish) it is taken, to be held (see verdict), so
+      -- claims stop reading past it.
+      AND h.young IS NOT TRUE
       /* IF overdue_on */AND c.created_at <= now() - sqlc.arg(overdue) * interval '1 second' /* END */
     ORDER BY c.next_retry_time, c.id
     LIMIT sqlc.arg(max_rows)
-    FOR UPDATE SKIP LOCKED),
--- The front section: the oldest pending row from where the claim read
--- (from_id 0: from the start), leased, locked by another claim or not: no
--- row this statement sees is pending before it, so the next claim may
--- read from there (the from section).
+    FOR UPDATE OF c SKIP LOCKED),
 /* IF front */front AS MATERIALIZED (
     SELECT f.next_retry_time, f.id
     FROM /* TEMPLATE: outbox */outbox_event f
@@ -113,18 +123,27 @@ WITH cand AS MATERIALIZED (
       AND (f.next_retry_time, f.id) >= (CASE WHEN sqlc.arg(from_id)::bigint = 0 THEN '-infinity'::timestamptz ELSE to_timestamp(0) + sqlc.arg(from_us)::bigint * interval '1 microsecond' END, sqlc.arg(from_id)::bigint)
     ORDER BY f.next_retry_time, f.id
     LIMIT 1),/* END */
+-- Per key with a candidate that is not its head: the key's oldest unsent
+-- row that is not a candidate (its gap). A candidate is claimable when it
+-- is its key's head, or no gap is older than it: every older unsent row
+-- of its key is a candidate too. While a backlog of many keys drains,
+-- every candidate is its key's head, and this reads nothing.
+gaps AS MATERIALIZED (
+    SELECT k.biz_id, (
+        SELECT o.id
+        FROM /* TEMPLATE: outbox */outbox_event o
+        WHERE o.biz_id >= k.biz_id AND o.biz_id <= k.biz_id
+          AND o.status <> 1
+          /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+          AND o.id NOT IN (SELECT c2.id FROM cand c2)
+        ORDER BY o.biz_id, o.id
+        LIMIT 1) AS gap_id
+    FROM (SELECT DISTINCT cand.biz_id FROM cand WHERE NOT cand.unordered_type AND cand.head_id <> cand.id) k),
 checked AS MATERIALIZED (
     SELECT cand.id, cand.biz_id, cand.due_at,
-        (cand.unordered_type OR NOT EXISTS (
-            SELECT 1
-            FROM /* TEMPLATE: outbox */outbox_event o
-            WHERE o.biz_id = cand.biz_id
-              AND o.id < cand.id
-              AND o.status <> 1
-              /* IF unordered */AND o.biz_type NOT IN (sqlc.slice(unordered)) /* END */
-              AND NOT EXISTS (SELECT 1 FROM cand c2 WHERE c2.id = o.id)
-            OFFSET 0)) AS claimable
-    FROM cand),
+        (cand.unordered_type OR cand.head_id = cand.id OR gaps.gap_id IS NULL OR gaps.gap_id > cand.id) AS claimable
+    FROM cand
+    LEFT JOIN gaps ON gaps.biz_id = cand.biz_id),
 verdict AS MATERIALIZED (
     SELECT checked.id, checked.claimable,
         CASE WHEN checked.claimable THEN NULL

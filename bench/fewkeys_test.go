@@ -1,0 +1,123 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/outboxgen/outboxgen/runtime/relay"
+)
+
+var (
+	flagFewRows = flag.Int("fewrows", 30_000, "BenchmarkFewKeys: backlog of each drain")
+	flagFewKeys = flag.String("fewkeys", "10,100,1000", "BenchmarkFewKeys: distinct keys of the drains")
+	flagHotRows = flag.Int("hotrows", 10_000, "BenchmarkFewKeys: rows of the one hot key queued before the others")
+)
+
+// BenchmarkFewKeys drains backlogs made of few keys, where each claim
+// leases a batch of every key and the rows left wait behind them until
+// their results are recorded:
+//
+//   - keys/<dialect>/<K>: -fewrows rows of K keys round robin (-fewkeys),
+//     the relay with its defaults, no publish latency: rows per second;
+//   - hot/<delay>: -hotrows rows of one key, then 2 × -hotrows rows of
+//     1,000 other keys (PostgreSQL, one relay, every publish delayed by
+//     delay): when the other keys were drained, and when the hot one was.
+//     A key is published in order, one row after the other, so the hot
+//     key takes -hotrows × delay at least; the other keys should not wait
+//     for it.
+//
+// Run it with (about 2 minutes):
+//
+//	go test ./bench -run '^$' -bench '^BenchmarkFewKeys$' -benchtime 1x
+func BenchmarkFewKeys(b *testing.B) {
+	if testing.Short() {
+		b.Skip("heavy benchmark; not run with -short")
+	}
+	srv := openServers(b)
+	b.Cleanup(func() { srv.restore(b) })
+	keys := func(k int) func() {
+		old := *flagKeys
+		*flagKeys = k
+		return func() { *flagKeys = old }
+	}
+	for _, d := range []string{"postgres", "mysql"} {
+		for _, f := range strings.Split(*flagFewKeys, ",") {
+			var k int
+			if _, err := fmt.Sscan(strings.TrimSpace(f), &k); err != nil || k < 1 {
+				b.Fatalf("-fewkeys: %q is not a number of keys", f)
+			}
+			b.Run(fmt.Sprintf("keys/%s/%d", d, k), func(b *testing.B) {
+				defer keys(k)()
+				for range b.N {
+					r := runRelay(b, srv, d, *flagFewRows, relayRun{instances: 1})
+					b.ReportMetric(r.rate, "rows/s")
+					b.ReportMetric(r.claimMean, "claim_ms")
+				}
+			})
+		}
+	}
+	for _, delay := range []time.Duration{0, time.Millisecond} {
+		b.Run(fmt.Sprintf("hot/%v", delay), func(b *testing.B) {
+			for range b.N {
+				others, hot := drainHotKey(b, srv, delay)
+				b.ReportMetric(others.Seconds(), "others_s")
+				b.ReportMetric(hot.Seconds(), "hot_s")
+			}
+		})
+	}
+}
+
+// drainHotKey fills a fresh PostgreSQL outbox with -hotrows rows of key
+// "hot", then twice as many of 1,000 other keys, and drains it with one
+// relay whose publishes each take delay first. It returns when the other
+// keys' rows and the hot key's rows were all sent, from the relay's start.
+func drainHotKey(b *testing.B, srv *servers, delay time.Duration) (others, hot time.Duration) {
+	db := freshOutbox(b, "postgres")
+	srv.fill(b)
+	insertRows(b, db, "postgres", *flagHotRows, func(string) string { return "'hot'" })
+	insertRows(b, db, "postgres", 2**flagHotRows, func(g string) string { return concat("postgres", "order-", g+" % 1000") })
+	analyze(b, db, "postgres")
+	s := newSink(b, 3**flagHotRows)
+	var pub message.Publisher = s.pub
+	if delay > 0 {
+		pub = slowPublisher{Publisher: s.pub, delay: delay}
+	}
+	r, err := relay.New(benchDriver(b, db, "postgres"), relay.Config{Publisher: pub, InstanceID: "bench-hot", Logger: discard})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv.measure(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	start := time.Now()
+	go func() { runErr <- r.Run(ctx) }()
+	for others == 0 || hot == 0 {
+		var o, h int
+		if err := db.QueryRow(`SELECT count(*) FILTER (WHERE biz_id <> 'hot'), count(*) FILTER (WHERE biz_id = 'hot')
+FROM outbox_event WHERE status = 0`).Scan(&o, &h); err != nil {
+			b.Fatal(err)
+		}
+		now := time.Since(start)
+		if o == 0 && others == 0 {
+			others = now
+		}
+		if h == 0 && hot == 0 {
+			hot = now
+		}
+		if now > 10*time.Minute {
+			b.Fatalf("not drained after %v: %d rows of other keys and %d of the hot key pending", now, o, h)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-runErr; err != nil {
+		b.Fatalf("relay Run: %v", err)
+	}
+	return others, hot
+}
