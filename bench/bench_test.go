@@ -346,6 +346,15 @@ func (p slowPublisher) Publish(topic string, msgs ...*message.Message) error {
 	return p.Publisher.Publish(topic, msgs...)
 }
 
+// publisher returns the sink's publisher, each Publish delayed by delay
+// first when it is not 0.
+func (s *sink) publisher(delay time.Duration) message.Publisher {
+	if delay > 0 {
+		return slowPublisher{Publisher: s.pub, delay: delay}
+	}
+	return s.pub
+}
+
 func percentile(sorted []time.Duration, p float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0

@@ -259,10 +259,7 @@ func runRelay(b *testing.B, srv *servers, d string, n int, rr relayRun) relayRes
 		want = rr.limit
 	}
 	s := newSink(b, want)
-	var pub message.Publisher = s.pub
-	if rr.delay > 0 {
-		pub = slowPublisher{Publisher: s.pub, delay: rr.delay}
-	}
+	pub := s.publisher(rr.delay)
 	var timed []*timedDriver
 	var relays []*relay.Relay
 	for i := range max(rr.instances, 1) {
@@ -341,10 +338,7 @@ func runWatermill(b *testing.B, srv *servers, d string, n int, delay time.Durati
 	fillWatermill(b, db, d, schema, n)
 
 	s := newSink(b, n)
-	var pub message.Publisher = s.pub
-	if delay > 0 {
-		pub = slowPublisher{Publisher: s.pub, delay: delay}
-	}
+	pub := s.publisher(delay)
 	fwd, err := forwarder.NewForwarder(sub, pub, logger, forwarder.Config{ForwarderTopic: fwdTopic})
 	if err != nil {
 		b.Fatal(err)

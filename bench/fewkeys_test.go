@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
-
 	"github.com/outboxgen/outboxgen/runtime/relay"
 )
 
@@ -84,11 +82,7 @@ func drainHotKey(b *testing.B, srv *servers, delay time.Duration) (others, hot t
 	insertRows(b, db, "postgres", 2**flagHotRows, func(g string) string { return concat("postgres", "order-", g+" % 1000") })
 	analyze(b, db, "postgres")
 	s := newSink(b, 3**flagHotRows)
-	var pub message.Publisher = s.pub
-	if delay > 0 {
-		pub = slowPublisher{Publisher: s.pub, delay: delay}
-	}
-	r, err := relay.New(benchDriver(b, db, "postgres"), relay.Config{Publisher: pub, InstanceID: "bench-hot", Logger: discard})
+	r, err := relay.New(benchDriver(b, db, "postgres"), relay.Config{Publisher: s.publisher(delay), InstanceID: "bench-hot", Logger: discard})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -411,12 +411,13 @@ func (p *pipeline) act() (bool, error) {
 // and no full claim that recorded nothing came back since. That is a
 // backlog of few keys (each key's rows go out one batch after the
 // other), or of keys other instances are publishing. Another claim then
-// would read past every due row again for nothing, so a full claim does
-// not start another at once, nor one beside it: the
-// next comes with our results, which free keys (flushDue), with a
-// Notify, or at the poll. A relay that finds nothing beside rows in
-// flight while a backlog of many keys drains loses at most that: claims
-// in step with its recordings for rescanEvery.
+// would read past every due row again for nothing, so while rows of ours
+// are in flight a full claim does not start another at once, nor one
+// beside it: the next comes with our results, which free keys
+// (flushDue), with a Notify, or when the window ends. With none of ours
+// in flight the relay claims at once, as before. A relay that finds
+// nothing beside rows in flight while a backlog of many keys drains loses
+// at most that: claims in step with its recordings for rescanEvery.
 func (p *pipeline) saturated(now time.Time) bool {
 	return !p.saturatedAt.IsZero() && now.Sub(p.saturatedAt) < rescanEvery
 }
@@ -738,12 +739,12 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 	case p.backlog && out.rec == nil:
 		p.saturatedAt = time.Time{}
 	}
-	saturated := p.saturated(time.Now())
+	// The rows left wait behind rows in flight, some of them ours: the
+	// next claim comes with our results (or at the end of the window).
+	wait := p.saturated(time.Now()) && (len(p.leased) > 0 || len(out.rows) > 0)
 	if p.backlog {
-		if saturated {
-			// More may be due, but the last claims beside our rows in
-			// flight found nothing: the next one comes with our results.
-			p.nextPoll = time.Now().Add(r.opts.PollInterval)
+		if wait {
+			p.nextPoll = p.saturatedAt.Add(rescanEvery)
 		} else {
 			p.claimNow = true // a full window: more is probably waiting
 		}
@@ -754,9 +755,10 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 		// The backlog has drained (as far as the claim read): the next
 		// claim reads from the start, and rows a claim from a front
 		// passed over are claimed now, not a PollInterval later (unless
-		// the rows left wait behind rows in flight: see saturated).
+		// the rows left wait behind rows of ours in flight: see
+		// saturated).
 		p.resetFrom()
-		if out.from && !saturated {
+		if out.from && !wait {
 			p.claimNow = true
 		}
 		if !p.claimNow {

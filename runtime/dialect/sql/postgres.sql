@@ -38,8 +38,9 @@ SELECT pg_notify(/* TEMPLATE: channel */'outbox_event_insert', '');
 LISTEN /* TEMPLATE: channel */outbox_event_insert;
 
 -- One statement: lock a window of due, unleased candidates (SKIP
--- LOCKED) that do not wait behind a row of their key in flight, in the
--- order they became due, then by id, through the due index
+-- LOCKED) that do not wait behind a row of their key in flight for less
+-- than young, in the order they became due, then by id, through the due
+-- index
 -- (next_retry_time, id); then, per candidate of an ordered type: lease it
 -- when every older unsent row of its key is a candidate too. Otherwise the
 -- nearest older unsent row of its key outside the window (prev) decides: prev FAILED: hold
@@ -83,8 +84,8 @@ WITH cand AS MATERIALIZED (
     FROM /* TEMPLATE: outbox */outbox_event c
     -- The key's oldest unsent row (its head; c itself when c is the head),
     -- and whether an instance has been publishing it for less than young.
-    -- One read of the key index per key: the rows of a key share it
-    -- (Memoize), so a backlog of few keys costs little to read past. The
+    -- PostgreSQL 14+ memoizes it per key, so a backlog of few keys costs
+    -- one read of each row to read past (12 and 13: a probe per row). The
     -- key is matched as a range, not with =, so that the order asked for
     -- is the key index's alone: with = the planner may walk the primary
     -- key instead, expecting the key's rows soon when the statistics show
@@ -116,6 +117,10 @@ WITH cand AS MATERIALIZED (
     ORDER BY c.next_retry_time, c.id
     LIMIT sqlc.arg(max_rows)
     FOR UPDATE OF c SKIP LOCKED),
+-- The front section: the oldest pending row from where the claim read
+-- (from_id 0: from the start), leased, locked by another claim or not: no
+-- row this statement sees is pending before it, so the next claim may
+-- read from there (the from section).
 /* IF front */front AS MATERIALIZED (
     SELECT f.next_retry_time, f.id
     FROM /* TEMPLATE: outbox */outbox_event f
@@ -167,6 +172,11 @@ verdict AS MATERIALIZED (
         -- one-time filter, so claimable rows (all of them, while a backlog
         -- drains) skip the probe instead of running it and discarding it.
         WHERE NOT checked.claimable
+          -- = on the key, unlike the reads of the head and the gap: with a
+          -- range the key index is walked from the key's newest row down
+          -- to the candidate, which behind a FAILED head is the whole held
+          -- tail per candidate. Only candidates that cannot be leased
+          -- read it.
           AND p.biz_id = checked.biz_id
           AND p.id < checked.id
           AND p.status <> 1
