@@ -346,6 +346,26 @@ func (p slowPublisher) Publish(topic string, msgs ...*message.Message) error {
 	return p.Publisher.Publish(topic, msgs...)
 }
 
+// background runs each of runs (a relay's or a forwarder's Run) on a
+// goroutine of its own until stop, which ends their context and fails b
+// if one returned an error; start is when they were started.
+func background(b *testing.B, what string, runs ...func(context.Context) error) (start time.Time, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, len(runs))
+	start = time.Now()
+	for _, run := range runs {
+		go func() { errs <- run(ctx) }()
+	}
+	return start, func() {
+		cancel()
+		for range runs {
+			if err := <-errs; err != nil {
+				b.Fatalf("%s Run: %v", what, err)
+			}
+		}
+	}
+}
+
 // publisher returns the sink's publisher, each Publish delayed by delay
 // first when it is not 0.
 func (s *sink) publisher(delay time.Duration) message.Publisher {

@@ -273,23 +273,17 @@ func runRelay(b *testing.B, srv *servers, d string, n int, rr relayRun) relayRes
 		relays = append(relays, r)
 	}
 	srv.measure(b)
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, len(relays))
-	start := time.Now()
-	for _, r := range relays {
-		go func() { runErr <- r.Run(ctx) }()
+	runs := make([]func(context.Context) error, len(relays))
+	for i, r := range relays {
+		runs[i] = r.Run
 	}
+	start, stop := background(b, "relay", runs...)
 	s.wait(b, 30*time.Minute)
 	if want == n {
 		waitDrained(b, db, time.Minute)
 	}
 	dur := time.Since(start)
-	cancel()
-	for range relays {
-		if err := <-runErr; err != nil {
-			b.Fatalf("relay Run: %v", err)
-		}
-	}
+	stop()
 	if s.dups > 0 {
 		b.Logf("%d duplicate deliveries", s.dups)
 	}
@@ -344,16 +338,10 @@ func runWatermill(b *testing.B, srv *servers, d string, n int, delay time.Durati
 		b.Fatal(err)
 	}
 	srv.measure(b)
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	start := time.Now()
-	go func() { runErr <- fwd.Run(ctx) }()
+	start, stop := background(b, "forwarder", fwd.Run)
 	s.wait(b, 30*time.Minute)
 	dur := time.Since(start)
-	cancel()
-	if err := <-runErr; err != nil {
-		b.Fatalf("forwarder Run: %v", err)
-	}
+	stop()
 	_ = fwd.Close()
 	if s.dups > 0 {
 		b.Logf("%d duplicate deliveries", s.dups)

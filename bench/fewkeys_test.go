@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"strings"
@@ -87,10 +86,8 @@ func drainHotKey(b *testing.B, srv *servers, delay time.Duration) (others, hot t
 		b.Fatal(err)
 	}
 	srv.measure(b)
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	start := time.Now()
-	go func() { runErr <- r.Run(ctx) }()
+	start, stop := background(b, "relay", r.Run)
+	defer stop()
 	for others == 0 || hot == 0 {
 		var o, h int
 		if err := db.QueryRow(`SELECT count(*) FILTER (WHERE biz_id <> 'hot'), count(*) FILTER (WHERE biz_id = 'hot')
@@ -108,10 +105,6 @@ FROM outbox_event WHERE status = 0`).Scan(&o, &h); err != nil {
 			b.Fatalf("not drained after %v: %d rows of other keys and %d of the hot key pending", now, o, h)
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	cancel()
-	if err := <-runErr; err != nil {
-		b.Fatalf("relay Run: %v", err)
 	}
 	return others, hot
 }

@@ -159,16 +159,10 @@ func drainHeldBack(b *testing.B, srv *servers, d string, drainable, held int, fi
 		b.Fatal(err)
 	}
 	srv.measure(b)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	start := time.Now()
-	go func() { done <- r.Run(ctx) }()
+	start, stop := background(b, "relay", r.Run)
 	s.wait(b, 10*time.Minute)
 	dur := time.Since(start)
-	cancel()
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
+	stop()
 	if left := countWhere(b, db, "status = 0 AND biz_id LIKE 'held-%'"); left != held {
 		b.Fatalf("%d rows pending behind the FAILED heads after the drain, want %d (order broken?)", left, held)
 	}

@@ -733,15 +733,16 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 	}
 	found := len(out.rows) + out.res.Moved
 	p.backlog = found >= out.limit
+	now := time.Now()
 	switch {
 	case found == 0 && out.inFlight > 0:
-		p.saturatedAt = time.Now()
+		p.saturatedAt = now
 	case p.backlog && out.rec == nil:
 		p.saturatedAt = time.Time{}
 	}
 	// The rows left wait behind rows in flight, some of them ours: the
 	// next claim comes with our results (or at the end of the window).
-	wait := p.saturated(time.Now()) && (len(p.leased) > 0 || len(out.rows) > 0)
+	wait := p.saturated(now) && (len(p.leased) > 0 || len(out.rows) > 0)
 	if p.backlog {
 		if wait {
 			p.nextPoll = p.saturatedAt.Add(rescanEvery)
@@ -762,7 +763,7 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 			p.claimNow = true
 		}
 		if !p.claimNow {
-			p.nextPoll = time.Now().Add(r.opts.PollInterval)
+			p.nextPoll = now.Add(r.opts.PollInterval)
 		}
 		// RunOnce ends with a short claim made with nothing else in
 		// flight, and none started beside it (whose rows it may have
