@@ -134,29 +134,14 @@ func openAMQP(ctx context.Context, u *brokerURL, opt Options) (message.Publisher
 	if err != nil {
 		return nil, u.wrap("connect to AMQP", err)
 	}
-	return &amqpPublisher{Publisher: pub, secrets: u.secrets}, nil
+	return &amqpPublisher{pubguard.New(pub, u.secrets)}, nil
 }
 
-// amqpPublisher is watermill-amqp's publisher with redacted errors, safe
-// to close while Publish calls are under way (package pubguard).
-type amqpPublisher struct {
-	*wmamqp.Publisher
-	secrets []string
-	guard   pubguard.Guard
-}
-
-// Publish publishes msgs to the exchange with topic as routing key and
-// waits for the broker's confirm of each.
-func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) error {
-	err := p.guard.Do(func() error { return p.Publisher.Publish(topic, msgs...) })
-	return redact.ErrorWith(err, p.secrets...)
-}
-
-// Close waits for the Publish calls under way, then closes the
-// connection.
-func (p *amqpPublisher) Close() error {
-	return redact.ErrorWith(p.guard.Close(p.Publisher.Close), p.secrets...)
-}
+// amqpPublisher is watermill-amqp's publisher (Publish sends to the
+// exchange with topic as routing key and waits for the broker's confirm
+// of each message) behind a guard, safe to close while Publish calls are
+// under way, with redacted errors (package pubguard).
+type amqpPublisher struct{ *pubguard.Publisher }
 
 func openAMQPSubscriber(ctx context.Context, u *brokerURL, group string, opt Options) (message.Subscriber, error) {
 	s, err := amqpParse(u)

@@ -568,20 +568,24 @@ func TestRedisUnreadableEntry(t *testing.T) {
 	}
 }
 
-// TestAMQPCloseWhilePublishing: Close while Publish calls are under way
-// waits for them, and later calls fail; watermill-amqp's unguarded
-// closed flag let a Publish race Close (a data race, and a panic on its
-// reused WaitGroup).
-func TestAMQPCloseWhilePublishing(t *testing.T) {
-	u := serverURL(t, amqpEnv)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	pub, err := brokerurl.Open(ctx, u, brokerurl.Options{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
+// TestCloseWhilePublishing: Close while Publish calls are under way
+// waits for them, and later calls fail. watermill-amqp's and
+// watermill-redisstream's unguarded closed flags let a Publish race Close
+// (a data race; on AMQP a panic on its reused WaitGroup).
+func TestCloseWhilePublishing(t *testing.T) {
+	for _, env := range []string{amqpEnv, redisEnv} {
+		t.Run(env, func(t *testing.T) {
+			u := serverURL(t, env)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			pub, err := brokerurl.Open(ctx, u, brokerurl.Options{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			topic := "orders.closing." + randSuffix(t)
+			brokertest.CloseWhilePublishing(t, pub, topic, func(g, i int) *message.Message {
+				return message.NewMessage(fmt.Sprintf("m-%d-%d", g, i), []byte("x"))
+			})
+		})
 	}
-	topic := "orders.closing." + randSuffix(t)
-	brokertest.CloseWhilePublishing(t, pub, topic, func(g, i int) *message.Message {
-		return message.NewMessage(fmt.Sprintf("m-%d-%d", g, i), []byte("x"))
-	})
 }

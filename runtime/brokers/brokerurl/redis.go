@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outboxgen/outboxgen/runtime/internal/pubguard"
 	"github.com/outboxgen/outboxgen/runtime/internal/wmlog"
 	"github.com/outboxgen/outboxgen/runtime/redact"
 )
@@ -73,22 +74,20 @@ func openRedis(ctx context.Context, u *brokerURL, opt Options) (message.Publishe
 		_ = c.Close()
 		return nil, u.wrap("Redis publisher", err)
 	}
-	return &redisPublisher{Publisher: pub, secrets: u.secrets}, nil
+	return &redisPublisher{pubguard.New(pub, u.secrets)}, nil
 }
 
-// redisPublisher is watermill-redisstream's publisher with redacted
-// errors.
-type redisPublisher struct {
-	*redisstream.Publisher
-	secrets []string
-}
+// redisPublisher is watermill-redisstream's publisher behind a guard
+// (package pubguard: its closed flag is read without a lock) with
+// redacted errors.
+type redisPublisher struct{ *pubguard.Publisher }
 
 // Publish appends msgs to the stream topic (XADD), one at a time.
 func (p *redisPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if topic == "" {
 		return errEmptyTopic
 	}
-	return redact.ErrorWith(p.Publisher.Publish(topic, msgs...), p.secrets...)
+	return p.Publisher.Publish(topic, msgs...)
 }
 
 func openRedisSubscriber(ctx context.Context, u *brokerURL, group string, opt Options) (message.Subscriber, error) {

@@ -300,8 +300,7 @@ func addrSecrets(addr string) []string {
 // configuration.
 type Publisher struct {
 	*wmkafka.Publisher
-	secrets []string
-	guard   pubguard.Guard
+	guarded *pubguard.Publisher
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -310,14 +309,11 @@ var _ message.Publisher = (*Publisher)(nil)
 // acknowledged every record. Errors are redacted (package redact). Once
 // Close has begun it fails with "publisher closed".
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
-	err := p.guard.Do(func() error { return p.Publisher.Publish(topic, msgs...) })
-	return redact.ErrorWith(err, p.secrets...)
+	return p.guarded.Publish(topic, msgs...)
 }
 
 // Close waits for the Publish calls under way, then closes the producer.
-func (p *Publisher) Close() error {
-	return redact.ErrorWith(p.guard.Close(p.Publisher.Close), p.secrets...)
-}
+func (p *Publisher) Close() error { return p.guarded.Close() }
 
 // NewPublisher returns a watermill-kafka publisher (a sarama SyncProducer:
 // Publish returns after the brokers acknowledged the record) whose records
@@ -342,7 +338,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if err != nil {
 		return nil, redact.ErrorWith(fmt.Errorf("kafka: %w", err), sec...)
 	}
-	return &Publisher{Publisher: pub, secrets: sec}, nil
+	return &Publisher{Publisher: pub, guarded: pubguard.New(pub, sec)}, nil
 }
 
 // SubscriberConfig configures a Subscriber for the consumers of outbox

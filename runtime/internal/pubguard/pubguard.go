@@ -1,14 +1,20 @@
 // Package pubguard lets a broker publisher be closed while Publish calls
-// are under way. watermill-kafka and watermill-amqp check an unguarded
-// closed flag: a Publish that passes it as Close runs panics inside the
-// client library (a send on sarama's closed channel, a WaitGroup reused in
-// amqp). A Guard makes Close wait for the calls under way and later calls
-// fail with ErrClosed.
+// are under way. watermill-kafka, watermill-amqp and watermill-redisstream
+// check an unguarded closed flag: a Publish that passes it as Close runs
+// inside the client library (a send on sarama's closed
+// channel, a WaitGroup reused in amqp, a data race on the flag). A Guard
+// makes Close wait for the calls under way and later calls fail with
+// ErrClosed; a Publisher wraps a watermill publisher with one, and
+// redacts its errors.
 package pubguard
 
 import (
 	"errors"
 	"sync"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/outboxgen/outboxgen/runtime/redact"
 )
 
 // ErrClosed is what Do returns once Close has begun.
@@ -41,4 +47,28 @@ func (g *Guard) Close(closeFn func() error) error {
 	}
 	g.closed = true
 	return closeFn()
+}
+
+// Publisher is a watermill publisher behind a Guard, whose errors never
+// show secrets (package redact).
+type Publisher struct {
+	pub     message.Publisher
+	secrets []string
+	guard   Guard
+}
+
+// New returns pub guarded, its errors redacted of secrets.
+func New(pub message.Publisher, secrets []string) *Publisher {
+	return &Publisher{pub: pub, secrets: secrets}
+}
+
+// Publish publishes msgs to topic unless Close has begun (ErrClosed).
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	err := p.guard.Do(func() error { return p.pub.Publish(topic, msgs...) })
+	return redact.ErrorWith(err, p.secrets...)
+}
+
+// Close waits for the Publish calls under way, then closes the publisher.
+func (p *Publisher) Close() error {
+	return redact.ErrorWith(p.guard.Close(p.pub.Close), p.secrets...)
 }

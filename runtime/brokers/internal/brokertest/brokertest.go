@@ -7,6 +7,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -22,6 +23,7 @@ import (
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
+	"github.com/outboxgen/outboxgen/runtime/internal/pubguard"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/runtime/relay"
 	"github.com/outboxgen/outboxgen/templates"
@@ -434,7 +436,7 @@ func Check(t testing.TB, written []Written, got []Received) (duplicates int) {
 // CloseWhilePublishing publishes to topic from 4 goroutines until pub is
 // closed, closes it once 20 messages went out, and checks that Close
 // waited for the calls under way and every later call failed with
-// "publisher closed" (package pubguard). msg makes goroutine g's i-th
+// pubguard.ErrClosed. msg makes goroutine g's i-th
 // message.
 func CloseWhilePublishing(t *testing.T, pub message.Publisher, topic string, msg func(g, i int) *message.Message) {
 	t.Helper()
@@ -449,7 +451,7 @@ func CloseWhilePublishing(t *testing.T, pub message.Publisher, topic string, msg
 				switch {
 				case err == nil:
 					sent.Add(1)
-				case strings.Contains(err.Error(), "publisher closed"):
+				case errors.Is(err, pubguard.ErrClosed):
 					refused.Add(1)
 					return
 				default:
@@ -459,11 +461,7 @@ func CloseWhilePublishing(t *testing.T, pub message.Publisher, topic string, msg
 			}
 		}()
 	}
-	for deadline := time.Now().Add(20 * time.Second); sent.Load() < 20; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d messages published in 20s", sent.Load())
-		}
-	}
+	Eventually(t, 20*time.Second, "20 messages published", func() bool { return sent.Load() >= 20 })
 	if err := pub.Close(); err != nil {
 		t.Fatal(err)
 	}
