@@ -193,11 +193,12 @@ type Config struct {
 	// HoldRecheck is how long a row the relay found waiting behind a
 	// FAILED row of its key is held: kept out of claims, so that a key
 	// stuck with thousands of events behind it costs the other keys
-	// nothing (default 5 minutes). A requeue of the FAILED row ends the
-	// hold at once, also for a claim that read the key while it was
-	// requeued; the recheck only matters when the row went another way
-	// (deleted by hand) and, on MySQL and MariaDB, for a row of the key
-	// written while the requeue ran, which a claim may still hold (their
+	// nothing (default 5 minutes). A requeue or a deletion of the FAILED
+	// row (driver RequeueAndRelease, DeleteFailed) ends the hold at once,
+	// also for a claim that read the key meanwhile; the recheck only
+	// matters when the row went another way (deleted by hand) and, on
+	// MySQL and MariaDB, for a row of the key written while the requeue
+	// or deletion ran, which a claim may still hold (their
 	// claim reads the key without locks). Rows behind a backing-off row
 	// are held until its next attempt, whatever HoldRecheck is.
 	HoldRecheck time.Duration

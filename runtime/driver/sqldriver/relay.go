@@ -62,16 +62,12 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 	// back whole, so it runs again, a few times, before the relay hears
 	// of it.
 	var rows []driver.Row
-	err = driverutil.RetryConflicts(ctx, conflictRetries, func() (err error) {
+	err = driverutil.RetryConflicts(ctx, driverutil.ConflictTries, func() (err error) {
 		rows, err = x.claimTx(ctx, q, p, before, query, args, front)
 		return err
 	})
 	return rows, err
 }
-
-// conflictRetries is how many times a claim runs when the database
-// rolls it back as a deadlock victim.
-const conflictRetries = 5
 
 // claimTx runs a claim in one transaction, the statements before
 // (driverutil.ClaimRecordStmts) first.

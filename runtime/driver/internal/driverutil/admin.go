@@ -308,7 +308,7 @@ func (a *Admin) RequeueAndRelease(ctx context.Context, ids []int64) (requeued, r
 	}
 	// Two requeues of one key lock its rows in turn, and the database may
 	// roll one back as a deadlock victim.
-	err = RetryConflicts(ctx, 3, func() (err error) {
+	err = RetryConflicts(ctx, ConflictTries, func() (err error) {
 		requeued, released, err = a.requeueAndRelease(ctx, q, ids)
 		return err
 	})
@@ -324,29 +324,9 @@ func (a *Admin) requeueAndRelease(ctx context.Context, q *dialect.RelayQueries, 
 		if err != nil {
 			return err
 		}
-		// Wait for the claims that locked a pending row of the keys (one
-		// they may hold, or one they hold a row behind) to commit: a claim
-		// that read the FAILED row before the requeue may still hold a row
-		// behind it. The release, a later statement, sees those holds.
-		if err := Chunks(ids, func(c []int64) error {
-			query, args := q.LockKeys(c)
-			if query == "" {
-				return nil
-			}
-			rows, err := tx.Query(ctx, query, args...)
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-			}
-			rows.Close()
-			return rows.Err()
-		}); err != nil {
-			return fmt.Errorf("lock the rows of the keys: %w", err)
-		}
-		released, err = execChunks(ctx, tx, ids, q.ReleaseHeld)
+		released, err = releaseHeld(ctx, tx, q, ids)
 		if err != nil {
-			return fmt.Errorf("release held rows: %w", err)
+			return err
 		}
 		requeued = n
 		return nil
@@ -355,6 +335,36 @@ func (a *Admin) requeueAndRelease(ctx context.Context, q *dialect.RelayQueries, 
 		return 0, 0, err
 	}
 	return requeued, released, nil
+}
+
+// releaseHeld ends the holds behind the rows ids (requeued, or FAILED
+// rows about to be deleted), in tx. It first waits for the claims that
+// locked a pending row of their keys (one they may hold, or one they hold
+// a row behind) to commit: a claim that read a FAILED row before tx may
+// still hold a row behind it, and the release, a later statement, sees
+// those holds (LockKeys; SQLite has one writer and needs none).
+func releaseHeld(ctx context.Context, tx Querier, q *dialect.RelayQueries, ids []int64) (int64, error) {
+	if err := Chunks(ids, func(c []int64) error {
+		query, args := q.LockKeys(c)
+		if query == "" {
+			return nil
+		}
+		rows, err := tx.Query(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+		}
+		rows.Close()
+		return rows.Err()
+	}); err != nil {
+		return 0, fmt.Errorf("lock the rows of the keys: %w", err)
+	}
+	n, err := execChunks(ctx, tx, ids, q.ReleaseHeld)
+	if err != nil {
+		return 0, fmt.Errorf("release held rows: %w", err)
+	}
+	return n, nil
 }
 
 // Replay implements driver.Driver: every chunk of ids in one transaction.
@@ -384,6 +394,23 @@ func (a *Admin) DeleteFailed(ctx context.Context, ids []int64) (deleted, release
 	if err != nil {
 		return 0, 0, a.errf("delete failed rows", err)
 	}
+	// Two deletions (or a deletion and a requeue) of one key lock its
+	// rows in turn, and the database may roll one back as a deadlock
+	// victim.
+	err = RetryConflicts(ctx, ConflictTries, func() (err error) {
+		deleted, released, err = a.deleteFailed(ctx, q, ids)
+		return err
+	})
+	if err != nil {
+		return 0, 0, a.errf("delete failed rows", err)
+	}
+	return deleted, released, nil
+}
+
+// deleteFailed is one attempt of DeleteFailed: lock the FAILED rows among
+// ids, release the rows held behind them, delete them, in one
+// transaction.
+func (a *Admin) deleteFailed(ctx context.Context, q *dialect.RelayQueries, ids []int64) (deleted, released int64, err error) {
 	err = a.Q.InTx(ctx, func(tx Querier) error {
 		var failed []int64
 		err := Chunks(ids, func(c []int64) error {
@@ -409,16 +436,16 @@ func (a *Admin) DeleteFailed(ctx context.Context, ids []int64) (deleted, release
 			return nil
 		}
 		slices.Sort(failed)
-		r, err := execChunks(ctx, tx, failed, q.ReleaseHeld)
+		r, err := releaseHeld(ctx, tx, q, failed)
 		if err != nil {
-			return fmt.Errorf("release held rows: %w", err)
+			return err
 		}
 		n, err := execChunks(ctx, tx, failed, a.Queries.DeleteFailed)
 		deleted, released = n, r
 		return err
 	})
 	if err != nil {
-		return 0, 0, a.errf("delete failed rows", err)
+		return 0, 0, err
 	}
 	return deleted, released, nil
 }

@@ -349,6 +349,11 @@ func dialectIdent(d dialect.Dialect) string {
 	return "SQLite"
 }
 
+// ConflictTries is how many times the drivers run a transaction the
+// database rolled back as a deadlock victim (RetryConflicts): the claim on
+// MySQL, the requeue and the deletion of FAILED rows.
+const ConflictTries = 5
+
 // RetryConflicts runs tx up to tries times while it fails as a deadlock
 // victim or serialization failure (dberr.Conflict): the database rolled
 // the transaction back whole, so running it again is safe. Transactions
