@@ -70,6 +70,27 @@ func newPublisher(t *testing.T, url string, timeout time.Duration) *natsjs.Publi
 	return pub
 }
 
+// newSubscriber returns a subscriber of cfg, closed when the test ends.
+func newSubscriber(t *testing.T, cfg natsjs.SubscriberConfig) *natsjs.Subscriber {
+	t.Helper()
+	sub, err := natsjs.NewSubscriber(cfg)
+	if err != nil {
+		t.Fatalf("NewSubscriber: %v", err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	return sub
+}
+
+// subscribe subscribes sub to topic, failing t if it cannot.
+func subscribe(t *testing.T, sub *natsjs.Subscriber) <-chan *message.Message {
+	t.Helper()
+	msgs, err := sub.Subscribe(context.Background(), topic)
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	return msgs
+}
+
 // consume subscribes to topic with a fresh subscriber and feeds a
 // collector until the test ends.
 func consume(t *testing.T, url, durable string) *brokertest.Collector {
@@ -436,13 +457,8 @@ func TestDurableConsumerKept(t *testing.T) {
 		}
 	}
 	open := func(ackWait time.Duration) *natsjs.Subscriber {
-		sub, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url, Durable: "kept", AckWait: ackWait,
+		return newSubscriber(t, natsjs.SubscriberConfig{URL: url, Durable: "kept", AckWait: ackWait,
 			ConfigureConsumer: func(_ string, cfg *nats.ConsumerConfig) { cfg.MaxAckPending = 50 }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { sub.Close() })
-		return sub
 	}
 	first := open(time.Second)
 	msgs, err := first.Subscribe(context.Background(), topic)
@@ -544,11 +560,7 @@ func TestDurableConsumerRecreated(t *testing.T) {
 
 	t.Run("older release stops", func(t *testing.T) {
 		osub := olderRelease(t, url, "", name)
-		sub, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url, Durable: "again"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sub.Close()
+		sub := newSubscriber(t, natsjs.SubscriberConfig{URL: url, Durable: "again"})
 		got := subscribeAsync(sub)
 		time.Sleep(300 * time.Millisecond)
 		if err := osub.Unsubscribe(); err != nil { // deletes the consumer
@@ -572,25 +584,12 @@ func TestDurableConsumerRecreated(t *testing.T) {
 		// A message the consumer pushes to the second member's subject
 		// as it leaves comes again after AckWait: keep that short.
 		cfg := natsjs.SubscriberConfig{URL: url, Durable: "group", QueueGroup: "workers", AckWait: 2 * time.Second}
-		first, err := natsjs.NewSubscriber(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer first.Close()
-		msgs, err := first.Subscribe(context.Background(), topic)
-		if err != nil {
-			t.Fatal(err)
-		}
+		msgs := subscribe(t, newSubscriber(t, cfg))
 		if err := osub.Unsubscribe(); err != nil { // deletes the consumer
 			t.Fatal(err)
 		}
-		second, err := natsjs.NewSubscriber(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := second.Subscribe(context.Background(), topic); err != nil {
-			t.Fatal(err)
-		}
+		second := newSubscriber(t, cfg)
+		subscribe(t, second)
 		if err := second.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -600,15 +599,7 @@ func TestDurableConsumerRecreated(t *testing.T) {
 	})
 
 	t.Run("deleted by an operator", func(t *testing.T) {
-		sub, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url, Durable: "again"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sub.Close()
-		msgs, err := sub.Subscribe(context.Background(), topic)
-		if err != nil {
-			t.Fatal(err)
-		}
+		msgs := subscribe(t, newSubscriber(t, natsjs.SubscriberConfig{URL: url, Durable: "again"}))
 		publish("bound")
 		waitFor(t, msgs, "bound", 10*time.Second)
 		if err := js.DeleteConsumer(stream, name); err != nil {
@@ -630,21 +621,10 @@ func TestDurableConsumerGroupMismatch(t *testing.T) {
 	s := startNATS(t, -1, t.TempDir())
 	url := s.ClientURL()
 	newPublisher(t, url, 5*time.Second)
-	grouped, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url, Durable: "mix", QueueGroup: "workers", AutoProvision: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer grouped.Close()
-	if _, err := grouped.Subscribe(context.Background(), topic); err != nil {
-		t.Fatal(err)
-	}
-	alone, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url, Durable: "mix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer alone.Close()
+	subscribe(t, newSubscriber(t, natsjs.SubscriberConfig{URL: url, Durable: "mix", QueueGroup: "workers", AutoProvision: true}))
+	alone := newSubscriber(t, natsjs.SubscriberConfig{URL: url, Durable: "mix"})
 	start := time.Now()
-	_, err = alone.Subscribe(context.Background(), topic)
+	_, err := alone.Subscribe(context.Background(), topic)
 	if err == nil || !strings.Contains(err.Error(), `queue group "workers"`) || time.Since(start) > 5*time.Second {
 		t.Fatalf("Subscribe without the consumer's queue group: %v after %s; want a prompt error naming the group", err, time.Since(start))
 	}
