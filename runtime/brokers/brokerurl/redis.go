@@ -150,19 +150,26 @@ const MetadataUnreadable = "outboxgen_unreadable"
 type redisUnmarshaller struct{}
 
 // Unmarshal implements redisstream.Unmarshaller.
-func (redisUnmarshaller) Unmarshal(values map[string]any) (msg *message.Message, err error) {
-	defer func() {
-		// The default asserts string field values (go-redis returns
-		// strings for stream fields; anything else is unreadable too).
-		if r := recover(); r != nil {
-			msg, err = nil, fmt.Errorf("a field is not text: %v", r)
+func (redisUnmarshaller) Unmarshal(values map[string]any) (*message.Message, error) {
+	msg, err := readRedisEntry(values)
+	if err != nil {
+		payload, _ := values["payload"].(string)
+		msg = message.NewMessage("", []byte(payload))
+		msg.Metadata.Set(MetadataUnreadable, "redis stream entry: "+err.Error())
+	}
+	return msg, nil
+}
+
+// readRedisEntry is the default unmarshaller after a check of what it
+// asserts unchecked: the fields it reads hold text (go-redis returns
+// stream fields as strings; anything else would panic in it).
+func readRedisEntry(values map[string]any) (*message.Message, error) {
+	for _, f := range []string{redisstream.UUIDHeaderKey, "payload", "metadata"} {
+		if v, ok := values[f]; ok && v != nil {
+			if _, text := v.(string); !text {
+				return nil, fmt.Errorf("field %q is not text but %T", f, v)
+			}
 		}
-		if err != nil {
-			payload, _ := values["payload"].(string)
-			msg = message.NewMessage("", []byte(payload))
-			msg.Metadata.Set(MetadataUnreadable, "redis stream entry: "+err.Error())
-			err = nil
-		}
-	}()
+	}
 	return redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(values)
 }

@@ -318,10 +318,27 @@ func (Marshaler) Marshal(topic string, msg *message.Message) (*nats.Msg, error) 
 	return m, nil
 }
 
-// Unmarshal implements wmnats.Unmarshaler (Nats-Msg-Id is not copied into
-// the metadata; the UUID carries the same value).
+// Unmarshal implements wmnats.Unmarshaler. It reads what NATSMarshaler
+// reads and never fails: Nats-Msg-Id and JetStream's other control headers
+// are not copied into the metadata (the UUID carries the same value), and
+// a header with several values, which NATSMarshaler rejects, becomes one
+// metadata value, the values joined by ", " as in HTTP. NATS allows such
+// headers and other clients write them; rejecting the message left it
+// unacknowledged, redelivered after every AckWait for good.
 func (Marshaler) Unmarshal(m *nats.Msg) (*message.Message, error) {
-	return (&wmnats.NATSMarshaler{}).Unmarshal(m)
+	return readMsg(m), nil
+}
+
+func readMsg(m *nats.Msg) *message.Message {
+	msg := message.NewMessage(m.Header.Get(wmnats.WatermillUUIDHdr), m.Data)
+	for k, v := range m.Header {
+		switch k {
+		case wmnats.WatermillUUIDHdr, nats.MsgIdHdr, nats.ExpectedLastMsgIdHdr, nats.ExpectedStreamHdr, nats.ExpectedLastSubjSeqHdr, nats.ExpectedLastSeqHdr:
+			continue
+		}
+		msg.Metadata.Set(k, strings.Join(v, ", "))
+	}
+	return msg
 }
 
 // ValidateTopic reports whether topic can be published to as a NATS

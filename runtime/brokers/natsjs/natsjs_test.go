@@ -668,3 +668,50 @@ func olderRelease(t *testing.T, url, queue, durable string) *nats.Subscription {
 	}
 	return sub
 }
+
+// TestRepeatedHeaderDelivered: a message another NATS client wrote with a
+// header of several values is delivered, the values joined, and its ack
+// settles it. watermill-nats's unmarshaler rejected it and the message
+// was left unacknowledged: redelivered after every AckWait, for good.
+func TestRepeatedHeaderDelivered(t *testing.T) {
+	s := startNATS(t, -1, t.TempDir())
+	pub := newPublisher(t, s.ClientURL(), 5*time.Second)
+	if err := pub.Publish(topic, message.NewMessage("first", []byte("x"))); err != nil {
+		t.Fatal(err) // provisions the stream
+	}
+	js, err := pub.Conn().JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := nats.NewMsg(topic)
+	raw.Data = []byte("hand written")
+	raw.Header.Set("_watermill_message_uuid", "repeated")
+	raw.Header.Add("x-trace", "a")
+	raw.Header.Add("x-trace", "b")
+	if _, err := js.PublishMsg(raw); err != nil {
+		t.Fatal(err)
+	}
+	const ackWait = 300 * time.Millisecond
+	sub := newSubscriber(t, natsjs.SubscriberConfig{URL: s.ClientURL(), Durable: "repeated", AutoProvision: true, AckWait: ackWait, CloseTimeout: 5 * time.Second})
+	msgs := subscribe(t, sub)
+	for _, want := range []string{"first", "repeated"} {
+		select {
+		case m := <-msgs:
+			if m.UUID != want {
+				t.Fatalf("got message %q, want %q", m.UUID, want)
+			}
+			if want == "repeated" && (m.Metadata.Get("x-trace") != "a, b" || string(m.Payload) != "hand written") {
+				t.Fatalf("repeated header read as %q, payload %q", m.Metadata.Get("x-trace"), m.Payload)
+			}
+			m.Ack()
+		case <-time.After(10 * time.Second):
+			t.Fatalf("message %q not delivered", want)
+		}
+	}
+	// Settled: nothing comes back after several AckWaits.
+	select {
+	case m := <-msgs:
+		t.Fatalf("message %q delivered again after its ack", m.UUID)
+	case <-time.After(5 * ackWait):
+	}
+}

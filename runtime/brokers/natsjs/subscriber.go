@@ -577,11 +577,7 @@ func (l *subscription) deliver(m *nats.Msg) {
 	}
 	defer l.inflight.Done()
 	log := l.s.log.With(slog.String("topic", l.topic))
-	msg, err := Marshaler{}.Unmarshal(m)
-	if err != nil {
-		log.Error("natsjs: message cannot be read: left unacknowledged", slog.String("subject", m.Subject), slog.String("error", err.Error()))
-		return
-	}
+	msg := readMsg(m)
 	ctx, cancel := context.WithCancel(l.ctx)
 	defer cancel()
 	msg.SetContext(ctx)
