@@ -191,12 +191,17 @@ type amqpMarshaler struct{ wmamqp.DefaultMarshaler }
 
 // Unmarshal implements wmamqp.Marshaler.
 func (m amqpMarshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
-	if len(d.Headers) > 0 {
-		h := make(amqp.Table, len(d.Headers))
-		for k, v := range d.Headers {
-			h[k] = headerText(v)
+	for _, v := range d.Headers {
+		if _, text := v.(string); !text {
+			// Copied, not converted in place: the delivery's table is the
+			// caller's.
+			h := make(amqp.Table, len(d.Headers))
+			for k, v := range d.Headers {
+				h[k] = headerText(v)
+			}
+			d.Headers = h
+			break
 		}
-		d.Headers = h
 	}
 	return m.DefaultMarshaler.Unmarshal(d)
 }

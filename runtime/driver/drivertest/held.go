@@ -246,14 +246,26 @@ func testRequeueWaitsForClaim(t *testing.T, e *env) {
 		// MariaDB's information_schema.INNODB_TRX leaves out a
 		// transaction waiting in a locking read; the monitor's list of
 		// transactions shows it (not its LATEST DETECTED DEADLOCK
-		// section, which comes before and keeps the same words).
+		// section, which comes before and keeps the same words). The
+		// monitor is the server's: only a wait for a lock on this test's
+		// table counts, not one of a test running beside it.
+		var db string
+		if err := e.DB.QueryRowContext(e.ctx, "SELECT DATABASE()").Scan(&db); err != nil {
+			t.Fatal(err)
+		}
+		lockOn := "of table `" + db + "`.`" + e.table + "`"
 		waiting = func() bool {
 			var typ, name, status string
 			if err := e.DB.QueryRowContext(e.ctx, "SHOW ENGINE INNODB STATUS").Scan(&typ, &name, &status); err != nil {
 				t.Fatal(err)
 			}
 			_, list, _ := strings.Cut(status, "LIST OF TRANSACTIONS FOR EACH SESSION")
-			return strings.Contains(list, "FOR THIS LOCK TO BE GRANTED")
+			for _, trx := range strings.Split(list, "---TRANSACTION") {
+				if _, lock, ok := strings.Cut(trx, "FOR THIS LOCK TO BE GRANTED"); ok && strings.Contains(lock, lockOn) {
+					return true
+				}
+			}
+			return false
 		}
 	}
 	var owner sql.NullString
