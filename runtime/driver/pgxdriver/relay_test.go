@@ -169,6 +169,24 @@ WHERE statement LIKE $1`, like).Scan(&generic, &custom)
 	}
 }
 
+var planBuffers = regexp.MustCompile(`Buffers: shared hit=(\d+)(?: read=(\d+))?`)
+
+// planPages returns the buffers the whole statement of an EXPLAIN
+// (ANALYZE, BUFFERS) plan touched (its top node).
+func planPages(t *testing.T, plan string) int {
+	t.Helper()
+	m := planBuffers.FindStringSubmatch(plan)
+	if m == nil {
+		t.Fatalf("no buffer counts in the plan:\n%s", plan)
+	}
+	var hit, read int
+	fmt.Sscan(m[1], &hit)
+	if m[2] != "" {
+		fmt.Sscan(m[2], &read)
+	}
+	return hit + read
+}
+
 // A backlog of few keys whose statistics were taken while every row was
 // pending, as after an outage. Its claims probe each key through the key
 // index, not by walking the primary key past the rows sent since (which
@@ -210,20 +228,7 @@ SELECT gen_random_uuid(), 'ORDER_PAID', 'k' || (g % 4), 'orders', '{}' FROM gene
 		rs, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+query, args...)
 		return readPlan(t, rs, err)
 	}
-	buffers := regexp.MustCompile(`Buffers: shared hit=(\d+)(?: read=(\d+))?`)
-	// pages returns the buffers the whole statement touched (its top node).
-	pages := func(plan string) int {
-		m := buffers.FindStringSubmatch(plan)
-		if m == nil {
-			t.Fatalf("no buffer counts in the plan:\n%s", plan)
-		}
-		var hit, read int
-		fmt.Sscan(m[1], &hit)
-		if m[2] != "" {
-			fmt.Sscan(m[2], &read)
-		}
-		return hit + read
-	}
+	pages := func(plan string) int { return planPages(t, plan) }
 	// 8,000 pending rows of 4 keys, 32,000 sent before them. A claim reads
 	// its window and probes 4 keys: a few pages per row. Walking the
 	// primary key past the sent rows costs hundreds of pages per probe.
@@ -252,5 +257,52 @@ SELECT gen_random_uuid(), 'ORDER_PAID', 'k' || (g % 4), 'orders', '{}' FROM gene
 	t.Logf("the claim beside rows in flight touched %d pages", n)
 	if n > 4*8000 {
 		t.Errorf("the claim beside rows in flight touched %d pages, want at most %d:\n%s", n, 4*8000, plan)
+	}
+}
+
+// The read of a candidate's nearest older unsent row (prev), made for the
+// rows that cannot be leased, under the statistics of TestClaimOfFewKeys-
+// StaysBounded: each key's head is FAILED and sits before 32,000 sent
+// rows. The claim holds the rows behind the heads, and reads each one's
+// prev through the key index: walking the primary key down from the
+// candidate reads past every sent row before it finds the head.
+func TestClaimHoldOfFewKeysStaysBounded(t *testing.T) {
+	ctx := context.Background()
+	_, pool, db := openPgx(t)
+	for _, q := range []string{
+		"ALTER TABLE outbox_event SET (autovacuum_enabled = false)",
+		`INSERT INTO outbox_event (event_id, biz_type, biz_id, topic, payload)
+SELECT gen_random_uuid(), 'ORDER_PAID', 'k' || (g % 4), 'orders', '{}' FROM generate_series(1, 40000) g`,
+		"ANALYZE outbox_event",
+		"UPDATE outbox_event SET status = 2, retry_count = 5 WHERE id <= 4",
+		"UPDATE outbox_event SET status = 1, sent_at = now() WHERE id > 4 AND id <= 32000",
+		"VACUUM outbox_event",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	const limit = 40
+	q, err := dialect.NewRelayQueries(dialect.Postgres, "outbox_event", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	query, args := q.Claim("a", time.Minute, limit, time.Minute, 30*time.Second)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	rs, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+query, args...)
+	plan := readPlan(t, rs, err)
+	if !regexp.MustCompile(`(?m)^Update on outbox_event \(actual time=\S+ rows=40 loops=1\)$`).MatchString(plan) {
+		t.Errorf("the claim did not hold the %d rows behind the FAILED heads:\n%s", limit, plan)
+	}
+	if strings.Contains(plan, "using outbox_event_pkey on outbox_event p ") {
+		t.Errorf("the read of prev walks the primary key:\n%s", plan)
+	}
+	// 1,200 pages here; 36,500 when prev walked the primary key.
+	if n := planPages(t, plan); n > 60*limit {
+		t.Errorf("a claim holding %d rows touched %d pages, want at most %d:\n%s", limit, n, 60*limit, plan)
 	}
 }
