@@ -93,8 +93,8 @@ func cmdConsole(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "outboxgen console: %v\n", err)
 		return errUsage
 	}
-	if c.staleAfter <= 0 || c.window <= 0 || c.window > console.MaxWindow || c.refresh < time.Second {
-		fmt.Fprintf(stderr, "outboxgen console: -stale-after must be positive, -window from 1s to %s, -refresh at least 1s\n", console.MaxWindow)
+	if c.staleAfter <= 0 || c.window < time.Minute || c.window > console.MaxWindow || c.refresh < time.Second {
+		fmt.Fprintf(stderr, "outboxgen console: -stale-after must be positive, -window from 1m to %s, -refresh at least 1s\n", console.MaxWindow)
 		return errUsage
 	}
 	lvl, err := parseLevel(c.logLevel)

@@ -177,11 +177,11 @@ func TestConsoleNonLoopbackWithAuth(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(consoleToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(authFile, []byte("ops:s3cret-pass\n"), 0o600); err != nil {
+	if err := os.WriteFile(authFile, []byte("ops:s3cret-pass-0123456\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	basic, _ := http.NewRequest("GET", "/", nil)
-	basic.SetBasicAuth("ops", "s3cret-pass")
+	basic.SetBasicAuth("ops", "s3cret-pass-0123456")
 	for _, c := range []struct {
 		flag, file, auth string
 	}{

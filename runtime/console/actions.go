@@ -189,12 +189,17 @@ func (h *handler) act(w http.ResponseWriter, r *http.Request, a action) {
 		return
 	}
 	fl := h.resultFlash(a, s, res, err)
+	// The audit line: what an operator changed, from where (a failed
+	// action may have changed earlier batches).
+	audit := []any{"matched", res.Matched, "changed", res.Changed, "released", res.Released, "first_id", res.FirstID, "last_id", res.LastID,
+		"keys", res.Keys, "refused", len(res.Refused), "remote", r.RemoteAddr}
+	if user, _, ok := r.BasicAuth(); ok {
+		audit = append(audit, "user", user)
+	}
 	if err != nil && !errors.Is(err, admin.ErrRefused) {
-		h.cfg.Logger.Error("console: "+a.name, "err", redact.Error(err))
+		h.cfg.Logger.Error("console: "+a.name, append(audit, "err", redact.Error(err))...)
 	} else {
-		// The audit line: what an operator changed, from where.
-		h.cfg.Logger.Info("console: "+a.name, "matched", res.Matched, "changed", res.Changed, "released", res.Released, "first_id", res.FirstID, "last_id", res.LastID,
-			"keys", res.Keys, "refused", len(res.Refused), "remote", r.RemoteAddr)
+		h.cfg.Logger.Info("console: "+a.name, audit...)
 	}
 	h.flashes.put(h.session(r), fl)
 	http.Redirect(w, r, h.backURL(s, a), http.StatusSeeOther)

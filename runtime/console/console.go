@@ -228,13 +228,19 @@ func (c Config) CheckListen(ctx context.Context, addr string) error {
 	if err != nil {
 		return fmt.Errorf("%q: use host:port, e.g. 127.0.0.1:8080", addr)
 	}
-	if c.Token != "" || c.BasicAuthUser != "" {
+	if c.Token != "" || (c.BasicAuthUser != "" && len(c.BasicAuthPassword) >= MinTokenLen) {
 		return nil
 	}
-	if ok, why := loopback(ctx, host); !ok {
-		return fmt.Errorf("%s: %s, and the console has no authentication: anyone who reaches it could requeue and delete events", addr, why)
+	ok, why := loopback(ctx, host)
+	switch {
+	case ok:
+		return nil
+	case c.BasicAuthUser != "":
+		// Failed logins are not slowed down: a short password could be
+		// guessed online, as a short token could.
+		return fmt.Errorf("%s: %s, and the basic auth password has %d characters: use at least %d random ones off loopback", addr, why, len(c.BasicAuthPassword), MinTokenLen)
 	}
-	return nil
+	return fmt.Errorf("%s: %s, and the console has no authentication: anyone who reaches it could requeue and delete events", addr, why)
 }
 
 // loopback reports whether host names loopback addresses only, and if

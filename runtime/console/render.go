@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/outboxgen/outboxgen/runtime/admin"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/redact"
@@ -280,6 +281,12 @@ func eventState(e driver.Event) state {
 	return s
 }
 
+// maxIndented bounds the indented form of a payload or headers the event
+// page shows (at most MaxPayloadDisplay bytes of JSON, which nesting can
+// make hundreds of times larger indented); above it they are shown as
+// stored.
+const maxIndented = 4 * MaxPayloadDisplay
+
 // shown is a payload or headers prepared for display.
 type shown struct {
 	Text string
@@ -295,12 +302,16 @@ func showBody(b []byte) shown {
 	var note string
 	if len(b) > MaxPayloadDisplay {
 		note = fmt.Sprintf("%d bytes; the first %d are shown", len(b), MaxPayloadDisplay)
-		b = b[:MaxPayloadDisplay]
-	} else if json.Valid(b) {
-		var out bytes.Buffer
-		if err := json.Indent(&out, b, "", "  "); err == nil {
-			return shown{Text: unescapeHTML(out.String())}
+		n := MaxPayloadDisplay
+		// Cut at a character's start, so that text stays text.
+		for i := 0; i < utf8.UTFMax && n > 0 && !utf8.RuneStart(b[n]); i++ {
+			n--
 		}
+		b = b[:n]
+	} else if text, ok := admin.IndentJSON(b, "", maxIndented); ok {
+		return shown{Text: unescapeHTML(text)}
+	} else if json.Valid(b) {
+		return shown{Text: string(b), Note: "nested too deep to indent: shown as stored"}
 	}
 	if !utf8.Valid(b) {
 		n := min(len(b), 4096)

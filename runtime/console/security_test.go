@@ -480,8 +480,16 @@ func TestConfig(t *testing.T) {
 				t.Errorf("CheckListen(%q) with a token = %v", addr, err)
 			}
 		}
-		if err := (console.Config{BasicAuthUser: "u", BasicAuthPassword: "p"}).CheckListen(context.Background(), "0.0.0.0:80"); err != nil {
+		if err := (console.Config{BasicAuthUser: "u", BasicAuthPassword: "0123456789abcdef"}).CheckListen(context.Background(), "0.0.0.0:80"); err != nil {
 			t.Errorf("CheckListen with basic auth: %v", err)
+		}
+		// Failed logins are not slowed down: off loopback a short password
+		// is refused as a short token is.
+		if err := (console.Config{BasicAuthUser: "u", BasicAuthPassword: "p"}).CheckListen(context.Background(), "0.0.0.0:80"); err == nil || !strings.Contains(err.Error(), "at least 16") {
+			t.Errorf("CheckListen with a 1-character basic auth password off loopback = %v", err)
+		}
+		if err := (console.Config{BasicAuthUser: "u", BasicAuthPassword: "p"}).CheckListen(context.Background(), "127.0.0.1:80"); err != nil {
+			t.Errorf("CheckListen with a short basic auth password on loopback = %v", err)
 		}
 	})
 }
