@@ -248,6 +248,28 @@ func TestGrantsWAL(t *testing.T) {
 			t.Fatalf("the WAL-mode writer without USAGE on the sequence: %v, want a permission error", err)
 		}
 	})
+	t.Run("writer without EXECUTE on pg_logical_emit_message", func(t *testing.T) {
+		t.Parallel()
+		e := logicalEnv(t)
+		r := e.walRole(t, "writer", writer, "GRANT EXECUTE")
+		r.db = openRole(t, r)
+		if err := runWALWriter(e, r); err == nil || !denied(err) {
+			t.Fatalf("the WAL-mode writer without EXECUTE on pg_logical_emit_message: %v, want a permission error", err)
+		}
+	})
+	// Once the script ran, a role it did not name cannot emit an event
+	// into the WAL for the relay to publish (PUBLIC could before).
+	t.Run("other roles cannot emit", func(t *testing.T) {
+		t.Parallel()
+		e := logicalEnv(t)
+		e.walRole(t, "writer", writer, "")
+		r := e.walRole(t, "relay", relayRole, "")
+		r.db = openRole(t, r)
+		_, err := r.db.ExecContext(e.ctx, "SELECT pg_logical_emit_message(true, $1, 'forged')", outbox.WALPrefix(tables.Outbox))
+		if err == nil || !denied(err) {
+			t.Fatalf("a role the script gave no EXECUTE emitted a logical decoding message: %v, want a permission error", err)
+		}
+	})
 	t.Run("relay exact", func(t *testing.T) {
 		t.Parallel()
 		e := logicalEnv(t)
