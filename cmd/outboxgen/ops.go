@@ -525,16 +525,11 @@ func writeIndented(w io.Writer, b []byte) {
 		fmt.Fprintln(w, "  (none)")
 		return
 	}
-	var v any
-	if err := json.Unmarshal(b, &v); err == nil {
-		var out strings.Builder
-		enc := json.NewEncoder(&out)
-		enc.SetEscapeHTML(false) // shown as text, never as HTML
-		enc.SetIndent("  ", "  ")
-		if enc.Encode(v) == nil {
-			fmt.Fprintf(w, "  %s", cleanText(out.String(), 0, true))
-			return
-		}
+	// Bounded: indentation grows with the square of the nesting depth
+	// (admin.IndentJSON); a document nested too deep is shown as stored.
+	if text, ok := admin.IndentJSON(b, "  ", 1<<20); ok {
+		fmt.Fprintf(w, "  %s\n", cleanText(text, 0, true))
+		return
 	}
 	fmt.Fprintf(w, "  %s\n", clean(string(b), 0))
 }
@@ -585,8 +580,9 @@ func cmdDeleteFailed(args []string, stdout, stderr io.Writer) error {
 }
 
 // action runs requeue, replay or delete: events named as arguments, or
-// selected by filter flags (-all for every one); confirmation (for -all,
-// and for every delete); a report of what changed.
+// selected by filter flags (-all for every one); a typed confirmation (for
+// -all, and for every delete, unless -yes), after which the action changes
+// the rows counted or nothing (confirmedAction); a report of what changed.
 func action(args []string, stdout, stderr io.Writer, verb, status, synopsis string,
 	do func(*admin.Admin) func(context.Context, admin.Selection) (admin.Result, error)) error {
 	fl := newFlags(verb, synopsis, stderr)
@@ -621,40 +617,21 @@ func action(args []string, stdout, stderr io.Writer, verb, status, synopsis stri
 			return err
 		}
 		run := do(a)
-		// A delete cannot be undone: it is always confirmed.
+		// A delete cannot be undone: it is always confirmed. -yes asks
+		// nothing, so nothing is counted first and no time passes between
+		// a count and the action: it changes what the selection matches
+		// when it runs, in batches of admin.BatchSize. -dry-run only
+		// counts.
 		if (af.all || verb == "delete") && !af.yes && !af.dryRun {
-			// Count first: the confirmation names the number.
-			dry := sel
-			dry.DryRun = true
-			res, err := run(ctx, dry)
-			switch {
-			case errors.Is(err, admin.ErrRefused):
-				// Refused below, where the reasons are printed.
-			case err != nil:
-				return err
-			case res.Matched == 0:
-				return report(stdout, dbf.json(), verb, status, res)
-			default:
-				if err := confirm(stdout, verb, res.Matched); err != nil {
-					return err
-				}
-				if len(refs) == 0 {
-					// What was confirmed, no more: rows that turn
-					// FAILED (or are sent) meanwhile have larger ids.
-					sel.Filter.ToID = res.LastID
-				}
+			want := driver.Failed
+			if status == "sent" {
+				want = driver.Sent
 			}
+			return confirmedAction(ctx, stdout, stderr, dbf.json(), a, run, verb, status, want, sel)
 		}
 		res, err := run(ctx, sel)
 		if errors.Is(err, admin.ErrRefused) {
-			if dbf.json() {
-				_ = writeJSON(stdout, res)
-			} else {
-				for _, r := range res.Refused {
-					fmt.Fprintf(stderr, "%s: %s\n", clean(r.Ref, 80), r.Reason)
-				}
-			}
-			return fmt.Errorf("refused %d of %d named %s; nothing was changed", len(res.Refused), len(refs), plural(len(refs), "event", "events"))
+			return refused(stdout, stderr, dbf.json(), res, len(refs))
 		}
 		if err != nil && res.Changed == 0 {
 			return err
@@ -665,6 +642,193 @@ func action(args []string, stdout, stderr io.Writer, verb, status, synopsis stri
 		}
 		return err
 	})
+}
+
+// refused prints why named events were refused and returns the error.
+func refused(stdout, stderr io.Writer, asJSON bool, res admin.Result, named int) error {
+	if asJSON {
+		_ = writeJSON(stdout, res)
+	} else {
+		for _, r := range res.Refused {
+			fmt.Fprintf(stderr, "%s: %s\n", clean(r.Ref, 80), r.Reason)
+		}
+	}
+	return fmt.Errorf("refused %d of %d named %s; nothing was changed", len(res.Refused), named, plural(named, "event", "events"))
+}
+
+// actionChunk is the most rows a confirmed action changes in one
+// transaction: admin.MaxRefs, what Selection.OneTransaction takes (a
+// variable for tests).
+var actionChunk = admin.MaxRefs
+
+// actionFunc is admin's Requeue, Replay or Delete.
+type actionFunc func(context.Context, admin.Selection) (admin.Result, error)
+
+// confirmedAction counts the selection, asks for a typed confirmation
+// naming the count, and then changes exactly the rows it counted, or
+// nothing: the selection is pinned to their ids (Selection.OneTransaction
+// with an Expect of their count and digest, as the console does). A row
+// that matches only after the count is never changed unconfirmed, whatever
+// its id: ids are given at insert, so a pending row older than the ones
+// counted can turn FAILED, or be sent, while the operator types. When a
+// row counted or a row within their id range changed state meanwhile, the
+// action is refused and changes nothing; rows past the highest id counted
+// are left alone (they were inserted after the count, or matched only
+// later, and were not confirmed).
+//
+// A selection of more than actionChunk rows is pinned in chunks of
+// consecutive id ranges, each counted and digested: each chunk is checked
+// (a dry run with its Expect) before any is changed, then each is changed
+// in its own transaction, again with its Expect. Only a change in the
+// moment between the check and a chunk's turn stops the action part-way:
+// the chunks before it stay changed (and are reported), the rest are not
+// touched.
+func confirmedAction(ctx context.Context, stdout, stderr io.Writer, asJSON bool, a *admin.Admin, run actionFunc,
+	verb, status string, want driver.RowStatus, sel admin.Selection) error {
+	p, res, err := pinSelection(ctx, a, run, want, sel)
+	switch {
+	case errors.Is(err, admin.ErrRefused):
+		// A named event is not in the status the action needs: refused
+		// before asking, and nothing is run.
+		return refused(stdout, stderr, asJSON, res, len(sel.Refs))
+	case err != nil:
+		return err
+	case p.matched == 0:
+		return report(stdout, asJSON, verb, status, admin.Result{Action: verb, DryRun: true})
+	}
+	if err := confirm(stdout, verb, p.matched); err != nil {
+		return err
+	}
+	if len(p.chunks) > 1 {
+		for _, c := range p.chunks {
+			dry := c
+			dry.DryRun = true
+			if _, err := run(ctx, dry); err != nil {
+				if msg := selectionChanged(err, status, c); msg != nil {
+					return fmt.Errorf("%w: nothing was changed; run the command again to count anew", msg)
+				}
+				return err
+			}
+		}
+	}
+	total := admin.Result{Action: verb}
+	for i, c := range p.chunks {
+		r, err := run(ctx, c)
+		if errors.Is(err, admin.ErrRefused) && total.Changed == 0 {
+			// A named event changed state meanwhile.
+			return refused(stdout, stderr, asJSON, r, len(sel.Refs))
+		}
+		if err == nil || r.Changed > 0 {
+			total.Matched += r.Matched
+			total.Changed += r.Changed
+			total.Released += r.Released
+			total.Keys += r.Keys // a key in two chunks counts twice
+			total.Batches += r.Batches
+			total.RecentlySent += r.RecentlySent
+			if total.FirstID == 0 {
+				total.FirstID = r.FirstID
+			}
+			total.LastID = max(total.LastID, r.LastID)
+		}
+		if err != nil {
+			msg := selectionChanged(err, status, c)
+			if total.Changed == 0 {
+				if msg != nil {
+					return fmt.Errorf("%w: nothing was changed; run the command again to count anew", msg)
+				}
+				return err
+			}
+			if msg != nil {
+				err = msg
+			}
+			// Report the chunks changed before this one.
+			if rerr := report(stdout, asJSON, verb, status, total); rerr != nil {
+				return rerr
+			}
+			return fmt.Errorf("stopped after %d of %d transactions, whose changes are reported above: %w; the rest was not changed: run the command again to count what is left", i, len(p.chunks), err)
+		}
+	}
+	return report(stdout, asJSON, verb, status, total)
+}
+
+// pinned is a selection as a confirmation counted it.
+type pinned struct {
+	matched int64
+	// chunks are the selections to run: OneTransaction, each with the
+	// Expect of what was counted in it.
+	chunks []admin.Selection
+}
+
+// pinSelection counts what sel selects and pins it: named events with a
+// dry run (their ids are fixed; it refuses those not in status want), a
+// filter by reading the ids it selects, in id order, cut into id ranges
+// of at most actionChunk rows.
+func pinSelection(ctx context.Context, a *admin.Admin, run actionFunc, want driver.RowStatus, sel admin.Selection) (pinned, admin.Result, error) {
+	var p pinned
+	sel.OneTransaction = true
+	if len(sel.Refs) > 0 {
+		dry := sel
+		dry.DryRun = true
+		res, err := run(ctx, dry)
+		if err != nil {
+			return p, res, err
+		}
+		sel.Expect = &admin.Expect{Count: res.Matched, Digest: res.Digest}
+		p.matched, p.chunks = res.Matched, []admin.Selection{sel}
+		return p, res, nil
+	}
+	var ids []int64 // of the chunk being read: at most actionChunk
+	from := sel.Filter.FromID
+	cut := func() {
+		c := sel
+		c.Filter.FromID = from
+		c.Filter.ToID = ids[len(ids)-1]
+		c.Expect = &admin.Expect{Count: int64(len(ids)), Digest: admin.Digest(ids)}
+		p.chunks = append(p.chunks, c)
+		from = c.Filter.ToID + 1
+		ids = ids[:0]
+	}
+	var after int64
+	for {
+		evs, err := a.Find(ctx, want, sel.Filter, after, dialect.MaxInList)
+		if err != nil {
+			return p, admin.Result{}, err
+		}
+		if len(evs) == 0 {
+			break
+		}
+		for _, e := range evs {
+			ids = append(ids, e.ID)
+			p.matched++
+			if len(ids) == actionChunk {
+				cut()
+			}
+		}
+		after = evs[len(evs)-1].ID
+	}
+	if len(ids) > 0 {
+		cut()
+	}
+	return p, admin.Result{}, nil
+}
+
+// selectionChanged words the refusal of chunk c of a confirmed action
+// whose selection changed after the count (its Expect no longer holds):
+// the action changed nothing in c. It returns nil for other errors.
+func selectionChanged(err error, status string, c admin.Selection) error {
+	var sc *admin.SelectionChangedError
+	switch {
+	case !errors.As(err, &sc):
+		return nil
+	case len(c.Refs) > 0:
+		return errors.New("the events named changed since the count you confirmed")
+	}
+	now := fmt.Sprintf("%d now", sc.Now)
+	if sc.Now == sc.Then {
+		now = fmt.Sprintf("%d others now", sc.Now)
+	}
+	return fmt.Errorf("the %s events selected changed since the count you confirmed (ids %d to %d: %d then, %s)",
+		status, max(c.Filter.FromID, 1), c.Filter.ToID, sc.Then, now)
 }
 
 // parseInterspersed parses flags and positional arguments in any order.
@@ -759,19 +923,11 @@ func cmdInbox(args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	return withDB(dbf, func(ctx context.Context, o *opsDB, a *admin.Admin) error {
+		// -all asks first, naming the count, and then forgets the rows
+		// counted. -yes asks nothing and counts nothing first: it forgets
+		// the rows there when it runs. -dry-run only counts.
 		if af.all && !af.yes && !af.dryRun {
-			dry := sel
-			dry.DryRun = true
-			res, err := a.ForgetInbox(ctx, dry)
-			if err != nil {
-				return err
-			}
-			if res.Matched == 0 {
-				return forgetReport(stdout, dbf.json(), *consumer, res)
-			}
-			if err := confirm(stdout, "forget", res.Matched); err != nil {
-				return err
-			}
+			return confirmedForget(ctx, stdout, dbf.json(), o, a, dbf.timeout, sel)
 		}
 		res, err := a.ForgetInbox(ctx, sel)
 		if err != nil && res.Changed == 0 {
@@ -782,6 +938,119 @@ func cmdInbox(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	})
+}
+
+// inboxPinMax is the most inbox rows inbox forget -all pins by their event
+// ids (about 100 bytes each in memory; a variable for tests).
+var inboxPinMax = 100000
+
+// confirmedForget is inbox forget -all with a typed confirmation: it
+// counts the consumer's inbox rows, asks, and then forgets those rows and
+// no others. admin.ForgetInbox has no Expect (nor an upper bound on
+// processed_at or event id), so the rows are pinned by the event ids read
+// at the count: ForgetInbox then forgets the rows of those event ids that
+// are still there (rows deleted meanwhile, by the janitor or another
+// operator, count as not forgotten), never an event the consumer handled
+// while the operator typed. A consumer with more than inboxPinMax rows is
+// counted again after the confirmation instead, and the forget is refused,
+// changing nothing, when the count differs: only the moment between that
+// recount and the forget is left unpinned.
+func confirmedForget(ctx context.Context, stdout io.Writer, asJSON bool, o *opsDB, a *admin.Admin, timeout time.Duration, sel admin.InboxSelection) error {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	err := o.Driver.Check(cctx, driver.Inbox)
+	cancel()
+	if err != nil {
+		return err
+	}
+	ids, keys, err := inboxEventIDs(ctx, o.Driver, timeout, sel.Consumer, inboxPinMax+1)
+	if err != nil {
+		return err
+	}
+	if len(ids) > inboxPinMax {
+		return confirmedForgetRecount(ctx, stdout, asJSON, a, sel)
+	}
+	if len(ids) == 0 {
+		return forgetReport(stdout, asJSON, sel.Consumer, admin.Result{Action: "forget", DryRun: true})
+	}
+	if err := confirm(stdout, "forget", int64(len(ids))); err != nil {
+		return err
+	}
+	total := admin.Result{Action: "forget"}
+	for len(ids) > 0 {
+		n := min(len(ids), admin.MaxRefs)
+		res, err := a.ForgetInbox(ctx, admin.InboxSelection{Consumer: sel.Consumer, EventIDs: ids[:n]})
+		total.Matched += res.Matched
+		total.Changed += res.Changed
+		total.Batches += res.Batches
+		total.Keys = keys
+		if err != nil {
+			if total.Changed > 0 {
+				_ = forgetReport(stdout, asJSON, sel.Consumer, total)
+			}
+			return err
+		}
+		ids = ids[n:]
+	}
+	return forgetReport(stdout, asJSON, sel.Consumer, total)
+}
+
+// confirmedForgetRecount is confirmedForget for a consumer with more
+// inbox rows than it pins: count, confirm, count again and forget only
+// when the count is the one confirmed.
+func confirmedForgetRecount(ctx context.Context, stdout io.Writer, asJSON bool, a *admin.Admin, sel admin.InboxSelection) error {
+	dry := sel
+	dry.DryRun = true
+	res, err := a.ForgetInbox(ctx, dry)
+	if err != nil {
+		return err
+	}
+	if res.Matched == 0 {
+		return forgetReport(stdout, asJSON, sel.Consumer, res)
+	}
+	if err := confirm(stdout, "forget", res.Matched); err != nil {
+		return err
+	}
+	again, err := a.ForgetInbox(ctx, dry)
+	if err != nil {
+		return err
+	}
+	if again.Matched != res.Matched {
+		return fmt.Errorf("the inbox rows of consumer %q changed since the count you confirmed (%d then, %d now): nothing was forgotten; run the command again to count anew",
+			clean(sel.Consumer, 64), res.Matched, again.Matched)
+	}
+	res, err = a.ForgetInbox(ctx, sel)
+	if err != nil && res.Changed == 0 {
+		return err
+	}
+	if rerr := forgetReport(stdout, asJSON, sel.Consumer, res); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// inboxEventIDs returns the event ids of consumer's inbox rows, at most
+// limit, and the number of distinct keys among them.
+func inboxEventIDs(ctx context.Context, drv driver.Driver, timeout time.Duration, consumer string, limit int) ([]string, int, error) {
+	var ids []string
+	keys := map[string]bool{}
+	after := ""
+	for len(ids) < limit {
+		sctx, cancel := context.WithTimeout(ctx, timeout)
+		rows, err := drv.FindInbox(sctx, driver.InboxFilter{Consumer: consumer, AfterEventID: after, Limit: min(admin.BatchSize, limit-len(ids))})
+		cancel()
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(rows) == 0 {
+			break
+		}
+		for _, r := range rows {
+			ids = append(ids, r.EventID)
+			keys[r.Key] = true
+		}
+		after = rows[len(rows)-1].EventID
+	}
+	return ids, len(keys), nil
 }
 
 func forgetReport(w io.Writer, asJSON bool, consumer string, r admin.Result) error {

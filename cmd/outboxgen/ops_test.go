@@ -465,3 +465,304 @@ func TestFailedDelete(t *testing.T) {
 		})
 	}
 }
+
+// typist answers a typed confirmation. Before its first read, when the
+// command has counted and asked, it runs meanwhile: what happens in the
+// database while the operator types.
+type typist struct {
+	meanwhile func()
+	answer    *strings.Reader
+	once      sync.Once
+}
+
+func (r *typist) Read(p []byte) (int, error) {
+	r.once.Do(r.meanwhile)
+	return r.answer.Read(p)
+}
+
+// opsCLIAnswer runs the command line with meanwhile run while the operator
+// types answer.
+func opsCLIAnswer(t *testing.T, meanwhile func(), answer string, args ...string) (string, string, int) {
+	t.Helper()
+	stdinMu.Lock()
+	defer stdinMu.Unlock()
+	stdin = &typist{meanwhile: meanwhile, answer: strings.NewReader(answer + "\n")}
+	return opsCLI(t, args...)
+}
+
+// opsSet sets the status of outbox row id (a sent row gets a sent_at).
+func opsSet(t *testing.T, db *sql.DB, d string, id int64, status int) {
+	t.Helper()
+	sentAt := "NULL"
+	if status == 1 {
+		sentAt = drivertest.OpsAgo(dialect.Dialect(d), time.Hour)
+	}
+	if _, err := db.Exec(opsRebind(d, "UPDATE outbox_event SET status = "+strconv.Itoa(status)+", sent_at = "+sentAt+" WHERE id = ?"), id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// opsStatuses returns the status of each row of ids.
+func opsStatuses(t *testing.T, db *sql.DB, ids []int64) []int {
+	t.Helper()
+	out := make([]int, len(ids))
+	for i, id := range ids {
+		out[i] = -1 // deleted
+		err := db.QueryRow("SELECT status FROM outbox_event WHERE id = " + strconv.FormatInt(id, 10)).Scan(&out[i])
+		if err != nil && err != sql.ErrNoRows {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// A confirmed action changes the rows the operator confirmed or nothing:
+// a row that matches only after the count (a pending row that turns
+// FAILED, or is sent, while the operator types, whatever its id) is never
+// changed unconfirmed. The command refuses, changes nothing and exits 1.
+func TestOpsConfirmedActionRefusesChangedSelection(t *testing.T) {
+	for _, d := range testdb.Dialects() {
+		t.Run(d, func(t *testing.T) {
+			dsn := testdb.DSN(t, d)
+			db, err := sql.Open(testdb.Driver(t, d), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			testdb.ApplySchema(t, db, d, templates.DefaultTables)
+			dbFlag := "-db=" + cliDSN(d, dsn)
+			for _, tc := range []struct {
+				args   []string
+				status int // the status the action acts on
+				verb   string
+			}{
+				{[]string{"failed", "delete", "-type"}, 2, "delete"}, // + the seeded type
+				{[]string{"requeue", "-all"}, 2, "requeue"},
+				{[]string{"replay", "-all"}, 1, "replay"},
+			} {
+				name := strings.Join(tc.args, " ")
+				seed := drivertest.OpsSeedRow{Count: 4, Status: tc.status, CreatedAgo: time.Hour}
+				if tc.status == 1 {
+					seed.SentAgo = time.Hour
+				}
+				ids := drivertest.OpsSeed(t, db, dialect.Dialect(d), "outbox_event", seed)[0]
+				args := append(slices.Clone(tc.args), dbFlag)
+				if tc.verb == "delete" {
+					var typ string
+					if err := db.QueryRow("SELECT biz_type FROM outbox_event WHERE id = " + strconv.FormatInt(ids[0], 10)).Scan(&typ); err != nil {
+						t.Fatal(err)
+					}
+					args = append(args[:3], typ, dbFlag)
+				}
+				all := []int{tc.status, tc.status, tc.status, tc.status}
+				// The second row is pending when counted; it turns FAILED
+				// (or is sent) while the operator types "<verb> 3": its id
+				// is below the highest id counted.
+				opsSet(t, db, d, ids[1], 0)
+				out, errs, code := opsCLIAnswer(t, func() { opsSet(t, db, d, ids[1], tc.status) }, tc.verb+" 3", args...)
+				if code != 1 || !strings.Contains(out, `Type "`+tc.verb+` 3"`) || !strings.Contains(errs, "changed since the count") || !strings.Contains(errs, "nothing was changed") {
+					t.Errorf("%s while a row turned %d: exit %d\n%s%s", name, tc.status, code, out, errs)
+				}
+				if got := opsStatuses(t, db, ids); !slices.Equal(got, all) {
+					t.Errorf("%s refused: statuses %v, want %v (nothing changed)", name, got, all)
+				}
+				// A counted row changes state meanwhile: refused too.
+				out, errs, code = opsCLIAnswer(t, func() { opsSet(t, db, d, ids[3], 0) }, tc.verb+" 4", args...)
+				if code != 1 || !strings.Contains(errs, "changed since the count") || !strings.Contains(errs, "nothing was changed") {
+					t.Errorf("%s while a counted row changed: exit %d\n%s%s", name, code, out, errs)
+				}
+				if got, want := opsStatuses(t, db, ids), []int{tc.status, tc.status, tc.status, 0}; !slices.Equal(got, want) {
+					t.Errorf("%s refused: statuses %v, want %v", name, got, want)
+				}
+				// Nothing changes meanwhile: the rows confirmed are changed.
+				out, errs, code = opsCLIAnswer(t, func() {}, tc.verb+" 3", args...)
+				if code != 0 || !strings.Contains(out, " 3 events (ids "+strconv.FormatInt(ids[0], 10)+"..") || !strings.Contains(out, "in 1 transaction") {
+					t.Errorf("%s confirmed: exit %d\n%s%s", name, code, out, errs)
+				}
+				if _, err := db.Exec("DELETE FROM outbox_event"); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// failed delete of named rows: a named row that is no longer FAILED when
+// the confirmation is answered refuses the whole delete.
+func TestFailedDeleteNamedRefusesChangedRow(t *testing.T) {
+	for _, d := range testdb.Dialects() {
+		t.Run(d, func(t *testing.T) {
+			dsn := testdb.DSN(t, d)
+			db, err := sql.Open(testdb.Driver(t, d), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			testdb.ApplySchema(t, db, d, templates.DefaultTables)
+			dbFlag := "-db=" + cliDSN(d, dsn)
+			ids := drivertest.OpsSeed(t, db, dialect.Dialect(d), "outbox_event", drivertest.OpsSeedRow{Count: 2, Status: 2, CreatedAgo: time.Hour})[0]
+			a, b := strconv.FormatInt(ids[0], 10), strconv.FormatInt(ids[1], 10)
+			// Someone requeues b while the operator types.
+			out, errs, code := opsCLIAnswer(t, func() { opsSet(t, db, d, ids[1], 0) }, "delete 2", "failed", "delete", dbFlag, a, b)
+			if code != 1 || !strings.Contains(errs, "row "+b+" is pending, not failed") || !strings.Contains(errs, "nothing was changed") {
+				t.Errorf("delete of a row requeued meanwhile: exit %d\n%s%s", code, out, errs)
+			}
+			if got := opsStatuses(t, db, ids); !slices.Equal(got, []int{2, 0}) {
+				t.Errorf("after the refused delete: statuses %v, want [2 0]", got)
+			}
+			// A dry run that refuses asks nothing and changes nothing.
+			out, errs, code = opsCLIAnswer(t, func() { t.Error("asked to confirm a refused delete") }, "delete 2", "failed", "delete", dbFlag, a, b)
+			if code != 1 || strings.Contains(out, "Type") || !strings.Contains(errs, "row "+b+" is pending, not failed") {
+				t.Errorf("delete naming a pending row: exit %d\n%s%s", code, out, errs)
+			}
+			if got := opsStatuses(t, db, ids); !slices.Equal(got, []int{2, 0}) {
+				t.Errorf("after the refused delete: statuses %v, want [2 0]", got)
+			}
+		})
+	}
+}
+
+// inbox forget -all forgets the rows it counted, not the events the
+// consumer handled while the operator typed.
+func TestInboxForgetAllPinned(t *testing.T) {
+	for _, d := range testdb.Dialects() {
+		t.Run(d, func(t *testing.T) {
+			dsn := testdb.DSN(t, d)
+			db, err := sql.Open(testdb.Driver(t, d), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			testdb.ApplySchema(t, db, d, templates.DefaultTables)
+			dbFlag := "-db=" + cliDSN(d, dsn)
+			handle := func(consumer string) string {
+				id := outbox.NewEventID().String()
+				if _, err := db.Exec(opsRebind(d, "INSERT INTO outbox_inbox (consumer, event_id, biz_type, biz_id) VALUES (?, ?, 'T', 'k')"), consumer, id); err != nil {
+					t.Fatal(err)
+				}
+				return id
+			}
+			inbox := func(consumer string) []string {
+				rows, err := db.Query(opsRebind(d, "SELECT event_id FROM outbox_inbox WHERE consumer = ? ORDER BY event_id"), consumer)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer rows.Close()
+				var out []string
+				for rows.Next() {
+					var s string
+					if err := rows.Scan(&s); err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, strings.ToLower(s))
+				}
+				return out
+			}
+			for range 3 {
+				handle("points")
+			}
+			other := handle("mail")
+			var late string
+			out, errs, code := opsCLIAnswer(t, func() { late = handle("points") }, "forget 3", "inbox", "forget", dbFlag, "-consumer", "points", "-all")
+			if code != 0 || !strings.Contains(out, `Type "forget 3"`) || !strings.Contains(out, "forgot 3 events") {
+				t.Errorf("inbox forget -all: exit %d\n%s%s", code, out, errs)
+			}
+			if got := inbox("points"); !slices.Equal(got, []string{late}) {
+				t.Errorf("points' inbox after forget -all: %v, want only the event handled meanwhile %s", got, late)
+			}
+			if got := inbox("mail"); !slices.Equal(got, []string{other}) {
+				t.Errorf("mail's inbox: %v, want %s", got, other)
+			}
+		})
+	}
+}
+
+// A confirmed selection bigger than one transaction takes (admin.MaxRefs;
+// 2 here) is pinned in consecutive id ranges, each checked before any is
+// changed: a row that turns FAILED between two ranges' rows refuses the
+// whole requeue.
+func TestRequeueConfirmedInChunks(t *testing.T) {
+	defer func(n int) { actionChunk = n }(actionChunk)
+	actionChunk = 2
+	for _, d := range testdb.Dialects() {
+		t.Run(d, func(t *testing.T) {
+			dsn := testdb.DSN(t, d)
+			db, err := sql.Open(testdb.Driver(t, d), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			testdb.ApplySchema(t, db, d, templates.DefaultTables)
+			dbFlag := "-db=" + cliDSN(d, dsn)
+			ids := drivertest.OpsSeed(t, db, dialect.Dialect(d), "outbox_event", drivertest.OpsSeedRow{Count: 5, Status: 2, CreatedAgo: time.Hour})[0]
+			// Counted: rows 0, 1 | 3, 4. Row 2 turns FAILED meanwhile.
+			opsSet(t, db, d, ids[2], 0)
+			out, errs, code := opsCLIAnswer(t, func() { opsSet(t, db, d, ids[2], 2) }, "requeue 4", "requeue", dbFlag, "-all")
+			if code != 1 || !strings.Contains(errs, "failed events selected changed since the count you confirmed (ids "+strconv.FormatInt(ids[1]+1, 10)+" to "+strconv.FormatInt(ids[4], 10)+": 2 then, 3 now): nothing was changed") {
+				t.Errorf("requeue -all while a row between two chunks turned FAILED: exit %d\n%s%s", code, out, errs)
+			}
+			if got := opsStatuses(t, db, ids); !slices.Equal(got, []int{2, 2, 2, 2, 2}) {
+				t.Errorf("after the refused requeue: statuses %v, want every row FAILED", got)
+			}
+			// The last chunk changes: refused before the first is changed.
+			out, errs, code = opsCLIAnswer(t, func() { opsSet(t, db, d, ids[4], 1) }, "requeue 5", "requeue", dbFlag, "-all")
+			if code != 1 || !strings.Contains(errs, "(ids "+strconv.FormatInt(ids[4], 10)+" to "+strconv.FormatInt(ids[4], 10)+": 1 then, 0 now): nothing was changed") {
+				t.Errorf("requeue -all while the last chunk changed: exit %d\n%s%s", code, out, errs)
+			}
+			if got := opsStatuses(t, db, ids); !slices.Equal(got, []int{2, 2, 2, 2, 1}) {
+				t.Errorf("after the refused requeue: statuses %v, want [2 2 2 2 1]", got)
+			}
+			opsSet(t, db, d, ids[4], 2)
+			out, errs, code = opsCLIAnswer(t, func() {}, "requeue 5", "requeue", dbFlag, "-all")
+			want := "requeued 5 events (ids " + strconv.FormatInt(ids[0], 10) + ".." + strconv.FormatInt(ids[4], 10) + ", 5 keys) in 3 transactions"
+			if code != 0 || !strings.Contains(out, want) {
+				t.Errorf("requeue -all in chunks: exit %d, want %q\n%s%s", code, want, out, errs)
+			}
+			if got := opsStatuses(t, db, ids); !slices.Equal(got, []int{0, 0, 0, 0, 0}) {
+				t.Errorf("after the requeue: statuses %v, want every row pending", got)
+			}
+		})
+	}
+}
+
+// inbox forget -all of a consumer with more rows than it pins by event id
+// (inboxPinMax; 2 here) counts again after the confirmation and refuses
+// when the count changed.
+func TestInboxForgetAllRecount(t *testing.T) {
+	defer func(n int) { inboxPinMax = n }(inboxPinMax)
+	inboxPinMax = 2
+	for _, d := range testdb.Dialects() {
+		t.Run(d, func(t *testing.T) {
+			dsn := testdb.DSN(t, d)
+			db, err := sql.Open(testdb.Driver(t, d), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			testdb.ApplySchema(t, db, d, templates.DefaultTables)
+			dbFlag := "-db=" + cliDSN(d, dsn)
+			handle := func() {
+				if _, err := db.Exec(opsRebind(d, "INSERT INTO outbox_inbox (consumer, event_id, biz_type, biz_id) VALUES ('points', ?, 'T', 'k')"), outbox.NewEventID().String()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 3 {
+				handle()
+			}
+			out, errs, code := opsCLIAnswer(t, handle, "forget 3", "inbox", "forget", dbFlag, "-consumer", "points", "-all")
+			if code != 1 || !strings.Contains(errs, `the inbox rows of consumer "points" changed since the count you confirmed (3 then, 4 now): nothing was forgotten`) {
+				t.Errorf("inbox forget -all while the consumer handled an event: exit %d\n%s%s", code, out, errs)
+			}
+			if n := drivertest.OpsCount(t, db, "outbox_inbox", ""); n != 4 {
+				t.Errorf("%d inbox rows after the refused forget, want 4", n)
+			}
+			out, errs, code = opsCLIAnswer(t, func() {}, "forget 4", "inbox", "forget", dbFlag, "-consumer", "points", "-all")
+			if code != 0 || !strings.Contains(out, "forgot 4 events") {
+				t.Errorf("inbox forget -all: exit %d\n%s%s", code, out, errs)
+			}
+			if n := drivertest.OpsCount(t, db, "outbox_inbox", ""); n != 0 {
+				t.Errorf("%d inbox rows after forget -all, want 0", n)
+			}
+		})
+	}
+}

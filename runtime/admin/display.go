@@ -3,11 +3,13 @@ package admin
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 )
 
 // IndentJSON returns the JSON document b indented by two spaces per level,
 // each line after the first starting with prefix, for an operator to
-// read; ok is false when b is not valid JSON or its indented form could
+// read: the \u003c, \u003e and \u0026 escapes encoding/json writes are
+// shown as the characters (unescapeHTML). ok is false when b is not valid JSON or its indented form could
 // be longer than maxOut bytes (then show b as stored). Indentation grows
 // with the square of the nesting depth: 6 KB of nested arrays become
 // 18 MB, so the size is bounded before anything is written.
@@ -19,7 +21,7 @@ func IndentJSON(b []byte, prefix string, maxOut int) (text string, ok bool) {
 	if err := json.Indent(&out, b, prefix, "  "); err != nil {
 		return "", false
 	}
-	return out.String(), true
+	return unescapeHTML(out.String()), true
 }
 
 // indentedSize is an upper bound of the size of valid JSON b indented by
@@ -56,4 +58,46 @@ func indentedSize(b []byte, prefixLen int) int {
 		}
 	}
 	return size
+}
+
+// unescapeHTML turns the \u003c, \u003e and \u0026 escapes Go's
+// encoding/json writes for <, > and & back into the characters, for
+// display (a page escapes them again; a terminal shows them as text);
+// every other escape,
+// and an escaped backslash before "u003c", is kept as it is. The JSON
+// stays equivalent.
+func unescapeHTML(s string) string {
+	if !strings.Contains(s, `\u00`) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '\\' || i+1 >= len(s) {
+			b.WriteByte(c)
+			continue
+		}
+		if s[i+1] == 'u' && i+6 <= len(s) {
+			switch strings.ToLower(s[i+2 : i+6]) {
+			case "003c":
+				b.WriteByte('<')
+				i += 5
+				continue
+			case "003e":
+				b.WriteByte('>')
+				i += 5
+				continue
+			case "0026":
+				b.WriteByte('&')
+				i += 5
+				continue
+			}
+		}
+		// Any other escape: copy it whole (so "\\u003c" stays).
+		b.WriteByte(c)
+		b.WriteByte(s[i+1])
+		i++
+	}
+	return b.String()
 }

@@ -309,7 +309,7 @@ func showBody(b []byte) shown {
 		}
 		b = b[:n]
 	} else if text, ok := admin.IndentJSON(b, "", maxIndented); ok {
-		return shown{Text: unescapeHTML(text)}
+		return shown{Text: text}
 	} else if json.Valid(b) {
 		return shown{Text: string(b), Note: "nested too deep to indent: shown as stored"}
 	}
@@ -325,47 +325,6 @@ func showBody(b []byte) shown {
 		note = "not valid JSON: shown as stored"
 	}
 	return shown{Text: string(b), Note: note}
-}
-
-// unescapeHTML turns the \u003c, \u003e and \u0026 escapes Go's
-// encoding/json writes for <, > and & back into the characters, for
-// display (html/template escapes them on the page); every other escape,
-// and an escaped backslash before "u003c", is kept as it is. The JSON
-// stays equivalent.
-func unescapeHTML(s string) string {
-	if !strings.Contains(s, `\u00`) {
-		return s
-	}
-	var b strings.Builder
-	b.Grow(len(s))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c != '\\' || i+1 >= len(s) {
-			b.WriteByte(c)
-			continue
-		}
-		if s[i+1] == 'u' && i+6 <= len(s) {
-			switch strings.ToLower(s[i+2 : i+6]) {
-			case "003c":
-				b.WriteByte('<')
-				i += 5
-				continue
-			case "003e":
-				b.WriteByte('>')
-				i += 5
-				continue
-			case "0026":
-				b.WriteByte('&')
-				i += 5
-				continue
-			}
-		}
-		// Any other escape: copy it whole (so "\\u003c" stays).
-		b.WriteByte(c)
-		b.WriteByte(s[i+1])
-		i++
-	}
-	return b.String()
 }
 
 // chart is a server-rendered bar chart (inline SVG).
