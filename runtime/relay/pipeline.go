@@ -206,6 +206,7 @@ type pipeline struct {
 
 	batches map[*batch]bool  // batches with units not reported
 	leased  map[int64]*batch // rows leased to us and not recorded yet
+	keyOf   map[int64]string // the key of each leased row of an ordered type
 	running int              // units not reported
 	pend    driver.Results
 	pendOf  map[int64]*batch // the batch each pending result's row was leased to
@@ -247,6 +248,11 @@ type pipeline struct {
 	// found nothing (see saturated); zero: not since a full claim that
 	// recorded nothing.
 	saturatedAt time.Time
+	// rescanning: the first claim since the saturated window ended is
+	// under way. It tells whether the rows still wait behind rows in
+	// flight; a claim beside it would read past them all too, at the same
+	// moment, so none starts until it returns.
+	rescanning bool
 }
 
 // rescanEvery is how often, at most, claims read from a front instead of
@@ -272,6 +278,7 @@ func (r *Relay) newPipeline(ctx context.Context, m mode) *pipeline {
 		abandon:   make(chan struct{}),
 		batches:   map[*batch]bool{},
 		leased:    map[int64]*batch{},
+		keyOf:     map[int64]string{},
 		pendOf:    map[int64]*batch{},
 		claimNow:  true,
 		probed:    m != modeRun, // RunOnce probes before, poll never
@@ -391,13 +398,21 @@ func (p *pipeline) act() (bool, error) {
 	if p.claiming > 0 {
 		// Beside claims in flight only another claim starts: while a
 		// backlog lasts, and unless a heartbeat waits for them to end.
-		if ok && p.backlog && !p.hbDue && p.claiming < r.opts.ParallelClaims && !p.saturated(now) {
+		if ok && p.backlog && !p.hbDue && p.claiming < r.opts.ParallelClaims && !p.saturated(now) && !p.rescanning {
 			return true, p.claim(limit)
 		}
 		return false, nil
 	}
 	switch {
-	case ok && (p.claimNow || p.owedNow() || !now.Before(p.nextPoll) || p.flushDue(now)):
+	case ok && (p.claimNow || p.owedNow() || !now.Before(p.nextPoll)):
+		return true, p.claim(limit)
+	case ok && p.flushDue(now):
+		if p.saturated(now) && !p.pendFreesKey() {
+			// The rows left wait behind rows in flight, and these
+			// results free none of their keys: a claim would read past
+			// them all again for nothing.
+			return true, p.record()
+		}
 		return true, p.claim(limit)
 	case p.flushDue(now):
 		return true, p.record()
@@ -420,6 +435,32 @@ func (p *pipeline) act() (bool, error) {
 // at most that: claims in step with its recordings for rescanEvery.
 func (p *pipeline) saturated(now time.Time) bool {
 	return !p.saturatedAt.IsZero() && now.Sub(p.saturatedAt) < rescanEvery
+}
+
+// pendFreesKey reports whether recording the pending results may let a
+// claim find rows to lease: a row was sent whose key has no other row of
+// ours in flight, or of a type without key order; or a row failed or is
+// given back (it is due again, or the rows behind it are to be held).
+func (p *pipeline) pendFreesKey() bool {
+	if len(p.pend.Failures) > 0 || len(p.pend.Release) > 0 {
+		return true
+	}
+	sent := make(map[int64]bool, len(p.pend.Sent))
+	for _, id := range p.pend.Sent {
+		sent[id] = true
+	}
+	busy := map[string]bool{}
+	for id, k := range p.keyOf {
+		if !sent[id] {
+			busy[k] = true
+		}
+	}
+	for _, id := range p.pend.Sent {
+		if k, ordered := p.keyOf[id]; !ordered || !busy[k] {
+			return true
+		}
+	}
+	return false
 }
 
 // owedNow reports whether the claim RunOnce owes (onceOwed) may run now:
@@ -650,6 +691,7 @@ type claimOutcome struct {
 	from      bool // read from p.from, not from the start
 	fromGen   int  // p.fromGen when it started
 	inFlight  int  // rows of ours in flight beside it: leased, results not carried
+	rescan    bool // the first claim since the saturated window ended (see rescanning)
 }
 
 // claim records the pending results and claims up to limit rows in one
@@ -673,6 +715,9 @@ func (p *pipeline) claim(limit int) error {
 	}
 	out.rec, out.of = p.takePending()
 	out.inFlight = len(p.leased) - len(out.of)
+	if !p.saturatedAt.IsZero() && !p.saturated(out.claimedAt) && !p.rescanning {
+		out.rescan, p.rescanning = true, true
+	}
 	// A Notify arriving while the claim runs sets claimNow again: it may
 	// announce rows the claim did not see.
 	p.claiming++
@@ -715,6 +760,9 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 	r := p.r
 	p.claiming--
 	p.claimRows -= out.limit
+	if out.rescan {
+		p.rescanning = false
+	}
 	if out.err != nil {
 		p.backlog = false
 		p.resetFrom() // what its recording did is unknown
@@ -837,6 +885,7 @@ func (p *pipeline) recorded(rec *driver.Results, of map[int64]*batch, got driver
 	forget := func(id int64) {
 		if p.leased[id] == of[id] {
 			delete(p.leased, id)
+			delete(p.keyOf, id)
 		}
 	}
 	for _, id := range rec.Sent {
@@ -917,6 +966,9 @@ func (p *pipeline) startBatch(rows []driver.Row, claimedAt time.Time, probe bool
 	b.timeout = time.AfterFunc(r.opts.PublishTimeout, func() { stop(errPublishTimeout) })
 	for _, rw := range rows {
 		p.leased[rw.ID] = b
+		if !r.unordered[rw.Type] {
+			p.keyOf[rw.ID] = rw.Key
+		}
 	}
 	p.batches[b] = true
 	units := r.groups(rows)

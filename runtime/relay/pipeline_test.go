@@ -721,3 +721,40 @@ func TestFewKeysClaimInStepWithRecordings(t *testing.T) {
 		}
 	})
 }
+
+// The same backlog with slow publishes, so that the drain outlasts
+// several saturated windows: when one ends, the first claim tells whether
+// the rows still wait, and no claim starts beside it to read past them
+// all at the same moment. At most one claim that finds nothing per
+// rescanEvery.
+func TestFewKeysOneRescanPerWindow(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		ins := insertEvents(t, db, d, roundRobin(900, 3)...)
+		ec := &emptyClaims{Driver: drv}
+		pub := newRecPub(t)
+		pub.setFail(func(*message.Message) error { time.Sleep(12 * time.Millisecond); return nil })
+		opts := testOptions(pub, "few")
+		opts.BatchSize = 6
+		opts.MaxInFlight = 60
+		opts.PollInterval = 2 * time.Second // the default: polls come after the window
+		failOnPollErrors(t, &opts)
+		// Run, not RunOnce, which ends with claims of its own.
+		start := time.Now()
+		stop := runRelay(t, mustRelay(t, ec, opts))
+		waitFor(t, "every event published", func() bool { return len(pub.successes()) >= len(ins) })
+		took := time.Since(start)
+		stop()
+		checkPublishedOnce(t, pub, ins)
+		checkKeyOrder(t, pub, ins)
+		ec.mu.Lock()
+		defer ec.mu.Unlock()
+		t.Logf("%d full claims, %d found nothing, in %v", ec.full, ec.empty, took)
+		// The two claims beside the first full one (before the relay
+		// knows), one per window, and the last ones of the drain: 6 to 8
+		// in 4.5 s. Before, two claims started together when a window
+		// ended: 11 or 12.
+		if want := int(took/time.Second+1) + 4; ec.empty > want {
+			t.Fatalf("%d claims found nothing beside %d full ones in %v, want at most %d: one per rescanEvery", ec.empty, ec.full, took, want)
+		}
+	})
+}
