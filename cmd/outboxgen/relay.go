@@ -34,6 +34,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/dsn"
 	"github.com/outboxgen/outboxgen/runtime/janitor"
 	"github.com/outboxgen/outboxgen/runtime/monitor"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/runtime/redact"
 	"github.com/outboxgen/outboxgen/runtime/relay"
 	"github.com/outboxgen/outboxgen/runtime/runner"
@@ -82,9 +83,10 @@ type procFlags struct {
 
 	// WAL mode (sql.wal): the streaming relay's slot settings (wal.go's
 	// part of this file: runWAL).
-	walSlot     string
-	walFailover bool
-	maxSlotLag  int64
+	walSlot       string
+	walFailover   bool
+	walMaxMessage int
+	maxSlotLag    int64
 }
 
 // Flag groups of newProcFlags.
@@ -134,6 +136,7 @@ func newProcFlags(cmd, synopsis string, groups int, stderr io.Writer) *procFlags
 		fl.StringVar(&p.instanceID, "instance-id", "", "relay: lease owner name, unique among the relays of a table, at most 64 bytes (default hostname-pid-random)")
 		fl.StringVar(&p.walSlot, "wal-slot", "", "relay, with sql.wal: the logical replication slot the streaming relay reads (default outboxgen_<outbox table>; the publication is always outboxgen_<outbox table>, as the grants script creates it)")
 		fl.BoolVar(&p.walFailover, "wal-failover-slot", false, "relay, with sql.wal: create a missing slot as a failover slot (PostgreSQL 17+), so that it survives a failover to a standby with sync_replication_slots = on")
+		fl.IntVar(&p.walMaxMessage, "wal-max-message-bytes", outbox.MaxWALEnvelope, "relay, with sql.wal: largest WAL message, in bytes, the streaming relay reads: at least the writers' WithMaxMessageSize plus 64 KiB (a larger message is not skipped: the streaming relay stops before it until this is raised)")
 	}
 	if groups&groupPublish != 0 {
 		fl.IntVar(&p.batchSize, "batch-size", relay.DefaultBatchSize, fmt.Sprintf("most rows claimed per poll (1 to %d)", relay.MaxBatchSize))
@@ -683,7 +686,7 @@ func (p *procFlags) openWAL(ctx context.Context, s *setup) (*walPart, error) {
 			var err error
 			w.relay, err = walrelay.New(w.pool, schema, walrelay.Config{
 				Publisher: s.pub, Slot: slot, Publication: walrelay.DefaultSlot(schema.Tables.Outbox), FailoverSlot: p.walFailover, Concurrency: p.concurrency,
-				PublishTimeout: p.publish, ShutdownTimeout: p.shutdown,
+				PublishTimeout: p.publish, ShutdownTimeout: p.shutdown, MaxMessageBytes: p.walMaxMessage,
 				Backoff:        relay.ExponentialBackoff(p.backoffInitial, p.backoffMax, p.backoffJitter),
 				BreakerBackoff: relay.ExponentialBackoff(p.breakerInitial, p.breakerMax, p.backoffJitter),
 				Logger:         s.log.With(slog.String("part", "walrelay")),

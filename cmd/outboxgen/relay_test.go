@@ -19,6 +19,7 @@ import (
 
 	"github.com/outboxgen/outboxgen/internal/gentest/walevents"
 	"github.com/outboxgen/outboxgen/internal/testdb"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/templates"
 )
 
@@ -351,6 +352,70 @@ func TestRelayProcessWAL(t *testing.T) {
 		if next[k] != perKey {
 			t.Errorf("key %s: %d distinct events, want %d", k, next[k], perKey)
 		}
+	}
+}
+
+// TestRelayProcessWALMessageTooLarge: an event larger than
+// -wal-max-message-bytes is not skipped: the process stops with exit 1
+// and an error naming the flag; with the default, the next process
+// publishes it. The flag layers like the others ($OUTBOXGEN_..., -config).
+func TestRelayProcessWALMessageTooLarge(t *testing.T) {
+	p := newRelayFlags(io.Discard)
+	if err := p.parse([]string{"-db", "sqlite:x.db", "-broker", "stdout:"}); err != nil {
+		t.Fatal(err)
+	}
+	if p.walMaxMessage != outbox.MaxWALEnvelope {
+		t.Errorf("-wal-max-message-bytes defaults to %d, want outbox.MaxWALEnvelope (%d)", p.walMaxMessage, outbox.MaxWALEnvelope)
+	}
+	t.Setenv("OUTBOXGEN_WAL_MAX_MESSAGE_BYTES", "4194304")
+	p = newRelayFlags(io.Discard)
+	if err := p.parse([]string{"-db", "sqlite:x.db", "-broker", "stdout:"}); err != nil || p.walMaxMessage != 4<<20 {
+		t.Errorf("$OUTBOXGEN_WAL_MAX_MESSAGE_BYTES: %d, %v; want 4194304", p.walMaxMessage, err)
+	}
+
+	dsn, pool := walTestDB(t)
+	url, js := startNATS(t)
+	if _, err := js.AddStream(&nats.StreamConfig{Name: "PARCELS", Subjects: []string{"parcels.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmdWAL([]string{"setup", "-db", dsn, "-f", walSpecPath}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := walevents.InsertParcelShipped(ctx, tx, walevents.ParcelShipped{ParcelID: "big", Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"relay", "-db", dsn, "-f", walSpecPath, "-broker", url, "-poll-interval", "100ms", "-shutdown-timeout", "1s",
+		"-sweeper=false", "-janitor=false", "-monitor=false", "-timeout", "10s"}
+	small := start(t, append(args, "-wal-max-message-bytes", "64")...)
+	if code := small.wait(t, 60*time.Second); code != 1 {
+		t.Fatalf("relay with -wal-max-message-bytes 64 exited %d, want 1; stderr:\n%s", code, small.stderr.String())
+	}
+	for _, want := range []string{"was not skipped", "-wal-max-message-bytes", "to at least"} {
+		if !strings.Contains(small.stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, small.stderr.String())
+		}
+	}
+	info, err := js.StreamInfo("PARCELS")
+	if err != nil || info.State.Msgs != 0 {
+		t.Fatalf("stream PARCELS: %+v, %v; want nothing published", info, err)
+	}
+
+	p2 := start(t, args...)
+	waitFor(t, 60*time.Second, "the event, once the limit allows it", func() bool {
+		info, err := js.StreamInfo("PARCELS")
+		return err == nil && info.State.Msgs == 1
+	})
+	p2.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p2.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("relay exited %d after SIGTERM, want 0", code)
 	}
 }
 

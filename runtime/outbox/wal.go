@@ -109,9 +109,22 @@ type WALEvent struct {
 	Payload []byte
 }
 
-// ErrMalformedWALMessage is matched by DecodeWALEvent's errors: the
-// message content is not an envelope this build can read.
+// ErrMalformedWALMessage is matched by DecodeWALEvent's errors for
+// content that no build can read: an envelope of a version this build
+// knows (or of none) that breaks its format.
 var ErrMalformedWALMessage = errors.New("malformed outbox WAL message")
+
+// ErrWALMessageTooLarge and ErrWALEnvelopeVersion are matched by
+// DecodeWALEvent's errors for content that may well be a valid event,
+// just not one this decoder reads: larger than the caller's limit, or an
+// envelope version newer than this build's. They do not match
+// ErrMalformedWALMessage: a relay must not skip such a message (a
+// committed event would be lost), but stop before it, so that a relay
+// with a higher limit, or a newer one, reads it.
+var (
+	ErrWALMessageTooLarge = errors.New("outbox WAL message over the size limit")
+	ErrWALEnvelopeVersion = errors.New("outbox WAL message of a newer envelope version")
+)
 
 // appendUvarintString appends s with its length in front.
 func appendUvarintString(b []byte, s string) []byte {
@@ -136,8 +149,10 @@ func encodeWALBody(id EventID, typ, key, topic string, version int, headers, pay
 
 // DecodeWALEvent decodes the content of a logical decoding message that the
 // WAL write path emitted. It validates everything a relay relies on and
-// refuses content over limit bytes (MaxWALEnvelope when limit <= 0); every
-// error matches ErrMalformedWALMessage and says what is wrong.
+// refuses content over limit bytes (MaxWALEnvelope when limit <= 0). Its
+// errors say what is wrong and match ErrWALMessageTooLarge (over limit),
+// ErrWALEnvelopeVersion (a version newer than this build's) or else
+// ErrMalformedWALMessage.
 func DecodeWALEvent(content []byte, limit int) (WALEvent, error) {
 	if limit <= 0 {
 		limit = MaxWALEnvelope
@@ -146,13 +161,23 @@ func DecodeWALEvent(content []byte, limit int) (WALEvent, error) {
 		return WALEvent{}, fmt.Errorf("%w: %s", ErrMalformedWALMessage, fmt.Sprintf(format, args...))
 	}
 	if len(content) > limit {
-		return bad("%d bytes; the limit is %d", len(content), limit)
+		return WALEvent{}, fmt.Errorf("%w: %d bytes; the limit is %d", ErrWALMessageTooLarge, len(content), limit)
+	}
+	if len(content) == 0 {
+		return bad("no content")
+	}
+	// The version before the length: the layout, and so the shortest
+	// envelope, of a newer version is unknown here. Version 0 was never
+	// written, and versions only grow: content starting with it is no
+	// envelope of any build.
+	if content[0] > walEnvelopeV2 {
+		return WALEvent{}, fmt.Errorf("%w: envelope version %d; this build reads versions %d and %d: upgrade the relay", ErrWALEnvelopeVersion, content[0], walEnvelopeV1, walEnvelopeV2)
+	}
+	if content[0] != walEnvelopeV1 && content[0] != walEnvelopeV2 {
+		return bad("envelope version %d: no build writes it", content[0])
 	}
 	if len(content) < walFixed+16 {
 		return bad("%d bytes: too short for an envelope", len(content))
-	}
-	if content[0] != walEnvelopeV1 && content[0] != walEnvelopeV2 {
-		return bad("envelope version %d; this build reads versions %d and %d: upgrade the relay", content[0], walEnvelopeV1, walEnvelopeV2)
 	}
 	var ev WALEvent
 	ev.Seq = int64(binary.BigEndian.Uint64(content[1:9]))

@@ -86,8 +86,8 @@ func TestDecodeWALEventRefusesMalformed(t *testing.T) {
 	good := encodeWALBody(NewEventID(), "T", "k", "topic", 1, "", `{"a":1}`)
 	cases := map[string][]byte{
 		"empty":            nil,
-		"short":            []byte("garbage"),
-		"version 3":        envelope(3, 1, created, good),
+		"short":            []byte("\x02garbage"),
+		"envelope v0":      envelope(0, 1, created, good),
 		"sequence 0":       envelope(1, 0, created, good),
 		"zero event id":    envelope(1, 1, created, encodeWALBody(EventID{}, "T", "k", "topic", 1, "", `{}`)),
 		"truncated":        envelope(1, 1, created, good[:20]),
@@ -100,12 +100,40 @@ func TestDecodeWALEventRefusesMalformed(t *testing.T) {
 		"key over limit":   envelope(1, 1, created, encodeWALBody(NewEventID(), "T", strings.Repeat("k", MaxKeyLen+1), "topic", 1, "", `{}`)),
 	}
 	for name, c := range cases {
-		if _, err := DecodeWALEvent(c, 0); !errors.Is(err, ErrMalformedWALMessage) {
+		_, err := DecodeWALEvent(c, 0)
+		if !errors.Is(err, ErrMalformedWALMessage) {
 			t.Errorf("%s: err %v, want ErrMalformedWALMessage", name, err)
 		}
+		if errors.Is(err, ErrWALMessageTooLarge) || errors.Is(err, ErrWALEnvelopeVersion) {
+			t.Errorf("%s: err %v matches an unreadable-but-valid error", name, err)
+		}
 	}
-	if _, err := DecodeWALEvent(envelope(1, 1, created, good), 20); !errors.Is(err, ErrMalformedWALMessage) || !strings.Contains(err.Error(), "limit") {
-		t.Errorf("over the size limit: %v", err)
+}
+
+// TestDecodeWALEventUnreadableIsNotMalformed: content over the limit, or
+// of a newer envelope version, may be a valid event that another relay
+// reads: its errors say so, and do not match ErrMalformedWALMessage (a
+// relay skips malformed messages; it must not skip these).
+func TestDecodeWALEventUnreadableIsNotMalformed(t *testing.T) {
+	created := time.Now()
+	good := encodeWALBody(NewEventID(), "T", "k", "topic", 1, "", `{"a":1}`)
+	cases := []struct {
+		name    string
+		content []byte
+		limit   int
+		is      error
+		says    string
+	}{
+		{"over the limit", envelope(2, 1, created, good), 20, ErrWALMessageTooLarge, "the limit is 20"},
+		{"version 3", envelope(3, 1, created, good), 0, ErrWALEnvelopeVersion, "upgrade the relay"},
+		// A newer version's layout is unknown: no length is too short.
+		{"version 3, short", []byte{3}, 0, ErrWALEnvelopeVersion, "envelope version 3"},
+	}
+	for _, c := range cases {
+		_, err := DecodeWALEvent(c.content, c.limit)
+		if !errors.Is(err, c.is) || errors.Is(err, ErrMalformedWALMessage) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: err %v; want %v, not ErrMalformedWALMessage, saying %q", c.name, err, c.is, c.says)
+		}
 	}
 }
 

@@ -31,6 +31,7 @@ type breaker struct {
 	inflight  int    // publishes under way (single events and batches)
 	successes uint64 // publishes the broker accepted so far
 	waiters   int    // lanes in verdict: wake them on every publish's end
+	retired   bool   // its session ended: it no longer reports its state
 }
 
 func newBreaker(r *Relay) *breaker {
@@ -47,6 +48,22 @@ func (b *breaker) wake() {
 	b.mu.Lock()
 	b.signal()
 	b.mu.Unlock()
+}
+
+// retire ends the breaker's reporting at the end of its session. The
+// next session's breaker starts closed and reports only its changes, so a
+// breaker that ends open would leave Status.BreakerOpen and the breaker
+// gauge at open for good: both are reset here, and a publish abandoned at
+// the shutdown timeout that ends later no longer touches them. The
+// breaker itself stays as it is, so that no lane starts a publish.
+func (b *breaker) retire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.retired = true
+	if b.open {
+		b.r.update(func(s *Status) { s.BreakerOpen = false })
+		b.r.tel.Breaker(false)
+	}
 }
 
 // isOpen reports whether the breaker holds publishing.
@@ -180,8 +197,10 @@ func (b *breaker) success(probe bool) {
 	if b.open {
 		b.r.log.Info("circuit breaker closed: the broker accepts events again", slog.Int("failed_probes", b.trips-1))
 		b.open, b.trips = false, 0
-		b.r.update(func(s *Status) { s.BreakerOpen = false })
-		b.r.tel.Breaker(false)
+		if !b.retired {
+			b.r.update(func(s *Status) { s.BreakerOpen = false })
+			b.r.tel.Breaker(false)
+		}
 		b.signal()
 	}
 }
@@ -218,8 +237,10 @@ func (b *breaker) failure(key string, probe bool, epoch int, permanent bool) boo
 	b.r.log.Warn("circuit breaker open: publishes of several keys failed with no success between (broker outage?): the stream pauses, nothing is parked",
 		slog.Int("keys", len(b.failKeys)), slog.Duration("next_probe_in", wait))
 	clear(b.failKeys)
-	b.r.update(func(s *Status) { s.BreakerOpen = true })
-	b.r.tel.Breaker(true)
+	if !b.retired {
+		b.r.update(func(s *Status) { s.BreakerOpen = true })
+		b.r.tel.Breaker(true)
+	}
 	b.signal()
 	return false
 }

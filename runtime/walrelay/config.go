@@ -109,12 +109,18 @@ type Config struct {
 	// for its key instead (default 100000).
 	MaxParkedKeys int
 	// MaxMessageBytes caps a logical message's content the relay decodes
-	// (default outbox.MaxWALEnvelope): larger ones are malformed.
+	// (default outbox.MaxWALEnvelope, for writers with the default
+	// outbox.MaxMessageSize). A larger message is not skipped: Run stops
+	// before it with an error, and the next relay with a higher cap reads
+	// it. Writers with a larger WithMaxMessageSize need at least theirs
+	// plus 64 KiB here.
 	MaxMessageBytes int
 
 	// OnMalformed, if set, is called for each message of the outbox's
 	// prefix that could not be decoded, after it was logged (it is then
-	// skipped: it cannot be published). It must not block for long.
+	// skipped: no relay could publish it). Messages that another relay
+	// could read (over MaxMessageBytes, a newer envelope version) are not
+	// malformed: Run stops before them. It must not block for long.
 	OnMalformed func(Malformed)
 
 	// InstanceID names this relay in logs (default hostname-pid-random).

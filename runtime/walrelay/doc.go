@@ -61,9 +61,14 @@
 // commit order only when writers lock the aggregate: the stream's own
 // order is commit order regardless, but latest_only consumers compare
 // sequences and need that lock in both modes. A
-// message of the prefix that cannot be decoded is logged at ERROR with its
-// LSN, counted (outboxgen.walrelay.malformed, Config.OnMalformed) and
-// skipped: it cannot be published, and it must not stall the stream.
+// message of the prefix that no build can decode (an envelope of a known
+// version that breaks its format) is logged at ERROR with its LSN, counted
+// (outboxgen.walrelay.malformed, Config.OnMalformed) and skipped: it
+// cannot be published, and it must not stall the stream. A message that
+// another relay could read is not skipped: over Config.MaxMessageBytes, or
+// of a newer envelope version, it stops Run with an error saying what to
+// do (raise the cap, upgrade the relay), before its transaction is
+// confirmed, so the next relay reads it again.
 //
 // # The stream and at-least-once
 //
@@ -97,7 +102,10 @@
 // deploy step, next to the schema migration: `outboxgen wal setup`) or
 // start the relay, which
 // creates the slot, before switching writers to WAL mode, and keep the
-// slot: dropping it drops every event not yet confirmed.
+// slot: dropping it drops every event not yet confirmed. A relay creates
+// a missing slot only before it first streams: once it streamed, a
+// missing slot (dropped, or a failover) stops Run with the last confirmed
+// position, since a new slot would silently skip the events in between.
 //
 // # Parking
 //

@@ -99,13 +99,15 @@ func (d *dispatcher) dispatch(ev *event) {
 
 // stop makes the workers start no new publish and waits up to timeout for
 // those under way. Unsettled events are left unconfirmed: the next session
-// streams them again.
+// streams them again. The breaker is retired: the next session has its
+// own, closed.
 func (d *dispatcher) stop(timeout time.Duration) {
 	d.cancel()
 	d.brk.wake()
 	d.mu.Lock()
 	d.cond.Broadcast()
 	d.mu.Unlock()
+	defer d.brk.retire()
 	done := make(chan struct{})
 	go func() { d.wg.Wait(); close(done) }()
 	t := time.NewTimer(timeout)

@@ -38,6 +38,9 @@ type Relay struct {
 	// state read by Status, metrics and tests.
 	mu     sync.Mutex
 	status Status
+	// streamed is set once a session started streaming: from then on a
+	// missing slot means events were lost, and it is not recreated.
+	streamed bool
 }
 
 // Status is what a Relay is doing.
@@ -147,7 +150,11 @@ func (r *Relay) Slot() string { return r.cfg.Slot }
 // ReconnectMax). Run returns nil after a graceful shutdown (publishes under
 // way waited for, the confirmed position reported), or an error that
 // waiting cannot mend: wal_level is not logical, a missing privilege, the
-// slot belongs to another database or plugin.
+// slot belongs to another database or plugin, the slot went missing after
+// this relay streamed from it (it is created only on the first session:
+// a new slot would hide the events lost with the old one), or a message
+// this relay cannot read (over MaxMessageBytes, a newer envelope
+// version), which it does not skip.
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.TryLock() {
 		return ErrRunning
@@ -253,8 +260,10 @@ func equalFold(a, b string) bool {
 }
 
 // setup creates the publication and the slot when missing. conn is the
-// replication connection (the slot is created through it).
-func (r *Relay) setup(ctx context.Context, conn *pgconn.PgConn) error {
+// replication connection (the slot is created through it). Once this
+// relay streamed, a missing slot is created only when recreate (Setup,
+// an operator's explicit step), else it is a fatal error (slotGone).
+func (r *Relay) setup(ctx context.Context, conn *pgconn.PgConn, recreate bool) error {
 	var level string
 	if err := r.pool.QueryRow(ctx, "SELECT current_setting('wal_level')").Scan(&level); err != nil {
 		return classify("read wal_level", err)
@@ -293,6 +302,12 @@ func (r *Relay) setup(ctx context.Context, conn *pgconn.PgConn) error {
 			return fatalError{fmt.Errorf("walrelay: replication slot %s exists for database %q with plugin %q; the relay needs a pgoutput slot of database %q: choose another Config.Slot", r.cfg.Slot, db, plugin, cur)}
 		}
 		return nil
+	}
+	r.mu.Lock()
+	streamed, last := r.streamed, r.status.Confirmed
+	r.mu.Unlock()
+	if streamed && !recreate {
+		return r.slotGone(last)
 	}
 	// The creation waits for the transactions running now to end: say so
 	// before, as a long-running one holds it (and the caller) up.
@@ -338,10 +353,21 @@ func (r *Relay) Setup(ctx context.Context) error {
 		return err
 	}
 	defer closeConn()
-	if err := r.setup(ctx, conn); err != nil {
+	if err := r.setup(ctx, conn, true); err != nil {
 		return err
 	}
 	return r.waitReady(ctx)
+}
+
+// slotGone is the error of a slot found missing after this relay
+// streamed from it: dropped, or lost in a failover to a server without
+// it. A new slot would start at the current position and hide the gap
+// since last, the position up to which every event was published or
+// parked, so Run stops instead and says what to reconcile.
+func (r *Relay) slotGone(last pglogrepl.LSN) error {
+	r.log.Error("the replication slot is missing after this relay streamed from it (dropped, or a failover): not recreated; events committed after the last confirmed position may not have been published",
+		slog.String("last_confirmed", last.String()))
+	return fatalError{fmt.Errorf("walrelay: replication slot %s is missing, though this relay streamed from it (dropped, or a failover to a server without it): events committed after LSN %s (every event before it was published or parked) may not have been published, and a new slot would not stream them: create the slot again at once (outboxgen wal setup, or restart the relay), then reconcile from the business data the events committed between LSN %s and the new slot's creation; see the README on PostgreSQL failover (failover slots: Config.FailoverSlot, -wal-failover-slot)", r.cfg.Slot, last, last)}
 }
 
 // waitReady waits until the slot, which exists, is no longer being

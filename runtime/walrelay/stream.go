@@ -64,7 +64,7 @@ func (r *Relay) session(ctx context.Context, standby *bool) (err error) {
 	defer closeConn()
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := r.setup(sctx, conn); err != nil {
+	if err := r.setup(sctx, conn, false); err != nil {
 		return err
 	}
 	var confirmed pglogrepl.LSN
@@ -91,7 +91,10 @@ func (r *Relay) session(ctx context.Context, standby *bool) (err error) {
 	cancel()
 	*standby = false
 	r.log.Info("streaming", slog.String("from", confirmed.String()), slog.Int("parked_keys", parked.size()), slog.Bool("check_every_key", parked.checkAll))
-	r.update(func(s *Status) { s.Streaming = true; s.Confirmed = confirmed })
+	r.mu.Lock()
+	r.streamed = true
+	r.status.Streaming, r.status.Confirmed = true, confirmed
+	r.mu.Unlock()
 	defer r.update(func(s *Status) { s.Streaming = false; s.InFlight = 0; s.OldestUnconfirmed = time.Time{} })
 
 	s := &session{
@@ -101,11 +104,18 @@ func (r *Relay) session(ctx context.Context, standby *bool) (err error) {
 	}
 	s.disp = newDispatcher(r, parked, s.settled)
 	err = s.stream(ctx)
+	if isFatal(err) {
+		// Stopped at an unreadable message: let the events read before
+		// it settle, so that the confirmed position reaches it.
+		s.finish(ctx, r.cfg.ShutdownTimeout)
+	}
 	// Shutdown or a broken connection: stop starting publishes, wait for
 	// those under way (ShutdownTimeout), confirm what was settled.
 	s.disp.stop(r.cfg.ShutdownTimeout)
 	s.drain()
-	if err == nil || ctx.Err() != nil {
+	// A fatal error of the stream (an unreadable message) leaves the
+	// connection working: report what was settled before it.
+	if err == nil || ctx.Err() != nil || isFatal(err) {
 		if ferr := s.report(); ferr != nil {
 			r.log.Warn("could not report the final confirmed position; the events after the last reported one will be published again", slog.String("error", telemetry.ErrorText(ferr)))
 		} else {
@@ -243,7 +253,13 @@ func (s *session) logical(ctx context.Context, x pglogrepl.XLogData) error {
 			return nil
 		}
 		ev, err := outbox.DecodeWALEvent(m.Content, s.r.cfg.MaxMessageBytes)
+		if errors.Is(err, outbox.ErrWALMessageTooLarge) || errors.Is(err, outbox.ErrWALEnvelopeVersion) {
+			return s.r.unreadable(m.LSN, len(m.Content), err)
+		}
 		if err != nil {
+			// Content no build can read (a known version that breaks its
+			// format): stopping would stall the stream for good, and no
+			// relay could ever publish it; logged with its LSN and skipped.
 			s.r.malformed(ctx, m.LSN, len(m.Content), err)
 			return nil
 		}
@@ -262,6 +278,23 @@ func (s *session) logical(ctx context.Context, x pglogrepl.XLogData) error {
 		s.disp.dispatch(&event{WALEvent: ev, lsn: m.LSN, tx: s.cur})
 	}
 	return nil
+}
+
+// finish waits, at most timeout or until ctx ends, for every event
+// dispatched to settle.
+func (s *session) finish(ctx context.Context, timeout time.Duration) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for s.inFlight > 0 {
+		select {
+		case tx := <-s.settled:
+			s.settle(tx)
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // drain takes every settlement waiting.
@@ -315,6 +348,20 @@ func (s *session) report() error {
 		s.sentConfirmed = s.confirmed
 	}
 	return err
+}
+
+// unreadable is the error that stops Run at a message of the outbox's
+// prefix that may be a valid event this relay cannot read: larger than
+// MaxMessageBytes, or of a newer envelope version. Skipping it would drop
+// a committed event; its transaction is still open in the stream (cur),
+// so the confirmed position stays before it and the next relay reads it
+// again.
+func (r *Relay) unreadable(lsn pglogrepl.LSN, size int, err error) error {
+	todo := "upgrade the relay (outboxgen) to the version of the writers, then start it again"
+	if errors.Is(err, outbox.ErrWALMessageTooLarge) {
+		todo = fmt.Sprintf("raise Config.MaxMessageBytes (outboxgen relay: -wal-max-message-bytes) to at least %d bytes (the writers' WithMaxMessageSize plus 64 KiB covers any event they write), then start the relay again", size)
+	}
+	return fatalError{fmt.Errorf("walrelay: the outbox WAL message at LSN %s cannot be read by this relay (%w): it was not skipped, and the slot stays before it: %s", lsn, err, todo)}
 }
 
 // malformed logs a message of the outbox's prefix that cannot be
