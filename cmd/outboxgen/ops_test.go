@@ -38,6 +38,20 @@ import (
 	"github.com/outboxgen/outboxgen/templates"
 )
 
+// opsTestDB returns a fresh test database of dialect d with outboxgen's
+// tables, closed when the test ends, and the CLI's -db flag for it.
+func opsTestDB(t *testing.T, d string) (*sql.DB, string) {
+	t.Helper()
+	dsn := testdb.DSN(t, d)
+	db, err := sql.Open(testdb.Driver(t, d), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	testdb.ApplySchema(t, db, d, templates.DefaultTables)
+	return db, "-db=" + cliDSN(d, dsn)
+}
+
 // cliDSN is the -db value for a testdb DSN.
 func cliDSN(d, dsn string) string {
 	switch d {
@@ -92,14 +106,7 @@ func TestOperationsEndToEnd(t *testing.T) {
 func testOperations(t *testing.T, d string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dsn := testdb.DSN(t, d)
-	db, err := sql.Open(testdb.Driver(t, d), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	testdb.ApplySchema(t, db, d, templates.DefaultTables)
-	dbFlag := "-db=" + cliDSN(d, dsn)
+	db, dbFlag := opsTestDB(t, d)
 
 	natsURL := opsNATS(t)
 	nc, err := nats.Connect(natsURL)
@@ -223,7 +230,7 @@ func testOperations(t *testing.T, d string) {
 
 	// From here on the standalone relay process publishes.
 	stopInProcess()
-	proc := start(t, relayArgs(cliDSN(d, dsn), natsURL)...)
+	proc := start(t, relayArgs(strings.TrimPrefix(dbFlag, "-db="), natsURL)...)
 	defer func() {
 		proc.cmd.Process.Signal(syscall.SIGTERM)
 		if code := proc.wait(t, 10*time.Second); code != 0 {
@@ -412,14 +419,7 @@ func TestOperationsBadInput(t *testing.T) {
 func TestFailedDelete(t *testing.T) {
 	for _, d := range testdb.Dialects() {
 		t.Run(d, func(t *testing.T) {
-			dsn := testdb.DSN(t, d)
-			db, err := sql.Open(testdb.Driver(t, d), dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			testdb.ApplySchema(t, db, d, templates.DefaultTables)
-			dbFlag := "-db=" + cliDSN(d, dsn)
+			db, dbFlag := opsTestDB(t, d)
 			ids := drivertest.OpsSeed(t, db, dialect.Dialect(d), "outbox_event",
 				drivertest.OpsSeedRow{Count: 3, Status: 2, CreatedAgo: time.Hour},
 				drivertest.OpsSeedRow{Count: 1, Status: 1, CreatedAgo: time.Hour, SentAgo: time.Minute})
@@ -523,14 +523,7 @@ func opsStatuses(t *testing.T, db *sql.DB, ids []int64) []int {
 func TestOpsConfirmedActionRefusesChangedSelection(t *testing.T) {
 	for _, d := range testdb.Dialects() {
 		t.Run(d, func(t *testing.T) {
-			dsn := testdb.DSN(t, d)
-			db, err := sql.Open(testdb.Driver(t, d), dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			testdb.ApplySchema(t, db, d, templates.DefaultTables)
-			dbFlag := "-db=" + cliDSN(d, dsn)
+			db, dbFlag := opsTestDB(t, d)
 			for _, tc := range []struct {
 				args   []string
 				status int // the status the action acts on
@@ -592,14 +585,7 @@ func TestOpsConfirmedActionRefusesChangedSelection(t *testing.T) {
 func TestFailedDeleteNamedRefusesChangedRow(t *testing.T) {
 	for _, d := range testdb.Dialects() {
 		t.Run(d, func(t *testing.T) {
-			dsn := testdb.DSN(t, d)
-			db, err := sql.Open(testdb.Driver(t, d), dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			testdb.ApplySchema(t, db, d, templates.DefaultTables)
-			dbFlag := "-db=" + cliDSN(d, dsn)
+			db, dbFlag := opsTestDB(t, d)
 			ids := drivertest.OpsSeed(t, db, dialect.Dialect(d), "outbox_event", drivertest.OpsSeedRow{Count: 2, Status: 2, CreatedAgo: time.Hour})[0]
 			a, b := strconv.FormatInt(ids[0], 10), strconv.FormatInt(ids[1], 10)
 			// Someone requeues b while the operator types.
@@ -627,14 +613,7 @@ func TestFailedDeleteNamedRefusesChangedRow(t *testing.T) {
 func TestInboxForgetAllPinned(t *testing.T) {
 	for _, d := range testdb.Dialects() {
 		t.Run(d, func(t *testing.T) {
-			dsn := testdb.DSN(t, d)
-			db, err := sql.Open(testdb.Driver(t, d), dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			testdb.ApplySchema(t, db, d, templates.DefaultTables)
-			dbFlag := "-db=" + cliDSN(d, dsn)
+			db, dbFlag := opsTestDB(t, d)
 			handle := func(consumer string) string {
 				id := outbox.NewEventID().String()
 				if _, err := db.Exec(opsRebind(d, "INSERT INTO outbox_inbox (consumer, event_id, biz_type, biz_id) VALUES (?, ?, 'T', 'k')"), consumer, id); err != nil {
@@ -686,14 +665,7 @@ func TestRequeueConfirmedInChunks(t *testing.T) {
 	actionChunk = 2
 	for _, d := range testdb.Dialects() {
 		t.Run(d, func(t *testing.T) {
-			dsn := testdb.DSN(t, d)
-			db, err := sql.Open(testdb.Driver(t, d), dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			testdb.ApplySchema(t, db, d, templates.DefaultTables)
-			dbFlag := "-db=" + cliDSN(d, dsn)
+			db, dbFlag := opsTestDB(t, d)
 			ids := drivertest.OpsSeed(t, db, dialect.Dialect(d), "outbox_event", drivertest.OpsSeedRow{Count: 5, Status: 2, CreatedAgo: time.Hour})[0]
 			// Counted: rows 0, 1 | 3, 4. Row 2 turns FAILED meanwhile.
 			opsSet(t, db, d, ids[2], 0)
@@ -733,14 +705,7 @@ func TestInboxForgetAllRecount(t *testing.T) {
 	inboxPinMax = 2
 	for _, d := range testdb.Dialects() {
 		t.Run(d, func(t *testing.T) {
-			dsn := testdb.DSN(t, d)
-			db, err := sql.Open(testdb.Driver(t, d), dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			testdb.ApplySchema(t, db, d, templates.DefaultTables)
-			dbFlag := "-db=" + cliDSN(d, dsn)
+			db, dbFlag := opsTestDB(t, d)
 			handle := func() {
 				if _, err := db.Exec(opsRebind(d, "INSERT INTO outbox_inbox (consumer, event_id, biz_type, biz_id) VALUES ('points', ?, 'T', 'k')"), outbox.NewEventID().String()); err != nil {
 					t.Fatal(err)
