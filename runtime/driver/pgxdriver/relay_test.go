@@ -169,6 +169,21 @@ WHERE statement LIKE $1`, like).Scan(&generic, &custom)
 	}
 }
 
+// explainClaim runs the claim of owner for limit rows under EXPLAIN
+// ANALYZE in a transaction it rolls back, and returns the plan.
+func explainClaim(t *testing.T, pool *pgxpool.Pool, q *dialect.RelayQueries, owner string, limit int) string {
+	t.Helper()
+	ctx := context.Background()
+	query, args := q.Claim(owner, time.Minute, limit, time.Minute, 30*time.Second)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	rs, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+query, args...)
+	return readPlan(t, rs, err)
+}
+
 var planBuffers = regexp.MustCompile(`Buffers: shared hit=(\d+)(?: read=(\d+))?`)
 
 // planPages returns the buffers the whole statement of an EXPLAIN
@@ -215,19 +230,7 @@ SELECT gen_random_uuid(), 'ORDER_PAID', 'k' || (g % 4), 'orders', '{}' FROM gene
 	if err != nil {
 		t.Fatal(err)
 	}
-	// explain runs the claim of owner under EXPLAIN ANALYZE in a
-	// transaction it rolls back, and returns the plan.
-	explain := func(owner string) string {
-		t.Helper()
-		query, args := q.Claim(owner, time.Minute, limit, time.Minute, 30*time.Second)
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx)
-		rs, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+query, args...)
-		return readPlan(t, rs, err)
-	}
+	explain := func(owner string) string { return explainClaim(t, pool, q, owner, limit) }
 	pages := func(plan string) int { return planPages(t, plan) }
 	// 8,000 pending rows of 4 keys, 32,000 sent before them. A claim reads
 	// its window and probes 4 keys: a few pages per row. Walking the
@@ -287,14 +290,7 @@ SELECT gen_random_uuid(), 'ORDER_PAID', 'k' || (g % 4), 'orders', '{}' FROM gene
 	if err != nil {
 		t.Fatal(err)
 	}
-	query, args := q.Claim("a", time.Minute, limit, time.Minute, 30*time.Second)
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	rs, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+query, args...)
-	plan := readPlan(t, rs, err)
+	plan := explainClaim(t, pool, q, "a", limit)
 	if !regexp.MustCompile(`(?m)^Update on outbox_event \(actual time=\S+ rows=40 loops=1\)$`).MatchString(plan) {
 		t.Errorf("the claim did not hold the %d rows behind the FAILED heads:\n%s", limit, plan)
 	}
