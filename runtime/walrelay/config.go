@@ -19,6 +19,7 @@ import (
 const (
 	DefaultConcurrency      = 16
 	DefaultMaxInFlight      = 4096
+	DefaultMaxInFlightBytes = 64 << 20
 	DefaultQuickRetries     = 3
 	DefaultRetryDelay       = 200 * time.Millisecond
 	DefaultPublishTimeout   = 30 * time.Second
@@ -68,9 +69,24 @@ type Config struct {
 	// commit order.
 	Concurrency int
 	// MaxInFlight bounds the events received from the stream and not yet
-	// acknowledged by the broker or parked (default 4096). At the bound
-	// the relay stops reading the stream (PostgreSQL keeps the WAL).
+	// confirmed (default 4096): those not yet acknowledged by the broker
+	// or parked, and those settled in a committed transaction that waits
+	// behind an unsettled one (the confirmed position only passes whole
+	// transactions, in commit order). At the bound the relay stops
+	// reading the stream (PostgreSQL keeps the WAL), so an event stuck at
+	// the head cannot make the relay's memory grow without end.
 	MaxInFlight int
+	// MaxInFlightBytes bounds the content bytes of the events received and
+	// not yet acknowledged or parked (default 64 MiB): the memory a broker
+	// outage can hold, whatever the events' size. At the bound the relay
+	// stops reading, as at MaxInFlight; one event is always admitted, so a
+	// single event larger than the bound still goes through. 64 MiB binds
+	// only when events average over 16 KiB (64 MiB / the default
+	// MaxInFlight), so typical events keep the whole MaxInFlight of
+	// lookahead, while events of the largest default size (MaxMessageBytes,
+	// about 1 MiB) are held by about 60, enough to keep Concurrency
+	// publishes busy, instead of 4096 (4 GiB).
+	MaxInFlightBytes int
 
 	// QuickRetries is the number of publish attempts of an event, RetryDelay
 	// apart, before it is parked in the outbox table (default 3). Attempts
@@ -162,6 +178,9 @@ func (c *Config) setDefaults(table string) {
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
 	}
+	if c.MaxInFlightBytes == 0 {
+		c.MaxInFlightBytes = DefaultMaxInFlightBytes
+	}
 	if c.QuickRetries == 0 {
 		c.QuickRetries = DefaultQuickRetries
 	}
@@ -218,6 +237,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInFlight < 1 || c.MaxInFlight > MaxInFlightLimit {
 		errs = append(errs, fmt.Errorf("walrelay: Config.MaxInFlight is %d: use 1 to %d (or 0 for %d)", c.MaxInFlight, MaxInFlightLimit, DefaultMaxInFlight))
+	}
+	if c.MaxInFlightBytes < 1 {
+		errs = append(errs, fmt.Errorf("walrelay: Config.MaxInFlightBytes is %d: use a positive size in bytes (or 0 for %d, 64 MiB)", c.MaxInFlightBytes, DefaultMaxInFlightBytes))
 	}
 	if c.QuickRetries < 1 {
 		errs = append(errs, fmt.Errorf("walrelay: Config.QuickRetries is %d: use at least 1 (or 0 for %d)", c.QuickRetries, DefaultQuickRetries))

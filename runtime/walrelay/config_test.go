@@ -16,20 +16,22 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults invalid: %v", err)
 	}
-	if c.Slot != "outboxgen_outbox_event" || c.Publication != c.Slot || c.QuickRetries != DefaultQuickRetries || c.MaxInFlight != DefaultMaxInFlight {
+	if c.Slot != "outboxgen_outbox_event" || c.Publication != c.Slot || c.QuickRetries != DefaultQuickRetries || c.MaxInFlight != DefaultMaxInFlight ||
+		c.MaxInFlightBytes != DefaultMaxInFlightBytes {
 		t.Errorf("defaults: %+v", c)
 	}
 	bad := c
 	bad.Publisher = nil
 	bad.Slot = "Bad-Slot"
 	bad.MaxInFlight = MaxInFlightLimit + 1
+	bad.MaxInFlightBytes = -1
 	bad.QuickRetries = -1
 	bad.StatusInterval = -1
 	err := bad.Validate()
 	if err == nil {
 		t.Fatal("invalid config accepted")
 	}
-	for _, want := range []string{"Publisher is nil", `Slot "Bad-Slot"`, "MaxInFlight", "QuickRetries", "StatusInterval"} {
+	for _, want := range []string{"Publisher is nil", `Slot "Bad-Slot"`, "MaxInFlight is", "MaxInFlightBytes", "QuickRetries", "StatusInterval"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}

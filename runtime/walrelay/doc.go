@@ -94,8 +94,11 @@
 // key's next event is taken only once its previous one is settled, so a
 // call never holds two events of one key. A refused batch is charged to
 // nobody: its events are published again one by one, each with its own
-// retries, breaker accounting and parking. At most MaxInFlight events are
-// held; at the bound the relay stops reading and PostgreSQL keeps the WAL.
+// retries, breaker accounting and parking. The relay stops reading (and
+// PostgreSQL keeps the WAL) while MaxInFlight events are not confirmed
+// (unsettled, or settled behind an unsettled transaction) or while the
+// unsettled ones hold MaxInFlightBytes of content (at least one event is
+// always read): memory stays bounded however long an event takes.
 //
 // The slot only retains WAL from its creation on: events written in WAL
 // mode before the slot exists are never streamed. Run Relay.Setup (a
@@ -124,7 +127,11 @@
 //	SELECT b FROM blocked
 //
 // An event is settled (its LSN may be confirmed) only after that
-// statement committed. When the key has no unsent row left the event is
+// statement committed. A park that fails is retried while the cause may
+// clear (a lost connection, a serialization failure, a restarting
+// server); one that cannot (permission denied, a missing table or column,
+// a value the table refuses) stops Run with what to do (the GRANT, the
+// migration), instead of holding the confirmed position for good. When the key has no unsent row left the event is
 // streamed and the key forgotten: its events flow through the stream
 // again.
 //
@@ -183,7 +190,8 @@
 //
 // # Operations
 //
-// The server needs wal_level = logical, max_replication_slots and
+// The server needs PostgreSQL 14 or later (pgoutput's messages option;
+// set-up checks server_version_num), wal_level = logical, max_replication_slots and
 // max_wal_senders (one each per relay instance streaming or standing by,
 // plus headroom); the relay's role needs the REPLICATION attribute, and
 // CREATE on the database unless the publication exists. Writers need

@@ -45,13 +45,19 @@ type lane struct {
 type dispatcher struct {
 	r       *Relay
 	parked  *parkedKeys
-	settled chan<- *txn
+	settled chan<- settlement
 	brk     *breaker
 	singles chan struct{} // bounds the events delivered one by one at once (Concurrency)
 
 	ctx    context.Context // cancelled by stop: start no new publish
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// failed is closed, err set, when an event can be neither published
+	// nor parked until an operator acts (fail): the reader stops Run.
+	failed   chan struct{}
+	err      error
+	failOnce sync.Once
 
 	mu    sync.Mutex
 	cond  *sync.Cond // signalled when a lane becomes ready, and at stop
@@ -63,14 +69,15 @@ type dispatcher struct {
 // carries: the heads of that many keys' lanes, when that many are ready.
 const MaxPublishBatch = 64
 
-func newDispatcher(r *Relay, parked *parkedKeys, settled chan<- *txn) *dispatcher {
+func newDispatcher(r *Relay, parked *parkedKeys, settled chan<- settlement) *dispatcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &dispatcher{
 		r: r, parked: parked, settled: settled,
 		brk:     newBreaker(r),
 		singles: make(chan struct{}, r.cfg.Concurrency),
 		ctx:     ctx, cancel: cancel,
-		lanes: map[string]*lane{},
+		failed: make(chan struct{}),
+		lanes:  map[string]*lane{},
 	}
 	d.cond = sync.NewCond(&d.mu)
 	for range r.cfg.Concurrency {
@@ -225,7 +232,7 @@ func (d *dispatcher) publishBatch(evs []*event) bool {
 	d.brk.success(false)
 	r.update(func(s *Status) { s.Published += int64(len(evs)) })
 	for _, ev := range evs {
-		d.settled <- ev.tx
+		d.settled <- settlement{ev.tx, ev.bytes}
 		d.done(ev)
 	}
 	return true
@@ -247,7 +254,7 @@ func (d *dispatcher) deliverAll(evs []*event) bool {
 		if !ok {
 			return false
 		}
-		d.settled <- ev.tx
+		d.settled <- settlement{ev.tx, ev.bytes}
 		d.done(ev)
 		return true
 	}
@@ -277,7 +284,8 @@ func (d *dispatcher) deliverAll(evs []*event) bool {
 func (d *dispatcher) deliver(ev *event) bool {
 	r := d.r
 	if d.parked.mayHave(ev.Key) {
-		blocked, err := d.retryDB(func(ctx context.Context) (bool, error) { return r.q.parkIfBlocked(ctx, r.pool, ev) })
+		// It reads the key's rows and may insert ev: SELECT and INSERT.
+		blocked, err := d.retryDB(ev, "SELECT, INSERT", func(ctx context.Context) (bool, error) { return r.q.parkIfBlocked(ctx, r.pool, ev) })
 		if err != nil {
 			return false
 		}
@@ -329,7 +337,7 @@ func (d *dispatcher) deliver(ev *event) bool {
 		}
 		if permanent || attempts >= r.cfg.QuickRetries {
 			delay := max(r.cfg.Backoff(1), 0)
-			_, err := d.retryDB(func(ctx context.Context) (bool, error) {
+			_, err := d.retryDB(ev, "INSERT", func(ctx context.Context) (bool, error) {
 				return true, r.q.park(ctx, r.pool, ev, text, delay)
 			})
 			if err != nil {
@@ -351,6 +359,25 @@ func (d *dispatcher) deliver(ev *event) bool {
 	}
 }
 
+// fail records the first error that stops Run, for the reader, which
+// ends the session.
+func (d *dispatcher) fail(err error) {
+	d.failOnce.Do(func() {
+		d.err = err
+		close(d.failed)
+	})
+}
+
+// hasFailed reports whether fail was called (d.err is then set).
+func (d *dispatcher) hasFailed() bool {
+	select {
+	case <-d.failed:
+		return true
+	default:
+		return false
+	}
+}
+
 func (d *dispatcher) parkedOne(ev *event, why string) {
 	r := d.r
 	r.update(func(s *Status) { s.Parked++ })
@@ -360,11 +387,15 @@ func (d *dispatcher) parkedOne(ev *event, why string) {
 		slog.String("lsn", ev.lsn.String()), slog.String("why", why))
 }
 
-// retryDB runs f until it succeeds, waiting with a growing pause after
-// each database error; it gives up only when the dispatcher stops (the
-// event stays unsettled, so it is streamed again), never by settling an
-// event that is neither published nor parked.
-func (d *dispatcher) retryDB(f func(ctx context.Context) (bool, error)) (bool, error) {
+// retryDB runs f, which parks ev (privilege: what it needs on the outbox
+// table), until it succeeds, waiting with a growing pause after each
+// database error that may clear (a lost connection, a serialization
+// failure, a server shutting down). It gives up when the dispatcher stops
+// (the event stays unsettled, so it is streamed again), or at an error
+// that waiting cannot mend (parkError), which stops Run: retried, it
+// would hold the confirmed position, and the slot's WAL, for good. It
+// never settles an event that is neither published nor parked.
+func (d *dispatcher) retryDB(ev *event, privilege string, f func(ctx context.Context) (bool, error)) (bool, error) {
 	bo := backoff.New(100*time.Millisecond, d.r.cfg.ReconnectMax)
 	for {
 		ctx, cancel := context.WithTimeout(d.ctx, 30*time.Second)
@@ -376,8 +407,13 @@ func (d *dispatcher) retryDB(f func(ctx context.Context) (bool, error)) (bool, e
 		if d.ctx.Err() != nil {
 			return false, d.ctx.Err()
 		}
+		if ferr := d.r.parkError(ev, privilege, err); ferr != nil {
+			d.fail(ferr)
+			return false, ferr
+		}
 		wait := bo.Next()
-		d.r.log.Warn("parking in the outbox table failed: retrying (the stream of this key waits)", slog.String("error", telemetry.ErrorText(err)), slog.Duration("retry_in", wait))
+		d.r.log.Warn("parking in the outbox table failed: retrying; the slot's confirmed position stays before this event until it is parked: if this repeats, check the database and the relay's connection to it",
+			slog.String("event_id", ev.ID.String()), slog.String("key", ev.Key), slog.String("error", telemetry.ErrorText(err)), slog.Duration("retry_in", wait))
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:

@@ -150,11 +150,13 @@ func (r *Relay) Slot() string { return r.cfg.Slot }
 // ReconnectMax). Run returns nil after a graceful shutdown (publishes under
 // way waited for, the confirmed position reported), or an error that
 // waiting cannot mend: wal_level is not logical, a missing privilege, the
-// slot belongs to another database or plugin, the slot went missing after
-// this relay streamed from it (it is created only on the first session:
-// a new slot would hide the events lost with the old one), or a message
-// this relay cannot read (over MaxMessageBytes, a newer envelope
-// version), which it does not skip.
+// slot belongs to another database or plugin, the server is older than
+// PostgreSQL 14, the slot went missing after this relay streamed from it
+// (it is created only on the first session: a new slot would hide the
+// events lost with the old one), a message this relay cannot read (over
+// MaxMessageBytes, a newer envelope version), which it does not skip, or
+// an event it cannot park for a cause retrying cannot clear (a missing
+// privilege or table, a value the table refuses).
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.TryLock() {
 		return ErrRunning
@@ -231,6 +233,54 @@ func classify(what string, err error) error {
 	return fmt.Errorf("walrelay: %s: %w", what, err)
 }
 
+// parkError is the fatal error of a park of ev that failed for a cause
+// retrying cannot clear, saying what to do; nil for an error that may
+// clear (a lost connection, a serialization failure or deadlock, a server
+// shutting down or out of resources), which retryDB retries. privilege is
+// what the park needs on the outbox table: a 42501 is answered with its
+// GRANT.
+func (r *Relay) parkError(ev *event, privilege string, err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || len(pe.Code) != 5 {
+		return nil
+	}
+	var todo string
+	switch class := pe.Code[:2]; {
+	case pe.Code == "42501":
+		role := r.pool.Config().ConnConfig.User
+		if role == "" {
+			role = "<the relay's role>"
+		}
+		todo = fmt.Sprintf("the relay's role cannot write the parked event into the outbox table: run GRANT %s ON %s TO %s as the table's owner (`outboxgen grants -dialect postgres -f events.yaml`, with sql.wal: true, writes it with the other grants of the relay), then start the relay again", privilege, r.table, role)
+	case class == "42": // undefined table (42P01) or column (42703), ...
+		todo = fmt.Sprintf("the outbox table %s is missing or its schema is older than this relay: run `outboxgen migrate up` on this database (and check that the relay's schema names the table), then start the relay again", r.table)
+	case class == "22" || class == "23" || class == "54":
+		// Data exceptions (22008 datetime out of range, ...), integrity
+		// violations, limits: this event's row is refused, every time.
+		todo = fmt.Sprintf("the outbox table %s refuses this event's row (next_retry_time is now() plus Config.Backoff(1); a NOT NULL column or constraint this build does not fill comes from a newer schema: upgrade the relay): fix the cause, then start the relay again", r.table)
+	default:
+		return nil
+	}
+	return fatalError{fmt.Errorf("walrelay: park event %s (key %q, LSN %s) in %s: %w: %s; it was neither published nor parked, and the slot's confirmed position stays before its transaction",
+		ev.ID, ev.Key, ev.lsn, r.table, err, todo)}
+}
+
+// MinServerVersion is the oldest PostgreSQL (server_version_num) the WAL
+// relay streams from: pgoutput's messages option, which sends the logical
+// decoding messages, came with PostgreSQL 14.
+const MinServerVersion = 140000
+
+// checkServerVersion is the fatal error of a server older than
+// MinServerVersion (version is server_version_num), nil otherwise. Without
+// it, START_REPLICATION fails with pgoutput's "unrecognized pgoutput
+// option" at every retry.
+func checkServerVersion(version int) error {
+	if version >= MinServerVersion {
+		return nil
+	}
+	return fatalError{fmt.Errorf("walrelay: WAL mode needs PostgreSQL 14 or later (pgoutput's messages option); this server is %d.%d (server_version_num %d): upgrade PostgreSQL, or keep sql.wal off (the polling relay works on this version)", version/10000, version%10000, version)}
+}
+
 func containsFold(s, sub string) bool {
 	for i := 0; i+len(sub) <= len(s); i++ {
 		if equalFold(s[i:i+len(sub)], sub) {
@@ -270,6 +320,13 @@ func (r *Relay) setup(ctx context.Context, conn *pgconn.PgConn, recreate bool) e
 	}
 	if level != "logical" {
 		return fatalError{fmt.Errorf("walrelay: the server runs with wal_level = %s: set wal_level = logical (and max_replication_slots, max_wal_senders) in postgresql.conf and restart PostgreSQL", level)}
+	}
+	var version int
+	if err := r.pool.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		return classify("read the server version", err)
+	}
+	if err := checkServerVersion(version); err != nil {
+		return err
 	}
 	var pubExists bool
 	if err := r.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", r.cfg.Publication).Scan(&pubExists); err != nil {
@@ -313,10 +370,6 @@ func (r *Relay) setup(ctx context.Context, conn *pgconn.PgConn, recreate bool) e
 	// before, as a long-running one holds it (and the caller) up.
 	r.log.Info("creating the replication slot: it is ready once the transactions running now have ended")
 	if r.cfg.FailoverSlot {
-		var version int
-		if err := r.pool.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
-			return classify("read the server version", err)
-		}
 		if version < 170000 {
 			return fatalError{fmt.Errorf("walrelay: Config.FailoverSlot needs PostgreSQL 17 or later (failover slots); this server is %d: unset it, and see the README on failover", version)}
 		}

@@ -29,6 +29,7 @@ var pgxNoRows = pgx.ErrNoRows
 type txn struct {
 	end        pglogrepl.LSN // TransactionEndLSN: confirming it skips the transaction on restart
 	commitTime time.Time
+	events     int  // events it carried
 	pending    int  // events not settled yet
 	committed  bool // its COMMIT was received
 }
@@ -36,19 +37,33 @@ type txn struct {
 // event is one decoded event on its way to the broker.
 type event struct {
 	outbox.WALEvent
-	lsn pglogrepl.LSN
-	tx  *txn
+	lsn   pglogrepl.LSN
+	tx    *txn
+	bytes int // the message content's length (MaxInFlightBytes)
+}
+
+// settlement is one settled event, as the reader accounts for it.
+type settlement struct {
+	tx    *txn
+	bytes int
 }
 
 type session struct {
 	r    *Relay
 	conn *pgconn.PgConn
 
-	settled       chan *txn // one per settled event
-	fifo          []*txn    // transactions with events, in commit order
-	cur           *txn      // between BEGIN and COMMIT
-	curHas        bool      // cur carried an outbox event
-	inFlight      int
+	settled       chan settlement // one per settled event
+	fifo          []*txn          // transactions with events, in commit order
+	cur           *txn            // between BEGIN and COMMIT
+	curHas        bool            // cur carried an outbox event
+	inFlight      int             // events not settled
+	inFlightBytes int             // their content bytes
+	// waiting counts the settled events of committed transactions not yet
+	// confirmed (behind an unsettled one): with inFlight, what MaxInFlight
+	// bounds. Those of the open transaction are left out, so that a
+	// transaction with more events than MaxInFlight can still be read to
+	// its COMMIT.
+	waiting       int
 	confirmed     pglogrepl.LSN // everything before it is settled: the next report
 	sentConfirmed pglogrepl.LSN // the last position reported to PostgreSQL
 	disp          *dispatcher
@@ -99,12 +114,12 @@ func (r *Relay) session(ctx context.Context, standby *bool) (err error) {
 
 	s := &session{
 		r: r, conn: conn,
-		settled:   make(chan *txn, r.cfg.MaxInFlight+1),
+		settled:   make(chan settlement, r.cfg.MaxInFlight+1),
 		confirmed: confirmed, sentConfirmed: confirmed,
 	}
 	s.disp = newDispatcher(r, parked, s.settled)
 	err = s.stream(ctx)
-	if isFatal(err) {
+	if isFatal(err) && !s.disp.hasFailed() {
 		// Stopped at an unreadable message: let the events read before
 		// it settle, so that the confirmed position reaches it.
 		s.finish(ctx, r.cfg.ShutdownTimeout)
@@ -146,13 +161,18 @@ func (s *session) stream(ctx context.Context) error {
 			r.sampleLag(ctx, s)
 			statusDue = now.Add(r.cfg.StatusInterval)
 		}
-		if s.inFlight >= r.cfg.MaxInFlight {
-			// Backpressure: stop reading until events settle.
+		if s.disp.hasFailed() {
+			return s.disp.err
+		}
+		if s.full() {
+			// Backpressure: stop reading until events settle and their
+			// transactions are confirmed.
 			wait.Reset(time.Until(statusDue))
 			select {
 			case <-ctx.Done():
 			case t := <-s.settled:
 				s.settle(t)
+			case <-s.disp.failed:
 			case <-wait.C:
 			}
 			if !wait.Stop() {
@@ -239,6 +259,9 @@ func (s *session) logical(ctx context.Context, x pglogrepl.XLogData) error {
 		}
 		s.cur.end = m.TransactionEndLSN
 		s.cur.committed = true
+		if s.curHas {
+			s.waiting += s.cur.events - s.cur.pending
+		}
 		if !s.curHas && len(s.fifo) == 0 && m.TransactionEndLSN > s.confirmed {
 			s.confirmed = m.TransactionEndLSN
 		}
@@ -267,15 +290,17 @@ func (s *session) logical(ctx context.Context, x pglogrepl.XLogData) error {
 			s.curHas = true
 			s.fifo = append(s.fifo, s.cur)
 		}
+		s.cur.events++
 		s.cur.pending++
 		s.inFlight++
+		s.inFlightBytes += len(m.Content)
 		// The content slice belongs to the connection's buffer: copy.
 		ev.Payload = append([]byte(nil), ev.Payload...)
 		ev.Headers = append([]byte(nil), ev.Headers...)
 		if len(ev.Headers) == 0 {
 			ev.Headers = nil
 		}
-		s.disp.dispatch(&event{WALEvent: ev, lsn: m.LSN, tx: s.cur})
+		s.disp.dispatch(&event{WALEvent: ev, lsn: m.LSN, tx: s.cur, bytes: len(m.Content)})
 	}
 	return nil
 }
@@ -310,9 +335,22 @@ func (s *session) drain() {
 	}
 }
 
-func (s *session) settle(t *txn) {
-	t.pending--
+func (s *session) settle(st settlement) {
+	st.tx.pending--
+	if st.tx.committed {
+		s.waiting++
+	}
 	s.inFlight--
+	s.inFlightBytes -= st.bytes
+}
+
+// full reports whether the reader must pause: MaxInFlight events not
+// confirmed, or MaxInFlightBytes of content not settled (at least one
+// event is always admitted, so a single large one cannot wedge the
+// stream).
+func (s *session) full() bool {
+	return s.inFlight+s.waiting >= s.r.cfg.MaxInFlight ||
+		s.inFlight > 0 && s.inFlightBytes >= s.r.cfg.MaxInFlightBytes
 }
 
 // advance moves the confirmed position over the leading transactions whose
@@ -326,6 +364,7 @@ func (s *session) advance() {
 		if t.end > s.confirmed {
 			s.confirmed = t.end
 		}
+		s.waiting -= t.events
 		s.fifo[0] = nil
 		s.fifo = s.fifo[1:]
 	}

@@ -1,0 +1,213 @@
+package walrelay_test
+
+// What bounds the relay when events do not settle: a park that cannot
+// succeed stops Run, a park that may succeed is retried with the backlog
+// behind it bounded, and the content bytes held are bounded.
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxgen/outboxgen/internal/testdb"
+	"github.com/outboxgen/outboxgen/runtime/walrelay"
+)
+
+// failInserts makes every INSERT into the outbox table fail with SQLSTATE
+// code, for the first n (all when n is 0), as a trigger.
+func failInserts(t *testing.T, pool *pgxpool.Pool, n int, codes ...string) {
+	t.Helper()
+	ctx := context.Background()
+	arr := "ARRAY['" + strings.Join(codes, "','") + "']"
+	stmts := []string{
+		"CREATE SEQUENCE test_insert_fails",
+		`CREATE FUNCTION test_fail_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE i bigint := nextval('test_insert_fails'); codes text[] := ` + arr + `;
+BEGIN
+	IF ` + strconv.Itoa(n) + ` = 0 OR i <= ` + strconv.Itoa(n) + ` THEN
+		RAISE EXCEPTION 'test: insert refused (%)', i USING ERRCODE = codes[1 + (i - 1) % array_length(codes, 1)];
+	END IF;
+	RETURN NEW;
+END $$`,
+		"CREATE TRIGGER test_fail_insert BEFORE INSERT ON " + testdb.Tables.Outbox + " FOR EACH ROW EXECUTE FUNCTION test_fail_insert()",
+	}
+	for _, s := range stmts {
+		if _, err := pool.Exec(ctx, s); err != nil {
+			t.Fatalf("%v\n%s", err, s)
+		}
+	}
+}
+
+// TestParkPermissionDeniedStopsRun: a park refused with "permission
+// denied" (the relay role lacks INSERT) is not retried forever, holding
+// the slot: Run stops with the GRANT to run, the slot stays before the
+// event, and a relay started once the cause is fixed parks it.
+func TestParkPermissionDeniedStopsRun(t *testing.T) {
+	pool := logicalPool(t)
+	b := startNATS(t)
+	w := walWriter(t)
+	failInserts(t, pool, 0, "42501")
+	pub := &failing{Publisher: b.pub}
+	pub.on.Store(true)
+	r := newRelay(t, pool, pub, nil)
+	if err := r.Setup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	write(t, pool, w, false, payload{Key: "p", N: 1, Tag: "poison"}, payload{Key: "ok", N: 1})
+	write(t, pool, w, false, payload{Key: "ok", N: 2})
+
+	err := runFor(t, r, 60*time.Second)
+	if err == nil {
+		t.Fatal("Run returned nil; want the park's error")
+	}
+	for _, want := range []string{"GRANT INSERT ON " + testdb.Tables.Outbox + " TO ", "42501", "park event", "neither published nor parked"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error lacks %q: %v", want, err)
+		}
+	}
+	if st := r.Status(); st.Parked != 0 {
+		t.Errorf("status %+v: nothing could be parked", st)
+	}
+
+	// The grant is run: the next relay streams p/1 again and parks it.
+	if _, err := pool.Exec(context.Background(), "DROP TRIGGER test_fail_insert ON "+testdb.Tables.Outbox); err != nil {
+		t.Fatal(err)
+	}
+	r2 := newRelay(t, pool, pub, nil)
+	runRelay(t, r2)
+	waitFor(t, 30*time.Second, "p/1 parked by the next relay", func() bool { return r2.Status().Parked == 1 })
+	if rows := outboxRows(t, pool); len(rows) != 1 || rows[0][1] != "p" {
+		t.Errorf("outbox rows %v: want p/1 parked", rows)
+	}
+}
+
+// TestParkTransientErrorsRetried: serialization failures, deadlocks and
+// an administrator's shutdown of the backend may clear: the park is
+// retried until it succeeds, and Run goes on.
+func TestParkTransientErrorsRetried(t *testing.T) {
+	pool := logicalPool(t)
+	b := startNATS(t)
+	w := walWriter(t)
+	failInserts(t, pool, 3, "40001", "40P01", "57P01")
+	pub := &failing{Publisher: b.pub}
+	pub.on.Store(true)
+	r := newRelay(t, pool, pub, nil)
+	stop := runRelay(t, r)
+	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
+	write(t, pool, w, false, payload{Key: "p", N: 1, Tag: "poison"}, payload{Key: "ok", N: 1})
+	waitFor(t, 30*time.Second, "p/1 parked after the failures", func() bool { return r.Status().Parked == 1 })
+	var fails int64
+	if err := pool.QueryRow(context.Background(), "SELECT last_value FROM test_insert_fails").Scan(&fails); err != nil || fails < 4 {
+		t.Errorf("%d inserts (%v): want the 3 refused ones, then the park", fails, err)
+	}
+	stop() // fails the test if Run returned an error
+}
+
+// TestBacklogBoundedBehindStuckPark: while the head transaction's event
+// cannot be parked yet (the table is locked), the transactions behind it
+// settle but cannot be confirmed: reading pauses once MaxInFlight events
+// are unconfirmed, instead of piling them up without end; once the park
+// succeeds everything is published and confirmed.
+func TestBacklogBoundedBehindStuckPark(t *testing.T) {
+	pool := logicalPool(t)
+	b := startNATS(t)
+	w := walWriter(t)
+	pub := &failing{Publisher: b.pub}
+	pub.on.Store(true)
+	const maxInFlight = 4
+	r := newRelay(t, pool, pub, func(c *walrelay.Config) { c.MaxInFlight = maxInFlight })
+	runRelay(t, r)
+	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
+	ctx := context.Background()
+	lock, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx) //nolint:errcheck
+	if _, err := lock.Exec(ctx, "LOCK TABLE "+testdb.Tables.Outbox+" IN EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, pool, w, false, payload{Key: "p", N: 1, Tag: "poison"}, payload{Key: "ok", N: 1})
+	const behind = 20
+	for i := 1; i <= behind; i++ {
+		write(t, pool, w, false, payload{Key: "k", N: i})
+	}
+	waitFor(t, 30*time.Second, "the park to start (p/1 refused)", func() bool { return pub.fails.Load() >= int64(walrelay.DefaultQuickRetries) })
+	time.Sleep(2 * time.Second) // the reader would read on meanwhile
+	if n := distinct(b.messages(t)); n > maxInFlight {
+		t.Fatalf("%d events published behind the stuck park: the reader should pause at MaxInFlight (%d) unconfirmed events", n, maxInFlight)
+	}
+	if err := lock.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the events behind the park", func() bool { return distinct(b.messages(t)) >= behind+1 })
+	checkOrder(t, b.messages(t), map[string]int{"ok": 1, "k": behind})
+	if st := r.Status(); st.Parked != 1 {
+		t.Errorf("status %+v: want p/1 parked", st)
+	}
+	waitFor(t, 30*time.Second, "everything confirmed", func() bool {
+		st := r.Status()
+		return st.InFlight == 0 && st.OldestUnconfirmed.IsZero()
+	})
+}
+
+// gate holds every Publish until it is opened.
+type gate struct {
+	message.Publisher
+	open chan struct{}
+}
+
+func (g *gate) Publish(topic string, msgs ...*message.Message) error {
+	<-g.open
+	return g.Publisher.Publish(topic, msgs...)
+}
+
+// TestInFlightBytesBound: while the broker holds every publish, the
+// reader holds at most MaxInFlightBytes of events (plus the one that
+// crossed it), not MaxInFlight events; a bound below one event still lets
+// events through one at a time.
+func TestInFlightBytesBound(t *testing.T) {
+	pool := logicalPool(t)
+	b := startNATS(t)
+	w := walWriter(t)
+	g := &gate{Publisher: b.pub, open: make(chan struct{})}
+	r := newRelay(t, pool, g, func(c *walrelay.Config) {
+		c.MaxInFlightBytes = 10_000
+		c.PublishTimeout = time.Minute
+	})
+	stop := runRelay(t, r)
+	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
+	const n = 20
+	big := strings.Repeat("x", 4000) // each event's content is over 4000 bytes
+	for i := 0; i < n; i++ {
+		write(t, pool, w, false, payload{Key: "b" + strconv.Itoa(i), N: 1, Tag: big})
+	}
+	waitFor(t, 30*time.Second, "events in flight", func() bool { return r.Status().InFlight >= 2 })
+	time.Sleep(time.Second) // the reader would read on meanwhile
+	if st := r.Status(); st.InFlight > 3 {
+		t.Fatalf("%d events of over 4000 bytes in flight with MaxInFlightBytes 10000: want at most 3", st.InFlight)
+	}
+	close(g.open)
+	want := map[string]int{}
+	for i := 0; i < n; i++ {
+		want["b"+strconv.Itoa(i)] = 1
+	}
+	waitFor(t, 60*time.Second, "every event", func() bool { return distinct(b.messages(t)) >= n })
+	checkOrder(t, b.messages(t), want)
+	stop()
+
+	// Below one event: one at a time, never wedged.
+	r2 := newRelay(t, pool, b.pub, func(c *walrelay.Config) { c.MaxInFlightBytes = 1 })
+	runRelay(t, r2)
+	for i := 0; i < 5; i++ {
+		want["b"+strconv.Itoa(i)]++
+		write(t, pool, w, false, payload{Key: "b" + strconv.Itoa(i), N: 2, Tag: big})
+	}
+	waitFor(t, 60*time.Second, "the events over the bound", func() bool { return distinct(b.messages(t)) >= n+5 })
+	checkOrder(t, b.messages(t), want)
+}
