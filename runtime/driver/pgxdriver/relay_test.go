@@ -169,6 +169,26 @@ WHERE statement LIKE $1`, like).Scan(&generic, &custom)
 	}
 }
 
+// staleFewKeys fills the outbox with 40,000 pending rows of 4 keys and
+// takes the statistics then, as after an outage; then it runs changes
+// and vacuums without analyzing (autovacuum off), so that the statistics
+// stay those of the full backlog while the indexes hold no entries of the
+// rows changed (their cost is another matter, see ClaimParams.From).
+func staleFewKeys(t *testing.T, db *sql.DB, changes ...string) {
+	t.Helper()
+	stmts := append([]string{
+		"ALTER TABLE outbox_event SET (autovacuum_enabled = false)",
+		`INSERT INTO outbox_event (event_id, biz_type, biz_id, topic, payload)
+SELECT gen_random_uuid(), 'ORDER_PAID', 'k' || (g % 4), 'orders', '{}' FROM generate_series(1, 40000) g`,
+		"ANALYZE outbox_event",
+	}, changes...)
+	for _, q := range append(stmts, "VACUUM outbox_event") {
+		if _, err := db.ExecContext(context.Background(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
 // explainClaim runs the claim of owner for limit rows under EXPLAIN
 // ANALYZE in a transaction it rolls back, and returns the plan.
 func explainClaim(t *testing.T, pool *pgxpool.Pool, q *dialect.RelayQueries, owner string, limit int) string {
@@ -211,20 +231,7 @@ func planPages(t *testing.T, plan string) int {
 func TestClaimOfFewKeysStaysBounded(t *testing.T) {
 	ctx := context.Background()
 	drv, pool, db := openPgx(t)
-	for _, q := range []string{
-		"ALTER TABLE outbox_event SET (autovacuum_enabled = false)", // the statistics stay those of the full backlog
-		`INSERT INTO outbox_event (event_id, biz_type, biz_id, topic, payload)
-SELECT gen_random_uuid(), 'ORDER_PAID', 'k' || (g % 4), 'orders', '{}' FROM generate_series(1, 40000) g`,
-		"ANALYZE outbox_event",
-		"UPDATE outbox_event SET status = 1, sent_at = now() WHERE id <= 32000",
-		// Without the entries the update left in the indexes (their cost
-		// is another matter, see ClaimParams.From); not ANALYZE.
-		"VACUUM outbox_event",
-	} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	staleFewKeys(t, db, "UPDATE outbox_event SET status = 1, sent_at = now() WHERE id <= 32000")
 	const limit = 40
 	q, err := dialect.NewRelayQueries(dialect.Postgres, "outbox_event", nil)
 	if err != nil {
@@ -270,21 +277,10 @@ SELECT gen_random_uuid(), 'ORDER_PAID', 'k' || (g % 4), 'orders', '{}' FROM gene
 // prev through the key index: walking the primary key down from the
 // candidate reads past every sent row before it finds the head.
 func TestClaimHoldOfFewKeysStaysBounded(t *testing.T) {
-	ctx := context.Background()
 	_, pool, db := openPgx(t)
-	for _, q := range []string{
-		"ALTER TABLE outbox_event SET (autovacuum_enabled = false)",
-		`INSERT INTO outbox_event (event_id, biz_type, biz_id, topic, payload)
-SELECT gen_random_uuid(), 'ORDER_PAID', 'k' || (g % 4), 'orders', '{}' FROM generate_series(1, 40000) g`,
-		"ANALYZE outbox_event",
+	staleFewKeys(t, db,
 		"UPDATE outbox_event SET status = 2, retry_count = 5 WHERE id <= 4",
-		"UPDATE outbox_event SET status = 1, sent_at = now() WHERE id > 4 AND id <= 32000",
-		"VACUUM outbox_event",
-	} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+		"UPDATE outbox_event SET status = 1, sent_at = now() WHERE id > 4 AND id <= 32000")
 	const limit = 40
 	q, err := dialect.NewRelayQueries(dialect.Postgres, "outbox_event", nil)
 	if err != nil {
