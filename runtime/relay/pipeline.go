@@ -206,7 +206,6 @@ type pipeline struct {
 
 	batches map[*batch]bool  // batches with units not reported
 	leased  map[int64]*batch // rows leased to us and not recorded yet
-	keyOf   map[int64]string // the key of each leased row of an ordered type
 	running int              // units not reported
 	pend    driver.Results
 	pendOf  map[int64]*batch // the batch each pending result's row was leased to
@@ -278,7 +277,6 @@ func (r *Relay) newPipeline(ctx context.Context, m mode) *pipeline {
 		abandon:   make(chan struct{}),
 		batches:   map[*batch]bool{},
 		leased:    map[int64]*batch{},
-		keyOf:     map[int64]string{},
 		pendOf:    map[int64]*batch{},
 		claimNow:  true,
 		probed:    m != modeRun, // RunOnce probes before, poll never
@@ -404,15 +402,7 @@ func (p *pipeline) act() (bool, error) {
 		return false, nil
 	}
 	switch {
-	case ok && (p.claimNow || p.owedNow() || !now.Before(p.nextPoll)):
-		return true, p.claim(limit)
-	case ok && p.flushDue(now):
-		if p.saturated(now) && !p.pendFreesKey() {
-			// The rows left wait behind rows in flight, and these
-			// results free none of their keys: a claim would read past
-			// them all again for nothing.
-			return true, p.record()
-		}
+	case ok && (p.claimNow || p.owedNow() || !now.Before(p.nextPoll) || p.flushDue(now)):
 		return true, p.claim(limit)
 	case p.flushDue(now):
 		return true, p.record()
@@ -435,32 +425,6 @@ func (p *pipeline) act() (bool, error) {
 // at most that: claims in step with its recordings for rescanEvery.
 func (p *pipeline) saturated(now time.Time) bool {
 	return !p.saturatedAt.IsZero() && now.Sub(p.saturatedAt) < rescanEvery
-}
-
-// pendFreesKey reports whether recording the pending results may let a
-// claim find rows to lease: a row was sent whose key has no other row of
-// ours in flight, or of a type without key order; or a row failed or is
-// given back (it is due again, or the rows behind it are to be held).
-func (p *pipeline) pendFreesKey() bool {
-	if len(p.pend.Failures) > 0 || len(p.pend.Release) > 0 {
-		return true
-	}
-	sent := make(map[int64]bool, len(p.pend.Sent))
-	for _, id := range p.pend.Sent {
-		sent[id] = true
-	}
-	busy := map[string]bool{}
-	for id, k := range p.keyOf {
-		if !sent[id] {
-			busy[k] = true
-		}
-	}
-	for _, id := range p.pend.Sent {
-		if k, ordered := p.keyOf[id]; !ordered || !busy[k] {
-			return true
-		}
-	}
-	return false
 }
 
 // owedNow reports whether the claim RunOnce owes (onceOwed) may run now:
@@ -785,7 +749,9 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 	switch {
 	case found == 0 && out.inFlight > 0:
 		p.saturatedAt = now
-	case p.backlog && out.rec == nil:
+	case p.backlog && out.rec == nil, out.rescan && found > 0:
+		// A full claim that recorded nothing, or the first one after a
+		// window that found rows: claims find rows again.
 		p.saturatedAt = time.Time{}
 	}
 	// The rows left wait behind rows in flight, some of them ours: the
@@ -885,7 +851,6 @@ func (p *pipeline) recorded(rec *driver.Results, of map[int64]*batch, got driver
 	forget := func(id int64) {
 		if p.leased[id] == of[id] {
 			delete(p.leased, id)
-			delete(p.keyOf, id)
 		}
 	}
 	for _, id := range rec.Sent {
@@ -966,9 +931,6 @@ func (p *pipeline) startBatch(rows []driver.Row, claimedAt time.Time, probe bool
 	b.timeout = time.AfterFunc(r.opts.PublishTimeout, func() { stop(errPublishTimeout) })
 	for _, rw := range rows {
 		p.leased[rw.ID] = b
-		if !r.unordered[rw.Type] {
-			p.keyOf[rw.ID] = rw.Key
-		}
 	}
 	p.batches[b] = true
 	units := r.groups(rows)

@@ -758,28 +758,3 @@ func TestFewKeysOneRescanPerWindow(t *testing.T) {
 		}
 	})
 }
-
-// pendFreesKey: results free a key when no other row of ours of that key
-// is in flight, or when they carry a failure or a release (claims then
-// hold or lease something); rows of unordered types free nothing to wait
-// for.
-func TestPendFreesKey(t *testing.T) {
-	p := &pipeline{keyOf: map[int64]string{1: "a", 2: "a", 3: "b"}} // 4: unordered
-	for _, c := range []struct {
-		name string
-		pend driver.Results
-		want bool
-	}{
-		{"the key's other row in flight", driver.Results{Sent: []int64{1}}, false},
-		{"the key's last row", driver.Results{Sent: []int64{3}}, true},
-		{"both rows of the key", driver.Results{Sent: []int64{1, 2}}, true},
-		{"an unordered row", driver.Results{Sent: []int64{4}}, true},
-		{"a failure", driver.Results{Sent: []int64{1}, Failures: []driver.Failure{{Row: driver.Row{ID: 2}}}}, true},
-		{"a release", driver.Results{Release: []int64{1}}, true},
-	} {
-		p.pend = c.pend
-		if got := p.pendFreesKey(); got != c.want {
-			t.Errorf("%s: pendFreesKey = %v, want %v", c.name, got, c.want)
-		}
-	}
-}

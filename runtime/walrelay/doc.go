@@ -106,9 +106,10 @@
 // start the relay, which
 // creates the slot, before switching writers to WAL mode, and keep the
 // slot: dropping it drops every event not yet confirmed. A relay creates
-// a missing slot only before it first streams: once it streamed, a
-// missing slot (dropped, or a failover) stops Run with the last confirmed
-// position, since a new slot would silently skip the events in between.
+// a missing slot only before it ever found it: once it found the slot or
+// streamed (a standby too), a missing slot (dropped, or a failover) stops
+// Run with the last confirmed position, since a new slot would silently
+// skip the events in between.
 //
 // # Parking
 //

@@ -38,9 +38,11 @@ type Relay struct {
 	// state read by Status, metrics and tests.
 	mu     sync.Mutex
 	status Status
-	// streamed is set once a session started streaming: from then on a
-	// missing slot means events were lost, and it is not recreated.
-	streamed bool
+	// slotSeen is set once this relay found the slot or streamed from it
+	// (a standby too: it would otherwise be the one to recreate the slot
+	// after a failover): from then on a missing slot means events may have
+	// been lost, and it is not recreated.
+	slotSeen bool
 }
 
 // Status is what a Relay is doing.
@@ -151,9 +153,9 @@ func (r *Relay) Slot() string { return r.cfg.Slot }
 // way waited for, the confirmed position reported), or an error that
 // waiting cannot mend: wal_level is not logical, a missing privilege, the
 // slot belongs to another database or plugin, the server is older than
-// PostgreSQL 14, the slot went missing after this relay streamed from it
-// (it is created only on the first session: a new slot would hide the
-// events lost with the old one), a message this relay cannot read (over
+// PostgreSQL 14, the slot went missing after this relay found it or
+// streamed from it (a missing slot is created only before it was ever
+// seen: a new slot would hide the events lost with the old one), a message this relay cannot read (over
 // MaxMessageBytes, a newer envelope version), which it does not skip, or
 // an event it cannot park for a cause retrying cannot clear (a missing
 // privilege or table, a value the table refuses).
@@ -311,7 +313,7 @@ func equalFold(a, b string) bool {
 
 // setup creates the publication and the slot when missing. conn is the
 // replication connection (the slot is created through it). Once this
-// relay streamed, a missing slot is created only when recreate (Setup,
+// relay found the slot or streamed, a missing slot is created only when recreate (Setup,
 // an operator's explicit step), else it is a fatal error (slotGone).
 func (r *Relay) setup(ctx context.Context, conn *pgconn.PgConn, recreate bool) error {
 	var level string
@@ -358,12 +360,15 @@ func (r *Relay) setup(ctx context.Context, conn *pgconn.PgConn, recreate bool) e
 		if db != cur || plugin != "pgoutput" {
 			return fatalError{fmt.Errorf("walrelay: replication slot %s exists for database %q with plugin %q; the relay needs a pgoutput slot of database %q: choose another Config.Slot", r.cfg.Slot, db, plugin, cur)}
 		}
+		r.mu.Lock()
+		r.slotSeen = true
+		r.mu.Unlock()
 		return nil
 	}
 	r.mu.Lock()
-	streamed, last := r.streamed, r.status.Confirmed
+	seen, last := r.slotSeen, r.status.Confirmed
 	r.mu.Unlock()
-	if streamed && !recreate {
+	if seen && !recreate {
 		return r.slotGone(last)
 	}
 	// The creation waits for the transactions running now to end: say so
@@ -418,9 +423,14 @@ func (r *Relay) Setup(ctx context.Context) error {
 // since last, the position up to which every event was published or
 // parked, so Run stops instead and says what to reconcile.
 func (r *Relay) slotGone(last pglogrepl.LSN) error {
-	r.log.Error("the replication slot is missing after this relay streamed from it (dropped, or a failover): not recreated; events committed after the last confirmed position may not have been published",
+	since := fmt.Sprintf("after LSN %s (every event before it was published or parked)", last)
+	if last == 0 {
+		// A standby: the streaming instance's log has its last position.
+		since = "after the last position the streaming instance confirmed (its log and metrics show it)"
+	}
+	r.log.Error("the replication slot is missing after this relay found it or streamed from it (dropped, or a failover): not recreated; events committed after the last confirmed position may not have been published",
 		slog.String("last_confirmed", last.String()))
-	return fatalError{fmt.Errorf("walrelay: replication slot %s is missing, though this relay streamed from it (dropped, or a failover to a server without it): events committed after LSN %s (every event before it was published or parked) may not have been published, and a new slot would not stream them: create the slot again at once (outboxgen wal setup, or restart the relay), then reconcile from the business data the events committed between LSN %s and the new slot's creation; see the README on PostgreSQL failover (failover slots: Config.FailoverSlot, -wal-failover-slot)", r.cfg.Slot, last, last)}
+	return fatalError{fmt.Errorf("walrelay: replication slot %s is missing, though this relay found it or streamed from it (dropped, or a failover to a server without it): events committed %s may not have been published, and a new slot would not stream them: create the slot again at once (outboxgen wal setup, or restart the relay), then reconcile from the business data the events committed between then and the new slot's creation; see the README on PostgreSQL failover (failover slots: Config.FailoverSlot, -wal-failover-slot)", r.cfg.Slot, since)}
 }
 
 // waitReady waits until the slot, which exists, is no longer being

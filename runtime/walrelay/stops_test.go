@@ -198,8 +198,9 @@ func (s *syncBuffer) String() string {
 // TestMissingSlotAfterStreamingIsFatal: the slot dropped under a relay
 // that streamed from it (as after a failover to a server without it) is
 // not recreated, which would hide the events lost with it: Run stops with
-// the last confirmed position and what to do, logged at ERROR. A new
-// relay, which never streamed, creates the slot as before.
+// the last confirmed position and what to do, logged at ERROR. A standby
+// that found the slot (and could take it over) stops too. A new relay,
+// which never saw it, creates the slot as before.
 func TestMissingSlotAfterStreamingIsFatal(t *testing.T) {
 	pool := logicalPool(t)
 	b := startNATS(t)
@@ -217,9 +218,15 @@ func TestMissingSlotAfterStreamingIsFatal(t *testing.T) {
 		write(t, pool, w, false, payload{Key: "d", N: i})
 	}
 	waitFor(t, 30*time.Second, "3 events", func() bool { return distinct(b.messages(t)) >= 3 })
+	// A standby, which never streams: it saw the slot, so it must not be
+	// the one to recreate it either.
+	standby := newRelay(t, pool, b.pub, func(c *walrelay.Config) { c.InstanceID = "standby" })
+	standbyDone := make(chan error, 1)
+	go func() { standbyDone <- standby.Run(ctx) }()
+	time.Sleep(time.Second) // a few TakeoverIntervals: it found the slot active
 
 	// A DBA drops the slot: end the walsender holding it, drop it before
-	// the relay takes it again.
+	// a relay takes it again.
 	dropped := false
 	for deadline := time.Now().Add(20 * time.Second); !dropped && time.Now().Before(deadline); {
 		_, _ = pool.Exec(context.Background(), "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", r.Slot())
@@ -253,8 +260,16 @@ func TestMissingSlotAfterStreamingIsFatal(t *testing.T) {
 	if l := logs.String(); !regexp.MustCompile(`level=ERROR msg="the replication slot is missing[^\n]*last_confirmed=` + regexp.QuoteMeta(last.String())).MatchString(l) {
 		t.Errorf("no ERROR line with last_confirmed=%s:\n%s", last, l)
 	}
+	select {
+	case err := <-standbyDone:
+		if err == nil || !strings.Contains(err.Error(), "is missing") {
+			t.Errorf("the standby's Run: %v, want the missing slot's error", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Errorf("the standby did not stop on the missing slot")
+	}
 	if s, err := walrelay.SlotStatus(context.Background(), pool, r.Slot()); err != nil || s.Exists {
-		t.Errorf("slot %+v (%v): the relay recreated it", s, err)
+		t.Errorf("slot %+v (%v): a relay recreated it", s, err)
 	}
 
 	// A new relay (a new process) creates the slot on its first session.

@@ -107,7 +107,7 @@ func (r *Relay) session(ctx context.Context, standby *bool) (err error) {
 	*standby = false
 	r.log.Info("streaming", slog.String("from", confirmed.String()), slog.Int("parked_keys", parked.size()), slog.Bool("check_every_key", parked.checkAll))
 	r.mu.Lock()
-	r.streamed = true
+	r.slotSeen = true
 	r.status.Streaming, r.status.Confirmed = true, confirmed
 	r.mu.Unlock()
 	defer r.update(func(s *Status) { s.Streaming = false; s.InFlight = 0; s.OldestUnconfirmed = time.Time{} })
@@ -128,6 +128,12 @@ func (r *Relay) session(ctx context.Context, standby *bool) (err error) {
 	// those under way (ShutdownTimeout), confirm what was settled.
 	s.disp.stop(r.cfg.ShutdownTimeout)
 	s.drain()
+	if s.disp.hasFailed() && !errors.Is(err, s.disp.err) {
+		// A park that cannot succeed, beside the error that ended the
+		// stream: it needs the operator too, and says what to do.
+		r.log.Error("an event could not be parked either", slog.String("error", telemetry.ErrorText(s.disp.err)))
+		err = errors.Join(err, s.disp.err)
+	}
 	// A fatal error of the stream (an unreadable message) leaves the
 	// connection working: report what was settled before it.
 	if err == nil || ctx.Err() != nil || isFatal(err) {
@@ -314,6 +320,8 @@ func (s *session) finish(ctx context.Context, timeout time.Duration) {
 		select {
 		case tx := <-s.settled:
 			s.settle(tx)
+		case <-s.disp.failed:
+			return // an event that can never settle: waiting is for nothing
 		case <-t.C:
 			return
 		case <-ctx.Done():
@@ -396,7 +404,7 @@ func (s *session) report() error {
 // so the confirmed position stays before it and the next relay reads it
 // again.
 func (r *Relay) unreadable(lsn pglogrepl.LSN, size int, err error) error {
-	todo := "upgrade the relay (outboxgen) to the version of the writers, then start it again"
+	todo := "upgrade the relay (outboxgen) to the version of the writers, then start it again; if no writer writes that version (the message is not an event), move the slot past it by hand with pg_replication_slot_advance to its transaction's end, which also skips that transaction's other events"
 	if errors.Is(err, outbox.ErrWALMessageTooLarge) {
 		todo = fmt.Sprintf("raise Config.MaxMessageBytes (outboxgen relay: -wal-max-message-bytes) to at least %d bytes (the writers' WithMaxMessageSize plus 64 KiB covers any event they write), then start the relay again", size)
 	}
