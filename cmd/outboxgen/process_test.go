@@ -7,7 +7,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -27,6 +26,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/outboxgen/outboxgen/internal/syncbuf"
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver/drivertest"
@@ -265,27 +265,10 @@ func (c *collector) check(t *testing.T, keys []string, n int) (dups int) {
 // proc is a running outboxgen subprocess.
 type proc struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
-	stdout *syncBuffer
+	stderr *syncbuf.Buffer
+	stdout *syncbuf.Buffer
 	done   chan struct{}
 	err    error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // start runs the binary with args; it is killed in t.Cleanup if still
@@ -298,7 +281,7 @@ func start(t *testing.T, args ...string) *proc {
 // startEnv is start with extra environment variables (KEY=value).
 func startEnv(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(outboxgenBinary(t), args...), stderr: &syncBuffer{}, stdout: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(outboxgenBinary(t), args...), stderr: &syncbuf.Buffer{}, stdout: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd.Stderr, p.cmd.Stdout = p.stderr, p.stdout
 	p.cmd.Env = append(cleanEnv(), env...)
 	p.cmd.Dir = t.TempDir() // no events.yaml there: default tables

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/outboxgen/outboxgen/internal/gentest/sqlevents"
+	"github.com/outboxgen/outboxgen/internal/syncbuf"
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/admin"
 	"github.com/outboxgen/outboxgen/runtime/brokers/natsjs"
@@ -91,25 +92,7 @@ type env struct {
 	js      nats.JetStreamContext
 	url     string // the read-write console, ending in "/"
 	roURL   string // the read-only console, ending in "/"
-	logs    *syncBuffer
-}
-
-// syncBuffer is a bytes buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs    *syncbuf.Buffer
 }
 
 // newEnv builds the environment on dialect d ("sqlite", "postgres",
@@ -117,7 +100,7 @@ func (s *syncBuffer) String() string {
 // every row as the constants above say.
 func newEnv(t *testing.T, d string) *env {
 	t.Helper()
-	e := &env{t: t, dialect: d, logs: &syncBuffer{}}
+	e := &env{t: t, dialect: d, logs: &syncbuf.Buffer{}}
 	if d == "sqlite" {
 		// As outboxgen and services open it (runtime/dsn): BEGIN
 		// IMMEDIATE, so that transactions beside the relay's wait for the

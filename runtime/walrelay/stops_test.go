@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +20,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/outboxgen/outboxgen/internal/syncbuf"
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/runtime/walrelay"
@@ -177,24 +177,6 @@ func TestNewerEnvelopeStopsBeforeIt(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the relay's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestMissingSlotAfterStreamingIsFatal: the slot dropped under a relay
 // that streamed from it (as after a failover to a server without it) is
 // not recreated, which would hide the events lost with it: Run stops with
@@ -205,7 +187,7 @@ func TestMissingSlotAfterStreamingIsFatal(t *testing.T) {
 	pool := logicalPool(t)
 	b := startNATS(t)
 	w := walWriter(t)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	r := newRelay(t, pool, b.pub, func(c *walrelay.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})

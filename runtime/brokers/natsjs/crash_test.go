@@ -1,18 +1,17 @@
 package natsjs_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"log/slog"
 	"os"
 	"os/exec"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/outboxgen/outboxgen/internal/syncbuf"
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/brokers/internal/brokertest"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
@@ -78,24 +77,6 @@ func TestRelayChildProcess(t *testing.T) {
 	}
 }
 
-// lockedBuffer collects the child's output for the failure message.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // TestRelayProcessKilled is the seed design's acceptance check 3: a relay
 // process is killed with SIGKILL in the middle of a batch, holding leased
 // rows; another instance publishes everything once the lease lapses.
@@ -119,7 +100,7 @@ func TestRelayProcessKilled(t *testing.T) {
 			w := brokertest.NewWriter(db, d, topic, keys...)
 			all := w.Write(t, 40) // 160 events on 4 keys
 
-			var out lockedBuffer
+			var out syncbuf.Buffer
 			child := exec.Command(os.Args[0], "-test.run=^TestRelayChildProcess$", "-test.v")
 			child.Env = append(os.Environ(),
 				envChildDSN+"="+dsn, envChildDriver+"="+testdb.Driver(t, name),
