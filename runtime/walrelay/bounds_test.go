@@ -6,6 +6,7 @@ package walrelay_test
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -110,7 +111,7 @@ func TestParkTransientErrorsRetried(t *testing.T) {
 
 // TestBacklogBoundedBehindStuckPark: while the head transaction's event
 // cannot be parked yet (the table is locked), the transactions behind it
-// settle but cannot be confirmed: reading pauses once MaxInFlight events
+// settle but cannot be confirmed: reading pauses once MaxUnconfirmed events
 // are unconfirmed, instead of piling them up without end; once the park
 // succeeds everything is published and confirmed.
 func TestBacklogBoundedBehindStuckPark(t *testing.T) {
@@ -119,8 +120,8 @@ func TestBacklogBoundedBehindStuckPark(t *testing.T) {
 	w := walWriter(t)
 	pub := &failing{Publisher: b.pub}
 	pub.on.Store(true)
-	const maxInFlight = 4
-	r := newRelay(t, pool, pub, func(c *walrelay.Config) { c.MaxInFlight = maxInFlight })
+	const maxUnconfirmed = 4
+	r := newRelay(t, pool, pub, func(c *walrelay.Config) { c.MaxUnconfirmed = maxUnconfirmed })
 	runRelay(t, r)
 	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
 	ctx := context.Background()
@@ -139,8 +140,8 @@ func TestBacklogBoundedBehindStuckPark(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "the park to start (p/1 refused)", func() bool { return pub.fails.Load() >= int64(walrelay.DefaultQuickRetries) })
 	time.Sleep(2 * time.Second) // the reader would read on meanwhile
-	if n := distinct(b.messages(t)); n > maxInFlight {
-		t.Fatalf("%d events published behind the stuck park: the reader should pause at MaxInFlight (%d) unconfirmed events", n, maxInFlight)
+	if n := distinct(b.messages(t)); n > maxUnconfirmed {
+		t.Fatalf("%d events published behind the stuck park: the reader should pause at MaxUnconfirmed (%d) unconfirmed events", n, maxUnconfirmed)
 	}
 	if err := lock.Commit(ctx); err != nil {
 		t.Fatal(err)
@@ -152,8 +153,83 @@ func TestBacklogBoundedBehindStuckPark(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "everything confirmed", func() bool {
 		st := r.Status()
-		return st.InFlight == 0 && st.OldestUnconfirmed.IsZero()
+		return st.InFlight == 0 && st.Unconfirmed == 0 && st.OldestUnconfirmed.IsZero()
 	})
+}
+
+// keyGate holds every Publish carrying an event of key until open is
+// closed, and tells held when it holds one.
+type keyGate struct {
+	message.Publisher
+	key  string
+	open chan struct{}
+	held chan struct{}
+}
+
+func (g *keyGate) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		var p payload
+		if json.Unmarshal(m.Payload, &p) == nil && p.Key == g.key {
+			select {
+			case g.held <- struct{}{}:
+			default:
+			}
+			<-g.open
+			break
+		}
+	}
+	return g.Publisher.Publish(topic, msgs...)
+}
+
+// TestSlowEventHoldsOnlyItsKey: a publish that does not return holds back
+// its key only. The events of other keys behind it are published past
+// MaxInFlight (settled, they wait for the slow one's transaction to be
+// confirmed, holding no content), up to MaxUnconfirmed, where reading
+// pauses; once the slow publish returns, everything is confirmed.
+func TestSlowEventHoldsOnlyItsKey(t *testing.T) {
+	pool := logicalPool(t)
+	b := startNATS(t)
+	w := walWriter(t)
+	g := &keyGate{Publisher: b.pub, key: "slow", open: make(chan struct{}), held: make(chan struct{}, 1)}
+	const maxInFlight, maxUnconfirmed = 4, 40
+	r := newRelay(t, pool, g, func(c *walrelay.Config) {
+		c.MaxInFlight, c.MaxUnconfirmed = maxInFlight, maxUnconfirmed
+		c.PublishTimeout = 2 * time.Minute
+	})
+	stop := runRelay(t, r)
+	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
+	write(t, pool, w, false, payload{Key: "slow", N: 1})
+	select {
+	case <-g.held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the slow event was not published")
+	}
+	const behind = 60
+	want := map[string]int{"slow": 1}
+	for i := 0; i < behind; i++ {
+		k := "k" + strconv.Itoa(i%10)
+		want[k]++
+		write(t, pool, w, false, payload{Key: k, N: want[k]})
+	}
+	// Before the fix, reading paused at MaxInFlight (4) events here.
+	waitFor(t, 30*time.Second, "events of other keys published behind the slow one, past MaxInFlight", func() bool {
+		return distinct(b.messages(t)) >= maxUnconfirmed-2
+	})
+	time.Sleep(time.Second) // the reader would read on meanwhile
+	if n := distinct(b.messages(t)); n >= maxUnconfirmed {
+		t.Fatalf("%d events published behind the slow one: the reader should pause at MaxUnconfirmed (%d) unconfirmed events", n, maxUnconfirmed)
+	}
+	if st := r.Status(); st.InFlight != 1 || st.Unconfirmed < maxUnconfirmed-2 || st.Unconfirmed > maxUnconfirmed || st.OldestUnconfirmed.IsZero() {
+		t.Errorf("status %+v: want the slow event in flight and about %d unconfirmed", st, maxUnconfirmed)
+	}
+	close(g.open)
+	waitFor(t, 60*time.Second, "every event", func() bool { return distinct(b.messages(t)) >= behind+1 })
+	checkOrder(t, b.messages(t), want)
+	waitFor(t, 30*time.Second, "everything confirmed", func() bool {
+		st := r.Status()
+		return st.InFlight == 0 && st.Unconfirmed == 0 && st.OldestUnconfirmed.IsZero()
+	})
+	stop()
 }
 
 // gate holds every Publish until it is opened.

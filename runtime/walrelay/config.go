@@ -20,6 +20,7 @@ const (
 	DefaultConcurrency      = 16
 	DefaultMaxInFlight      = 4096
 	DefaultMaxInFlightBytes = 64 << 20
+	DefaultMaxUnconfirmed   = 1 << 18
 	DefaultQuickRetries     = 3
 	DefaultRetryDelay       = 200 * time.Millisecond
 	DefaultPublishTimeout   = 30 * time.Second
@@ -31,6 +32,8 @@ const (
 
 	// MaxInFlightLimit bounds Config.MaxInFlight (events held in memory).
 	MaxInFlightLimit = 1 << 20
+	// MaxUnconfirmedLimit bounds Config.MaxUnconfirmed.
+	MaxUnconfirmedLimit = 1 << 24
 )
 
 // Config configures a Relay. The zero value of every field but Publisher
@@ -69,12 +72,10 @@ type Config struct {
 	// commit order.
 	Concurrency int
 	// MaxInFlight bounds the events received from the stream and not yet
-	// confirmed (default 4096): those not yet acknowledged by the broker
-	// or parked, and those settled in a committed transaction that waits
-	// behind an unsettled one (the confirmed position only passes whole
-	// transactions, in commit order). At the bound the relay stops
-	// reading the stream (PostgreSQL keeps the WAL), so an event stuck at
-	// the head cannot make the relay's memory grow without end.
+	// settled (default 4096): neither acknowledged by the broker nor
+	// parked. Their content is in memory. At the bound the relay stops
+	// reading the stream (PostgreSQL keeps the WAL), so a broker outage
+	// cannot make the relay's memory grow without end.
 	MaxInFlight int
 	// MaxInFlightBytes bounds the content bytes of the events received and
 	// not yet acknowledged or parked (default 64 MiB): the memory a broker
@@ -87,6 +88,17 @@ type Config struct {
 	// about 1 MiB) are held by about 60, enough to keep Concurrency
 	// publishes busy, instead of 4096 (4 GiB).
 	MaxInFlightBytes int
+	// MaxUnconfirmed bounds the events received and not yet confirmed to
+	// PostgreSQL (default 262,144): the unsettled ones and those settled in
+	// a transaction that waits behind an unsettled one (the confirmed
+	// position only passes whole transactions, in commit order). A settled
+	// event keeps no content, only its transaction's place in the commit
+	// order (under 100 bytes per transaction), so one slow event at the head
+	// (a publish taking up to PublishTimeout per attempt) holds back only
+	// its key while the other keys go on for this many events; at the bound
+	// the relay stops reading. They are also what a crash publishes again:
+	// a relay resumes at the confirmed position.
+	MaxUnconfirmed int
 
 	// QuickRetries is the number of publish attempts of an event, RetryDelay
 	// apart, before it is parked in the outbox table (default 3). Attempts
@@ -181,6 +193,9 @@ func (c *Config) setDefaults(table string) {
 	if c.MaxInFlightBytes == 0 {
 		c.MaxInFlightBytes = DefaultMaxInFlightBytes
 	}
+	if c.MaxUnconfirmed == 0 {
+		c.MaxUnconfirmed = DefaultMaxUnconfirmed
+	}
 	if c.QuickRetries == 0 {
 		c.QuickRetries = DefaultQuickRetries
 	}
@@ -240,6 +255,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInFlightBytes < 1 {
 		errs = append(errs, fmt.Errorf("walrelay: Config.MaxInFlightBytes is %d: use a positive size in bytes (or 0 for %d, 64 MiB)", c.MaxInFlightBytes, DefaultMaxInFlightBytes))
+	}
+	if c.MaxUnconfirmed < 1 || c.MaxUnconfirmed > MaxUnconfirmedLimit {
+		errs = append(errs, fmt.Errorf("walrelay: Config.MaxUnconfirmed is %d: use 1 to %d (or 0 for %d)", c.MaxUnconfirmed, MaxUnconfirmedLimit, DefaultMaxUnconfirmed))
 	}
 	if c.QuickRetries < 1 {
 		errs = append(errs, fmt.Errorf("walrelay: Config.QuickRetries is %d: use at least 1 (or 0 for %d)", c.QuickRetries, DefaultQuickRetries))

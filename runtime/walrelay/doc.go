@@ -95,10 +95,12 @@
 // call never holds two events of one key. A refused batch is charged to
 // nobody: its events are published again one by one, each with its own
 // retries, breaker accounting and parking. The relay stops reading (and
-// PostgreSQL keeps the WAL) while MaxInFlight events are not confirmed
-// (unsettled, or settled behind an unsettled transaction) or while the
-// unsettled ones hold MaxInFlightBytes of content (at least one event is
-// always read): memory stays bounded however long an event takes.
+// PostgreSQL keeps the WAL) while MaxInFlight events are unsettled, while
+// the unsettled ones hold MaxInFlightBytes of content (at least one event
+// is always read), or while MaxUnconfirmed events are not confirmed
+// (unsettled, or settled behind an unsettled transaction): memory stays
+// bounded however long an event takes. Settled events hold no content, so
+// a slow event holds back its key, not the others, until MaxUnconfirmed.
 //
 // The slot only retains WAL from its creation on: events written in WAL
 // mode before the slot exists are never streamed. Run Relay.Setup (a

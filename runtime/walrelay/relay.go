@@ -54,8 +54,14 @@ type Status struct {
 	Confirmed pglogrepl.LSN
 	// Published, Parked and Malformed count events since Run started.
 	Published, Parked, Malformed int64
-	// InFlight is the number of events received and not yet settled.
+	// InFlight is the number of events received and not yet settled
+	// (Config.MaxInFlight).
 	InFlight int
+	// Unconfirmed is the number of events received and not yet confirmed
+	// (Config.MaxUnconfirmed): InFlight, and the settled events of
+	// transactions waiting behind an unsettled one. A relay that stops
+	// now publishes them again.
+	Unconfirmed int
 	// OldestUnconfirmed is the commit time of the oldest transaction
 	// whose events are not all settled (zero when none).
 	OldestUnconfirmed time.Time

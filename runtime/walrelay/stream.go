@@ -59,10 +59,10 @@ type session struct {
 	inFlight      int             // events not settled
 	inFlightBytes int             // their content bytes
 	// waiting counts the settled events of committed transactions not yet
-	// confirmed (behind an unsettled one): with inFlight, what MaxInFlight
-	// bounds. Those of the open transaction are left out, so that a
-	// transaction with more events than MaxInFlight can still be read to
-	// its COMMIT.
+	// confirmed (behind an unsettled one): with inFlight, what
+	// MaxUnconfirmed bounds. Those of the open transaction are left out,
+	// so that a transaction with more events than MaxUnconfirmed can
+	// still be read to its COMMIT.
 	waiting       int
 	confirmed     pglogrepl.LSN // everything before it is settled: the next report
 	sentConfirmed pglogrepl.LSN // the last position reported to PostgreSQL
@@ -110,7 +110,12 @@ func (r *Relay) session(ctx context.Context, standby *bool) (err error) {
 	r.slotSeen = true
 	r.status.Streaming, r.status.Confirmed = true, confirmed
 	r.mu.Unlock()
-	defer r.update(func(s *Status) { s.Streaming = false; s.InFlight = 0; s.OldestUnconfirmed = time.Time{} })
+	defer r.update(func(s *Status) {
+		s.Streaming = false
+		s.InFlight = 0
+		s.Unconfirmed = 0
+		s.OldestUnconfirmed = time.Time{}
+	})
 
 	s := &session{
 		r: r, conn: conn,
@@ -353,11 +358,15 @@ func (s *session) settle(st settlement) {
 }
 
 // full reports whether the reader must pause: MaxInFlight events not
-// confirmed, or MaxInFlightBytes of content not settled (at least one
-// event is always admitted, so a single large one cannot wedge the
-// stream).
+// settled, MaxUnconfirmed not confirmed, or MaxInFlightBytes of content
+// not settled (at least one event is always admitted, so a single large
+// one cannot wedge the stream). Settled events count only toward
+// MaxUnconfirmed: they hold no content, and counting them toward
+// MaxInFlight would let one slow event pause every key once MaxInFlight
+// events of other keys had been published behind it.
 func (s *session) full() bool {
-	return s.inFlight+s.waiting >= s.r.cfg.MaxInFlight ||
+	return s.inFlight >= s.r.cfg.MaxInFlight ||
+		s.inFlight+s.waiting >= s.r.cfg.MaxUnconfirmed ||
 		s.inFlight > 0 && s.inFlightBytes >= s.r.cfg.MaxInFlightBytes
 }
 
@@ -380,9 +389,9 @@ func (s *session) advance() {
 	if len(s.fifo) > 0 {
 		oldest = s.fifo[0].commitTime
 	}
-	n := s.inFlight
+	n, u := s.inFlight, s.inFlight+s.waiting
 	c := s.confirmed
-	s.r.update(func(st *Status) { st.Confirmed = c; st.InFlight = n; st.OldestUnconfirmed = oldest })
+	s.r.update(func(st *Status) { st.Confirmed = c; st.InFlight = n; st.Unconfirmed = u; st.OldestUnconfirmed = oldest })
 }
 
 // report sends the confirmed position as written, flushed and applied.
