@@ -18,8 +18,11 @@
 // host name is re-pointed at this machine (DNS rebinding) cannot read or
 // act on it; Config.Token or Config.BasicAuthUser/Password protect every
 // request (compared in constant time), and a request is authenticated
-// before any page shows the database or sets a session. Every action goes
-// through a confirmation page and runs in one transaction
+// before any page shows the database or sets a session. Failed sign-ins
+// are throttled per client address (Config.LoginThrottle): after 5, the
+// address is refused with 429 for a minute, doubled by each further
+// failure up to 15 minutes, its credentials not even checked. Every
+// action goes through a confirmation page and runs in one transaction
 // (admin.Selection.OneTransaction) on exactly the events the confirmation
 // counted (their count and a digest of their ids ride in its form; when
 // they changed, nothing is changed and the confirmation is shown again),
@@ -136,9 +139,13 @@ type Config struct {
 	// Secure cookies anyway). With BasePath "/" the cookies are then named
 	// with the __Host- prefix, which browsers bind to this host and path.
 	SecureCookies bool
-	// Logger receives errors and one line per action taken (what it
-	// matched and changed, from which address) (default slog.Default());
-	// credentials never reach it.
+	// LoginThrottle slows down the guessing of Token or the basic auth
+	// password (see LoginThrottle; the zero value holds the defaults).
+	LoginThrottle LoginThrottle
+	// Logger receives errors, one line per action taken (what it matched
+	// and changed, from which address) and one per address throttled
+	// for failed sign-ins (default slog.Default()); credentials never
+	// reach it.
 	Logger *slog.Logger
 }
 
@@ -167,6 +174,7 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.LoginThrottle.setDefaults()
 }
 
 // Validate reports every invalid setting, joined, each saying how to fix
@@ -210,6 +218,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("console: Config.AllowedHosts holds %q: list host names without scheme or port, such as ops.example.com, or \"*\"", hn))
 		}
 	}
+	errs = append(errs, c.LoginThrottle.validate()...)
 	if c.Logger == nil {
 		errs = append(errs, errors.New("console: Config.Logger is nil: set it, or leave it nil before New to use slog.Default()"))
 	}
@@ -236,8 +245,9 @@ func (c Config) CheckListen(ctx context.Context, addr string) error {
 	case ok:
 		return nil
 	case c.BasicAuthUser != "":
-		// Failed logins are not slowed down: a short password could be
-		// guessed online, as a short token could.
+		// Failed sign-ins are throttled per address only: a short
+		// password could still be guessed online from many addresses,
+		// as a short token could.
 		return fmt.Errorf("%s: %s, and the basic auth password has %d characters: use at least %d random ones off loopback", addr, why, len(c.BasicAuthPassword), MinTokenLen)
 	}
 	return fmt.Errorf("%s: %s, and the console has no authentication: anyone who reaches it could requeue and delete events", addr, why)
@@ -283,6 +293,8 @@ type handler struct {
 	flashes flashes
 	charts  chartCache
 	authMAC string // the login cookie's value when Token is set
+	// throttle counts failed sign-ins per client address.
+	throttle *throttle
 	// The cookies' names (with the __Host- prefix when SecureCookies and
 	// BasePath is "/").
 	sessionCookie, authCookie string
@@ -310,6 +322,9 @@ func New(cfg Config) (http.Handler, error) {
 		secret: secret,
 		pages:  p,
 		cop:    http.NewCrossOriginProtection(),
+		// One per handler, as its secret: a restart forgets failures as
+		// it signs everyone out.
+		throttle: newThrottle(cfg.LoginThrottle),
 	}
 	h.flashes.m = map[string]flash{}
 	h.sessionCookie, h.authCookie = sessionCookie, authCookie
@@ -521,62 +536,116 @@ func (h *handler) ensureSession(w http.ResponseWriter, r *http.Request) string {
 }
 
 // authenticate reports whether r may proceed; when not, it has answered.
+//
+// Every credential checked is a sign-in attempt of the client's address
+// (see LoginThrottle): begun before the check, which a throttled address
+// never reaches, and ended as succeeded or failed after it.
 func (h *handler) authenticate(w http.ResponseWriter, r *http.Request, rest string, q url.Values) bool {
-	switch {
-	case h.cfg.BasicAuthUser != "":
+	if h.cfg.BasicAuthUser == "" && h.cfg.Token == "" {
+		return true
+	}
+	addr := clientAddr(r)
+	if h.cfg.BasicAuthUser != "" {
+		if r.Header.Get("Authorization") == "" {
+			// No attempt: the browser asks for credentials now.
+			if d := h.throttle.wait(addr); d > 0 {
+				h.tooMany(w, d)
+				return false
+			}
+			h.basicChallenge(w)
+			return false
+		}
+		if !h.signInBegin(w, addr) {
+			return false
+		}
 		u, p, ok := r.BasicAuth()
 		// Evaluate both comparisons, always.
 		uok, pok := equal(u, h.cfg.BasicAuthUser), equal(p, h.cfg.BasicAuthPassword)
 		if ok && uok && pok {
+			h.throttle.succeeded(addr)
 			return true
 		}
-		w.Header().Set("WWW-Authenticate", `Basic realm="outbox console", charset="UTF-8"`)
-		h.failBare(w, http.StatusUnauthorized, "Sign in", "The outbox console needs a user name and password.")
-		return false
-	case h.cfg.Token != "":
-		if a := r.Header.Get("Authorization"); a != "" {
-			if t, ok := strings.CutPrefix(a, "Bearer "); ok && equal(t, h.cfg.Token) {
-				return true
-			}
-			w.Header().Set("WWW-Authenticate", `Bearer realm="outbox console"`)
-			h.failBare(w, http.StatusUnauthorized, "Wrong token", "The Authorization header does not carry the console's token.")
-			return false
-		}
-		c, err := r.Cookie(h.authCookie)
-		cookieOK := err == nil && equal(c.Value, h.authMAC)
-		if t := q.Get("token"); q.Has("token") && r.Method == http.MethodGet {
-			// The token never stays in the address bar (nor the history):
-			// answer with the URL without it, also when the cookie is
-			// already valid.
-			if tokOK := equal(t, h.cfg.Token); tokOK || cookieOK {
-				if tokOK && !cookieOK {
-					h.setAuthCookie(w, r)
-				}
-				q.Del("token")
-				if !validNext(rest) {
-					rest = "" // e.g. "//elsewhere": never redirect off the console
-				}
-				target := h.base + rest
-				if len(q) > 0 {
-					target += "?" + q.Encode()
-				}
-				http.Redirect(w, r, target, http.StatusSeeOther)
-				return false
-			}
-			h.loginPage(w, r, http.StatusUnauthorized, "That token is not the console's token.", rest)
-			return false
-		}
-		if cookieOK {
-			return true
-		}
-		if r.Method == http.MethodPost && rest == "login" {
-			return true
-		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="outbox console"`)
-		h.loginPage(w, r, http.StatusUnauthorized, "", rest)
+		h.signInFailed(addr)
+		h.basicChallenge(w)
 		return false
 	}
-	return true
+	if a := r.Header.Get("Authorization"); a != "" {
+		if !h.signInBegin(w, addr) {
+			return false
+		}
+		if t, ok := strings.CutPrefix(a, "Bearer "); ok && equal(t, h.cfg.Token) {
+			h.throttle.succeeded(addr)
+			return true
+		}
+		h.signInFailed(addr)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="outbox console"`)
+		h.failBare(w, http.StatusUnauthorized, "Wrong token", "The Authorization header does not carry the console's token.")
+		return false
+	}
+	// The login cookie is checked even from a throttled address: it is an
+	// HMAC under the handler's random secret, which no one can guess, so
+	// an operator signed in behind the address an attacker shares (a NAT,
+	// a proxy) keeps working.
+	c, err := r.Cookie(h.authCookie)
+	cookieOK := err == nil && equal(c.Value, h.authMAC)
+	badCookie := err == nil && !cookieOK
+	if badCookie {
+		// A cookie this handler did not sign: forged, or left by an earlier
+		// process. It counts once, then goes, so that the tabs of an
+		// operator do not lock their address out after a restart.
+		if !h.signInBegin(w, addr) {
+			return false
+		}
+		h.signInFailed(addr)
+		http.SetCookie(w, &http.Cookie{Name: h.authCookie, Path: h.base, MaxAge: -1,
+			HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: h.secure(r)})
+	}
+	if q.Has("token") && r.Method == http.MethodGet {
+		// The token never stays in the address bar (nor the history):
+		// answer with the URL without it, also when the cookie is
+		// already valid (the token is then not looked at).
+		if !cookieOK {
+			if !h.signInBegin(w, addr) {
+				return false
+			}
+			if !equal(q.Get("token"), h.cfg.Token) {
+				h.signInFailed(addr)
+				h.loginPage(w, r, http.StatusUnauthorized, "That token is not the console's token.", rest)
+				return false
+			}
+			h.throttle.succeeded(addr)
+			h.setAuthCookie(w, r)
+		}
+		q.Del("token")
+		if !validNext(rest) {
+			rest = "" // e.g. "//elsewhere": never redirect off the console
+		}
+		target := h.base + rest
+		if len(q) > 0 {
+			target += "?" + q.Encode()
+		}
+		http.Redirect(w, r, target, http.StatusSeeOther)
+		return false
+	}
+	if cookieOK {
+		return true
+	}
+	if r.Method == http.MethodPost && rest == "login" {
+		return true // login checks the form's token, throttled
+	}
+	if d := h.throttle.wait(addr); d > 0 && !badCookie {
+		h.tooMany(w, d) // the attempt checked gets its answer first
+		return false
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="outbox console"`)
+	h.loginPage(w, r, http.StatusUnauthorized, "", rest)
+	return false
+}
+
+// basicChallenge answers 401, asking for basic auth credentials.
+func (h *handler) basicChallenge(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Basic realm="outbox console", charset="UTF-8"`)
+	h.failBare(w, http.StatusUnauthorized, "Sign in", "The outbox console needs a user name and password.")
 }
 
 func (h *handler) setAuthCookie(w http.ResponseWriter, r *http.Request) {
@@ -602,10 +671,16 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	if !validNext(next) {
 		next = ""
 	}
+	addr := clientAddr(r)
+	if !h.signInBegin(w, addr) {
+		return
+	}
 	if !equal(r.PostForm.Get("token"), h.cfg.Token) {
+		h.signInFailed(addr)
 		h.loginPage(w, r, http.StatusUnauthorized, "That token is not the console's token.", next)
 		return
 	}
+	h.throttle.succeeded(addr)
 	h.setAuthCookie(w, r)
 	http.Redirect(w, r, h.base+next, http.StatusSeeOther)
 }
