@@ -85,6 +85,7 @@ type procFlags struct {
 	// part of this file: runWAL).
 	walSlot       string
 	walFailover   bool
+	walCreateSlot bool
 	walMaxMessage int
 	maxSlotLag    int64
 }
@@ -136,6 +137,7 @@ func newProcFlags(cmd, synopsis string, groups int, stderr io.Writer) *procFlags
 		fl.StringVar(&p.instanceID, "instance-id", "", "relay: lease owner name, unique among the relays of a table, at most 64 bytes (default hostname-pid-random)")
 		fl.StringVar(&p.walSlot, "wal-slot", "", "relay, with sql.wal: the logical replication slot the streaming relay reads (default outboxgen_<outbox table>; the publication is always outboxgen_<outbox table>, as the grants script creates it)")
 		fl.BoolVar(&p.walFailover, "wal-failover-slot", false, "relay, with sql.wal: create a missing slot as a failover slot (PostgreSQL 17+), so that it survives a failover to a standby with sync_replication_slots = on")
+		fl.BoolVar(&p.walCreateSlot, "wal-create-slot", true, "relay, with sql.wal: create the slot when it does not exist; false: only outboxgen wal setup creates it, and the relay stops on a missing slot, so that a restart after a failover that lost the slot does not hide the events in between")
 		fl.IntVar(&p.walMaxMessage, "wal-max-message-bytes", outbox.MaxWALEnvelope, "relay, with sql.wal: largest WAL message, in bytes, the streaming relay reads: at least the writers' WithMaxMessageSize plus 64 KiB (a larger message is not skipped: the streaming relay stops before it until this is raised)")
 	}
 	if groups&groupPublish != 0 {
@@ -685,7 +687,7 @@ func (p *procFlags) openWAL(ctx context.Context, s *setup) (*walPart, error) {
 		w.build = func(mp metric.MeterProvider) error {
 			var err error
 			w.relay, err = walrelay.New(w.pool, schema, walrelay.Config{
-				Publisher: s.pub, Slot: slot, Publication: walrelay.DefaultSlot(schema.Tables.Outbox), FailoverSlot: p.walFailover, Concurrency: p.concurrency,
+				Publisher: s.pub, Slot: slot, Publication: walrelay.DefaultSlot(schema.Tables.Outbox), FailoverSlot: p.walFailover, NoCreateSlot: !p.walCreateSlot, Concurrency: p.concurrency,
 				PublishTimeout: p.publish, ShutdownTimeout: p.shutdown, MaxMessageBytes: p.walMaxMessage,
 				Backoff:        relay.ExponentialBackoff(p.backoffInitial, p.backoffMax, p.backoffJitter),
 				BreakerBackoff: relay.ExponentialBackoff(p.breakerInitial, p.breakerMax, p.backoffJitter),

@@ -59,6 +59,14 @@ type Config struct {
 	// step and the relay resumes on the new primary after a failover. On
 	// older servers the creation fails with what to do.
 	FailoverSlot bool
+	// NoCreateSlot makes Run stop, with what to do, instead of creating a
+	// missing slot: only Setup (outboxgen wal setup, an operator's step)
+	// creates it. A relay never recreates a slot it found or streamed
+	// from, but a new process cannot tell a slot lost in a failover, or
+	// dropped, from one never created: restarted by a supervisor after a
+	// failover, it would create a new slot at the current position and
+	// hide the events committed in between. Set it once the slot exists.
+	NoCreateSlot bool
 
 	// Replication is the connection configuration of the replication
 	// connection. Default: the pool's, with replication=database. Its role

@@ -111,7 +111,9 @@
 // a missing slot only before it ever found it: once it found the slot or
 // streamed (a standby too), a missing slot (dropped, or a failover) stops
 // Run with the last confirmed position, since a new slot would silently
-// skip the events in between.
+// skip the events in between. A new process cannot tell a lost slot from one
+// never created: with Config.NoCreateSlot, Run never creates one and
+// stops instead, and only Setup does.
 //
 // # Parking
 //

@@ -319,8 +319,9 @@ func equalFold(a, b string) bool {
 
 // setup creates the publication and the slot when missing. conn is the
 // replication connection (the slot is created through it). Once this
-// relay found the slot or streamed, a missing slot is created only when recreate (Setup,
-// an operator's explicit step), else it is a fatal error (slotGone).
+// relay found the slot or streamed, or with Config.NoCreateSlot, a
+// missing slot is created only when recreate (Setup, an operator's
+// explicit step), else it is a fatal error.
 func (r *Relay) setup(ctx context.Context, conn *pgconn.PgConn, recreate bool) error {
 	var level string
 	if err := r.pool.QueryRow(ctx, "SELECT current_setting('wal_level')").Scan(&level); err != nil {
@@ -376,6 +377,10 @@ func (r *Relay) setup(ctx context.Context, conn *pgconn.PgConn, recreate bool) e
 	r.mu.Unlock()
 	if seen && !recreate {
 		return r.slotGone(last)
+	}
+	if r.cfg.NoCreateSlot && !recreate {
+		r.log.Error("the replication slot does not exist, and Run does not create it (Config.NoCreateSlot)")
+		return fatalError{fmt.Errorf("walrelay: replication slot %s does not exist, and Run does not create it (Config.NoCreateSlot; outboxgen relay -wal-create-slot=false): if the slot existed (a failover to a server without it, or a drop), events committed after the last position the previous relay confirmed (its log and metrics show it) may not have been published: create the slot with outboxgen wal setup (Relay.Setup), then reconcile from the business data the events committed between then and the new slot's creation; on a first deployment, run outboxgen wal setup before the writers switch to WAL mode", r.cfg.Slot)}
 	}
 	// The creation waits for the transactions running now to end: say so
 	// before, as a long-running one holds it (and the caller) up.

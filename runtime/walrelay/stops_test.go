@@ -260,6 +260,40 @@ func TestMissingSlotAfterStreamingIsFatal(t *testing.T) {
 	waitFor(t, 30*time.Second, "a new relay to create the slot and stream", func() bool { return r2.Status().Streaming })
 }
 
+// TestNoCreateSlot: with Config.NoCreateSlot a relay that finds no slot
+// (as a new process after a failover that lost it) stops with what to do
+// and creates nothing; Setup, the operator's step, creates it, and the
+// relay then streams.
+func TestNoCreateSlot(t *testing.T) {
+	pool := logicalPool(t)
+	b := startNATS(t)
+	w := walWriter(t)
+	noCreate := func(c *walrelay.Config) { c.NoCreateSlot = true }
+	r := newRelay(t, pool, b.pub, noCreate)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := r.Run(ctx)
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("Run on a missing slot with NoCreateSlot: %v (context %v), want it to stop at once with an error", err, ctx.Err())
+	}
+	for _, want := range []string{"replication slot " + r.Slot() + " does not exist", "NoCreateSlot", "outboxgen wal setup", "reconcile"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error lacks %q: %v", want, err)
+		}
+	}
+	if s, err := walrelay.SlotStatus(context.Background(), pool, r.Slot()); err != nil || s.Exists {
+		t.Fatalf("slot %+v (%v): Run created it", s, err)
+	}
+	if err := newRelay(t, pool, b.pub, noCreate).Setup(ctx); err != nil {
+		t.Fatalf("Setup with NoCreateSlot: %v", err)
+	}
+	r2 := newRelay(t, pool, b.pub, noCreate)
+	runRelay(t, r2)
+	waitFor(t, 30*time.Second, "the relay to stream from the slot Setup created", func() bool { return r2.Status().Streaming })
+	write(t, pool, w, false, payload{Key: "n", N: 1})
+	waitFor(t, 30*time.Second, "the event", func() bool { return distinct(b.messages(t)) >= 1 })
+}
+
 // toggle fails every publish while on.
 type toggle struct {
 	message.Publisher
