@@ -16,7 +16,8 @@ package dialect
 //     counts FAILED rows through the failed index (MySQL: (status, id)), so
 //     it never scans the sent rows that make up the bulk of the table.
 //   - DeleteSent and the archive walk the primary key from its oldest end
-//     (MySQL: the (status, id) index) and stop after limit rows.
+//     (MySQL: the (status, id) index) and stop after limit rows, or at
+//     the bound (SentBound): the last row created before the cutoff.
 //   - DeleteInbox walks the inbox's processed_at index from its oldest end,
 //     DeleteInboxDuplicates the duplicate table's last_seen_at index.
 
@@ -53,11 +54,13 @@ type OpsQueries struct {
 // The monitor's and janitor's statements (see sql/<dialect>.sql).
 var (
 	sStats                 = define(nil, "OpsStats", "stale_after")
-	sDeleteSent            = define(nil, "OpsDeleteSent", "older_than", "max_rows")
+	sIDRange               = define(nil, "OpsIDRange")
+	sCreatedBefore         = define(nil, "OpsCreatedBefore", "older_than", "from_id")
+	sDeleteSent            = define(nil, "OpsDeleteSent", "older_than", "max_id", "max_rows")
 	sDeleteInbox           = define(nil, "OpsDeleteInbox", "older_than", "max_rows")
 	sDeleteInboxDuplicates = define(nil, "OpsDeleteInboxDuplicates", "older_than", "max_rows")
-	sArchiveMove           = define(needArchiveMove, "OpsArchiveMove", "older_than", "max_rows")
-	sArchivePick           = define(needArchivePick, "OpsArchivePick", "older_than", "max_rows")
+	sArchiveMove           = define(needArchiveMove, "OpsArchiveMove", "older_than", "max_id", "max_rows")
+	sArchivePick           = define(needArchivePick, "OpsArchivePick", "older_than", "max_id", "max_rows")
 	sArchiveCopy           = define(needArchiveCopy, "OpsArchiveCopy", "ids")
 	sArchiveDelete         = define(needArchivePick, "OpsArchiveDelete", "ids")
 )
@@ -96,16 +99,32 @@ func (q *OpsQueries) Stats(staleAfter time.Duration) (string, []any) {
 	return q.set.get(sStats).render(staleAfter)
 }
 
+// IDRange returns the query of the primary key's ends: one row, the
+// lowest and the highest id (0, 0 for an empty table). Each is one read
+// of an end of the primary key.
+func (q *OpsQueries) IDRange() (string, []any) {
+	return q.set.get(sIDRange).render()
+}
+
+// CreatedBefore returns the query of one step of SentBound's search: the
+// first row at or after fromID, as (id, 1 when it was created longer than
+// olderThan ago else 0); no row when there is none.
+func (q *OpsQueries) CreatedBefore(olderThan time.Duration, fromID int64) (string, []any) {
+	return q.set.get(sCreatedBefore).render(olderThan, fromID)
+}
+
 // DeleteSent deletes at most limit sent rows whose sent_at is older than
-// olderThan, lowest id first, in one statement. The rows-affected count is
-// the number deleted; fewer than limit means none are left (on
-// PostgreSQL: none that another janitor is not deleting right now).
+// olderThan, lowest id first, none above maxID (SentBound), in one
+// statement. The rows-affected count is the number deleted; fewer than
+// limit means none are left up to maxID (on PostgreSQL: none that another
+// janitor is not deleting right now).
 //
 // PostgreSQL locks the rows with SKIP LOCKED, so two janitors never wait
 // for each other. MySQL deletes with ORDER BY id LIMIT through the
-// (status, id) index.
-func (q *OpsQueries) DeleteSent(olderThan time.Duration, limit int) (string, []any) {
-	return q.set.get(sDeleteSent).render(olderThan, limit)
+// (status, id) index; run it READ COMMITTED, or it locks the gaps of the
+// rows it reads and holds up the inserts of pending rows.
+func (q *OpsQueries) DeleteSent(olderThan time.Duration, maxID int64, limit int) (string, []any) {
+	return q.set.get(sDeleteSent).render(olderThan, maxID, limit)
 }
 
 // ArchiveInOneStatement reports how an archive batch runs. True
@@ -122,6 +141,11 @@ func (q *OpsQueries) ArchiveInOneStatement() bool { return q.s.archive == archiv
 // into the archive (SQLite), so that ArchiveCopy is skipped.
 func (q *OpsQueries) ArchiveCopiesOnPick() bool { return q.s.archive == archivePickDelete }
 
+// CheckArchive reports whether archive may be the archive table: a valid
+// identifier other than the outbox and inbox tables. ArchiveMove and
+// ArchivePick check it too.
+func (q *OpsQueries) CheckArchive(archive string) error { return q.checkArchive(archive) }
+
 func (q *OpsQueries) checkArchive(archive string) error {
 	if err := CheckIdentifier("archive table name", archive); err != nil {
 		return err
@@ -133,32 +157,33 @@ func (q *OpsQueries) checkArchive(archive string) error {
 }
 
 // ArchiveMove (PostgreSQL) moves at most limit sent rows older than
-// olderThan into archive, lowest id first, in one statement.
-func (q *OpsQueries) ArchiveMove(archive string, olderThan time.Duration, limit int) (string, []any, error) {
+// olderThan, none above maxID (SentBound), into archive, lowest id first,
+// in one statement.
+func (q *OpsQueries) ArchiveMove(archive string, olderThan time.Duration, maxID int64, limit int) (string, []any, error) {
 	if err := q.checkArchive(archive); err != nil {
 		return "", nil, err
 	}
 	if !q.ArchiveInOneStatement() {
 		return "", nil, fmt.Errorf("ArchiveMove is PostgreSQL only; %s runs ArchivePick, ArchiveCopy and ArchiveDelete in a transaction", q.s.dialect)
 	}
-	s, args := q.withArchive(archive).get(sArchiveMove).render(olderThan, limit)
+	s, args := q.withArchive(archive).get(sArchiveMove).render(olderThan, maxID, limit)
 	return s, args, nil
 }
 
 // ArchivePick (MySQL, SQLite) starts an archive batch: it returns the ids
-// (one column) of at most limit sent rows older than olderThan, lowest id
-// first. MySQL: a SELECT ... FOR UPDATE SKIP LOCKED that locks them.
+// (one column) of at most limit sent rows older than olderThan, none above
+// maxID (SentBound), lowest id first. MySQL: a SELECT ... FOR UPDATE SKIP LOCKED that locks them.
 // SQLite: an INSERT INTO archive ... SELECT ... RETURNING id that copies
 // them (a write first, so the transaction takes SQLite's write lock at
 // once and cannot fail to upgrade a read snapshot later).
-func (q *OpsQueries) ArchivePick(archive string, olderThan time.Duration, limit int) (string, []any, error) {
+func (q *OpsQueries) ArchivePick(archive string, olderThan time.Duration, maxID int64, limit int) (string, []any, error) {
 	if err := q.checkArchive(archive); err != nil {
 		return "", nil, err
 	}
 	if q.ArchiveInOneStatement() {
 		return "", nil, fmt.Errorf("ArchivePick is for MySQL and SQLite; PostgreSQL runs ArchiveMove")
 	}
-	s, args := q.withArchive(archive).get(sArchivePick).render(olderThan, limit)
+	s, args := q.withArchive(archive).get(sArchivePick).render(olderThan, maxID, limit)
 	return s, args, nil
 }
 
@@ -198,4 +223,46 @@ func (q *OpsQueries) DeleteInbox(olderThan time.Duration, limit int) (string, []
 // olderThan ago, oldest first.
 func (q *OpsQueries) DeleteInboxDuplicates(olderThan time.Duration, limit int) (string, []any) {
 	return q.set.get(sDeleteInboxDuplicates).render(olderThan, limit)
+}
+
+// SentBound finds the bound of the janitor's batches: the highest id
+// DeleteSent and the archive may read, the last row created before the
+// cutoff (createdBefore's olderThan ago), by a binary search of the primary key on created_at (a
+// row sent before the cutoff was created before it, and ids grow with
+// creation). Without it the batch that comes back short reads every sent
+// row the retention keeps, the bulk of the table, to find none. idRange
+// runs IDRange; createdBefore runs CreatedBefore (found false: no row at
+// or after fromID). ok is false when the oldest row is younger than the
+// cutoff: nothing to delete. About log2(max id - min id) point reads of
+// the primary key.
+//
+// A row created before the cutoff with a higher id than a younger row
+// (its transaction started earlier and inserted later) may fall past the
+// bound: it is deleted by a later run, once the rows before it are old
+// enough. Retention is a minimum.
+func SentBound(idRange func() (lo, hi int64, err error), createdBefore func(fromID int64) (id int64, old, found bool, err error)) (bound int64, ok bool, err error) {
+	lo, hi, err := idRange()
+	if err != nil || hi == 0 {
+		return 0, false, err
+	}
+	id, old, found, err := createdBefore(lo)
+	if err != nil || !found || !old {
+		return 0, false, err
+	}
+	// Invariant: the first row at or after lo (id) is old; no row after
+	// hi is.
+	lo, bound = id, id
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		id, old, found, err := createdBefore(mid)
+		if err != nil {
+			return 0, false, err
+		}
+		if !found || !old {
+			hi = mid - 1
+			continue
+		}
+		lo, bound = id, id
+	}
+	return bound, true, nil
 }

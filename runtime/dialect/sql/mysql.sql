@@ -300,11 +300,30 @@ SELECT COUNT(*),
 FROM /* TEMPLATE: outbox */outbox_event
 WHERE status = 0;
 
--- ORDER BY id LIMIT walks the (status, id) index.
+-- The janitor's bound (OpsQueries.SentBound): the ends of the primary key,
+-- then, per step of a binary search, the first row at or after from_id and
+-- whether it was created before the cutoff. A row sent before the cutoff
+-- was created before it, and ids grow with creation, so the batches below
+-- read no row past the last one created before the cutoff: without the
+-- bound, the batch that comes back short read every sent row kept for the
+-- retention period (the whole table) to find none.
+-- name: OpsIDRange :one
+SELECT COALESCE(MIN(id), 0), COALESCE(MAX(id), 0)
+FROM /* TEMPLATE: outbox */outbox_event;
+
+-- name: OpsCreatedBefore :one
+SELECT id, CASE WHEN created_at < CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(older_than) MICROSECOND THEN 1 ELSE 0 END
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE id >= sqlc.arg(from_id)
+ORDER BY id
+LIMIT 1;
+
+-- ORDER BY id LIMIT walks the (status, id) index, up to max_id.
 -- name: OpsDeleteSent :execrows
 DELETE FROM /* TEMPLATE: outbox */outbox_event
 WHERE status = 1
   AND sent_at < CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(older_than) MICROSECOND
+  AND id <= sqlc.arg(max_id)
 ORDER BY id
 LIMIT /* ARG: max_rows */?;
 
@@ -327,6 +346,7 @@ SELECT id
 FROM /* TEMPLATE: outbox */outbox_event
 WHERE status = 1
   AND sent_at < CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(older_than) MICROSECOND
+  AND id <= sqlc.arg(max_id)
 ORDER BY id
 LIMIT /* ARG: max_rows */?
 FOR UPDATE SKIP LOCKED;

@@ -383,6 +383,24 @@ SELECT COUNT(*),
 FROM /* TEMPLATE: outbox */outbox_event
 WHERE status = 0;
 
+-- The janitor's bound (OpsQueries.SentBound): the ends of the primary key,
+-- then, per step of a binary search, the first row at or after from_id and
+-- whether it was created before the cutoff. A row sent before the cutoff
+-- was created before it, and ids grow with creation, so the batches below
+-- read no row past the last one created before the cutoff: without the
+-- bound, the batch that comes back short read every sent row kept for the
+-- retention period (the whole table) to find none.
+-- name: OpsIDRange :one
+SELECT COALESCE(MIN(id), 0), COALESCE(MAX(id), 0)
+FROM /* TEMPLATE: outbox */outbox_event;
+
+-- name: OpsCreatedBefore :one
+SELECT id, CASE WHEN created_at < now() - sqlc.arg(older_than) * interval '1 second' THEN 1 ELSE 0 END
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE id >= sqlc.arg(from_id)
+ORDER BY id
+LIMIT 1;
+
 -- id = ANY(ARRAY(batch)): an IN (subquery) is planned as a hash semi-join
 -- over a sequential scan of the whole table, the array as one primary-key
 -- lookup per id. SKIP LOCKED: two janitors never wait for each other.
@@ -393,6 +411,7 @@ WHERE id = ANY(ARRAY(
     FROM /* TEMPLATE: outbox */outbox_event
     WHERE status = 1
       AND sent_at < now() - sqlc.arg(older_than) * interval '1 second'
+      AND id <= sqlc.arg(max_id)
     ORDER BY id
     LIMIT sqlc.arg(max_rows)
     FOR UPDATE SKIP LOCKED));
@@ -429,6 +448,7 @@ WITH moved AS (
         FROM /* TEMPLATE: outbox */outbox_event
         WHERE status = 1
           AND sent_at < now() - sqlc.arg(older_than) * interval '1 second'
+          AND id <= sqlc.arg(max_id)
         ORDER BY id
         LIMIT sqlc.arg(max_rows)
         FOR UPDATE SKIP LOCKED))

@@ -181,6 +181,24 @@ SELECT COUNT(*),
 FROM /* TEMPLATE: outbox */outbox_event
 WHERE status = 0;
 
+-- The janitor's bound (OpsQueries.SentBound): the ends of the primary key,
+-- then, per step of a binary search, the first row at or after from_id and
+-- whether it was created before the cutoff. A row sent before the cutoff
+-- was created before it, and ids grow with creation, so the batches below
+-- read no row past the last one created before the cutoff: without the
+-- bound, the batch that comes back short read every sent row kept for the
+-- retention period (the whole table) to find none.
+-- name: OpsIDRange :one
+SELECT COALESCE(MIN(id), 0), COALESCE(MAX(id), 0)
+FROM /* TEMPLATE: outbox */outbox_event;
+
+-- name: OpsCreatedBefore :one
+SELECT id, CASE WHEN created_at < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(older_than)) THEN 1 ELSE 0 END
+FROM /* TEMPLATE: outbox */outbox_event
+WHERE id >= sqlc.arg(from_id)
+ORDER BY id
+LIMIT 1;
+
 -- name: OpsDeleteSent :execrows
 DELETE FROM /* TEMPLATE: outbox */outbox_event
 WHERE id IN (
@@ -188,6 +206,7 @@ WHERE id IN (
     FROM /* TEMPLATE: outbox */outbox_event
     WHERE status = 1
       AND sent_at < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(older_than))
+      AND id <= sqlc.arg(max_id)
     ORDER BY id
     LIMIT sqlc.arg(max_rows));
 
@@ -222,6 +241,7 @@ SELECT id, event_id, biz_type, biz_id, topic, payload_version, payload, headers,
 FROM /* TEMPLATE: outbox */outbox_event
 WHERE status = 1
   AND sent_at < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || sqlc.arg(older_than))
+  AND id <= sqlc.arg(max_id)
 ORDER BY id
 LIMIT sqlc.arg(max_rows)
 RETURNING id;

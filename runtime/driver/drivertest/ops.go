@@ -32,6 +32,7 @@ func runOps(t *testing.T, open func(t *testing.T) Env) {
 	t.Run("StatsEmpty", func(t *testing.T) { opsTestStatsEmpty(t, open(t)) })
 	t.Run("Stats", func(t *testing.T) { opsTestStats(t, open(t)) })
 	t.Run("DeleteSent", func(t *testing.T) { opsTestDeleteSent(t, open(t)) })
+	t.Run("DeleteSentBound", func(t *testing.T) { opsTestDeleteSentBound(t, open(t)) })
 	t.Run("ArchiveSent", func(t *testing.T) { opsTestArchiveSent(t, open(t)) })
 	t.Run("ArchiveSentMissingTable", func(t *testing.T) { opsTestArchiveMissing(t, open(t)) })
 	t.Run("DeleteInbox", func(t *testing.T) { opsTestDeleteInbox(t, open(t)) })
@@ -143,6 +144,39 @@ func opsTestDeleteSent(t *testing.T, env Env) {
 	}
 	if got := OpsIDs(t, env.DB, tb.Outbox); !reflect.DeepEqual(got, opsSorted(keep)) {
 		t.Fatalf("after DeleteSent the table holds ids %v, want %v (young sent, failed, pending)", got, opsSorted(keep))
+	}
+}
+
+// opsTestDeleteSentBound: DeleteSent reads no row past the last one
+// created before the cutoff (dialect.SentBound). A row sent before the
+// cutoff whose id is past a younger row (its transaction started before
+// the younger row's and inserted after it) waits for a later call, once
+// the rows before it are old enough; the archive likewise.
+func opsTestDeleteSentBound(t *testing.T, env Env) {
+	ctx := context.Background()
+	d, tb := env.Driver.Dialect(), env.Driver.Tables()
+	ids := OpsSeed(t, env.DB, d, tb.Outbox,
+		OpsSeedRow{Count: 3, Status: 1, CreatedAgo: 9 * opsDay, SentAgo: 8 * opsDay},
+		OpsSeedRow{Count: 4, Status: 1, CreatedAgo: opsDay, SentAgo: opsDay / 2},
+		OpsSeedRow{Count: 1, Status: 1, CreatedAgo: 9 * opsDay, SentAgo: 8 * opsDay}, // past the young rows
+	)
+	n, err := env.Driver.DeleteSent(ctx, opsRetention, 100)
+	if err != nil || n != 3 {
+		t.Fatalf("DeleteSent: %d rows, %v; want the 3 old rows before the young ones", n, err)
+	}
+	want := opsSorted(append(append([]int64(nil), ids[1]...), ids[2]...))
+	if got := OpsIDs(t, env.DB, tb.Outbox); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after DeleteSent the table holds ids %v, want %v", got, want)
+	}
+	// The young rows age past the cutoff: the row after them goes too.
+	opsExec(t, env.DB, "UPDATE "+tb.Outbox+" SET created_at = "+OpsAgo(d, 9*opsDay)+", sent_at = "+OpsAgo(d, 8*opsDay))
+	archive := tb.Outbox + "_archive"
+	CreateArchiveTable(t, env.DB, d, tb, archive)
+	if n, err := env.Driver.ArchiveSent(ctx, archive, opsRetention, 100); err != nil || n != 5 {
+		t.Fatalf("ArchiveSent: %d rows, %v; want 5", n, err)
+	}
+	if n, err := env.Driver.DeleteSent(ctx, opsRetention, 100); err != nil || n != 0 {
+		t.Fatalf("DeleteSent on an empty table: %d rows, %v", n, err)
 	}
 }
 

@@ -5,8 +5,11 @@ package pgxdriver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
@@ -37,8 +40,9 @@ func (x *Driver) Stats(ctx context.Context, staleAfter time.Duration) (driver.St
 }
 
 // DeleteSent deletes at most limit sent rows whose sent_at is older than
-// olderThan, lowest id first, in one short statement. FAILED and pending
-// rows are never deleted.
+// olderThan, lowest id first, in one short statement that reads no row
+// past the last one created before the cutoff (dialect.SentBound). FAILED
+// and pending rows are never deleted.
 func (x *Driver) DeleteSent(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
 	q, err := x.opsQueries()
 	if err != nil {
@@ -47,7 +51,11 @@ func (x *Driver) DeleteSent(ctx context.Context, olderThan time.Duration, limit 
 	if limit < 1 {
 		return 0, fmt.Errorf("pgxdriver: delete sent: limit is %d: use at least 1", limit)
 	}
-	query, args := q.DeleteSent(olderThan, limit)
+	bound, ok, err := x.sentBound(ctx, q, olderThan)
+	if err != nil || !ok {
+		return 0, wrapErr("pgxdriver: delete sent: bound", err)
+	}
+	query, args := q.DeleteSent(olderThan, bound, limit)
 	return x.opsExec(ctx, "delete sent", query, args)
 }
 
@@ -63,7 +71,14 @@ func (x *Driver) ArchiveSent(ctx context.Context, archive string, olderThan time
 	if limit < 1 {
 		return 0, fmt.Errorf("pgxdriver: archive sent: limit is %d: use at least 1", limit)
 	}
-	query, args, err := q.ArchiveMove(archive, olderThan, limit)
+	if err := q.CheckArchive(archive); err != nil {
+		return 0, fmt.Errorf("pgxdriver: archive sent: %w", err)
+	}
+	bound, ok, err := x.sentBound(ctx, q, olderThan)
+	if err != nil || !ok {
+		return 0, wrapErr("pgxdriver: archive sent: bound", err)
+	}
+	query, args, err := q.ArchiveMove(archive, olderThan, bound, limit)
 	if err != nil {
 		return 0, fmt.Errorf("pgxdriver: archive sent: %w", err)
 	}
@@ -90,4 +105,30 @@ func (x *Driver) opsExec(ctx context.Context, what, query string, args []any) (i
 		return 0, fmt.Errorf("pgxdriver: %s: %w", what, err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// sentBound runs dialect.SentBound: the last id DeleteSent and
+// ArchiveSent may read.
+func (x *Driver) sentBound(ctx context.Context, q *dialect.OpsQueries, olderThan time.Duration) (int64, bool, error) {
+	return dialect.SentBound(func() (lo, hi int64, err error) {
+		query, args := q.IDRange()
+		err = x.pool.QueryRow(ctx, query, args...).Scan(&lo, &hi)
+		return lo, hi, err
+	}, func(from int64) (id int64, old, found bool, err error) {
+		query, args := q.CreatedBefore(olderThan, from)
+		var o int
+		err = x.pool.QueryRow(ctx, query, args...).Scan(&id, &o)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, false, false, nil
+		}
+		return id, o == 1, err == nil, err
+	})
+}
+
+// wrapErr wraps err with what, or returns nil.
+func wrapErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
