@@ -12,9 +12,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -114,8 +116,13 @@ var generatedHeaders = [][]byte{
 
 // staleFiles returns a deletion (File.Delete) for every file in the output
 // directories of s that outboxgen generated earlier but would not generate
-// now: Go files in go.out, and <dialect>/outbox.sql files in sql.out. Only
-// regular files inside root that start with a generated-file header count.
+// now: Go files in go.out, and <dialect>/outbox.sql and
+// <dialect>/migrations/*.up.sql files in sql.out. Only regular files inside
+// root that start with a generated-file header count, and of the SQL files
+// only those whose header names s as their source ("-- source: NAME"):
+// specs may share sql.out, each with its own dialects, and generating one
+// must not remove another's DDL. (A go.out is one Go package, which two
+// specs cannot share: both would write events.go.)
 func staleFiles(s *spec.Spec, root string, want []File) ([]File, error) {
 	keep := map[string]bool{}
 	for _, f := range want {
@@ -126,6 +133,7 @@ func staleFiles(s *spec.Spec, root string, want []File) ([]File, error) {
 	if err != nil {
 		return nil, err
 	}
+	sql := map[string]bool{}
 	if s.SQL.Out != "" {
 		sqlFiles, err := filepath.Glob(filepath.Join(base, s.SQL.Out, "*", SchemaFileName))
 		if err != nil {
@@ -135,9 +143,12 @@ func staleFiles(s *spec.Spec, root string, want []File) ([]File, error) {
 		if err != nil {
 			return nil, err
 		}
-		sqlFiles = append(sqlFiles, migrationFiles...)
-		candidates = append(candidates, sqlFiles...)
+		for _, p := range append(sqlFiles, migrationFiles...) {
+			sql[p] = true
+			candidates = append(candidates, p)
+		}
 	}
+	source := []byte("-- source: " + s.SourceName())
 	var out []File
 	for _, path := range candidates {
 		if keep[path] {
@@ -146,40 +157,79 @@ func staleFiles(s *spec.Spec, root string, want []File) ([]File, error) {
 		if err := checkInside(root, path); err != nil {
 			return nil, err
 		}
-		generated, err := isGenerated(path)
+		head, err := readHead(path)
 		if err != nil {
 			return nil, err
 		}
-		if generated {
-			out = append(out, File{Path: path, Delete: true, Root: root})
+		if !generatedHead(head) || sql[path] && !namesSource(head, source) {
+			continue
 		}
+		out = append(out, File{Path: path, Delete: true, Root: root})
 	}
 	return out, nil
 }
 
-// isGenerated reports whether path is a regular file (not a symbolic link)
-// that starts with a generated-file header.
-func isGenerated(path string) (bool, error) {
+// headSize is how much of a file readHead reads: enough for the
+// generated-file header and the source line, whose quoted spec file name
+// can be long.
+const headSize = 4096
+
+// readHead returns the first headSize bytes of path if it is a regular
+// file (not a symbolic link), else nil.
+func readHead(path string) ([]byte, error) {
 	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return firstBytes(f)
+}
+
+// firstBytes returns the first headSize bytes of r.
+func firstBytes(r io.Reader) ([]byte, error) {
+	b := make([]byte, headSize)
+	n, err := io.ReadFull(r, b)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return b[:n], nil
+}
+
+// generatedHead reports whether head starts with a generated-file header.
+func generatedHead(head []byte) bool {
+	for _, h := range generatedHeaders {
+		if bytes.HasPrefix(head, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// namesSource reports whether the second line of head is source (the
+// "source:" line of a generated-file header).
+func namesSource(head, source []byte) bool {
+	lines := bytes.SplitN(head, []byte("\n"), 3)
+	return len(lines) == 3 && bytes.Equal(bytes.TrimSuffix(lines[1], []byte("\r")), source)
+}
+
+// generatedIn reports whether name in dir is a regular file (not a
+// symbolic link) that starts with a generated-file header.
+func generatedIn(dir *os.Root, name string) (bool, error) {
+	fi, err := dir.Lstat(name)
 	if err != nil || !fi.Mode().IsRegular() {
 		return false, nil
 	}
-	f, err := os.Open(path)
+	f, err := dir.Open(name)
 	if err != nil {
 		return false, err
 	}
 	defer f.Close()
-	head := make([]byte, 64)
-	n, err := io.ReadFull(f, head)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return false, err
-	}
-	for _, h := range generatedHeaders {
-		if bytes.HasPrefix(head[:n], h) {
-			return true, nil
-		}
-	}
-	return false, nil
+	h, err := firstBytes(f)
+	return generatedHead(h), err
 }
 
 // resolve returns the absolute form of path with every symbolic link
@@ -228,21 +278,28 @@ func isLoop(err error) bool {
 // checkInside returns an error unless path, with symbolic links resolved,
 // is inside the directory root (already resolved).
 func checkInside(root, path string) error {
+	_, err := locate(root, path)
+	return err
+}
+
+// locate returns path, with symbolic links resolved, relative to the
+// directory root (already resolved), or an error unless it is inside root.
+func locate(root, path string) (string, error) {
 	if root == "" {
-		return fmt.Errorf("%s: no root directory to keep it in; build the file list with Files", path)
+		return "", fmt.Errorf("%s: no root directory to keep it in; build the file list with Files", path)
 	}
 	r, err := resolve(path)
 	if err != nil {
-		return err
+		return "", err
 	}
 	rel, err := filepath.Rel(root, r)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
 		if abs, _ := filepath.Abs(path); r != abs {
-			return fmt.Errorf("%s resolves to %s, outside %s (the directory of the spec file): outboxgen writes and removes files only there; check for symbolic links", path, r, root)
+			return "", fmt.Errorf("%s resolves to %s, outside %s (the directory of the spec file): outboxgen writes and removes files only there; check for symbolic links", path, r, root)
 		}
-		return fmt.Errorf("%s is outside %s (the directory of the spec file): outboxgen writes and removes files only there", path, root)
+		return "", fmt.Errorf("%s is outside %s (the directory of the spec file): outboxgen writes and removes files only there", path, root)
 	}
-	return nil
+	return rel, nil
 }
 
 // Schema renders the DDL of the outbox and inbox tables of s for dialect d,
@@ -260,51 +317,492 @@ func Tables(s *spec.Spec) templates.Tables {
 	return templates.Tables{Outbox: s.SQL.OutboxTable, Inbox: s.SQL.InboxTable, Archive: s.SQL.ArchiveTable}
 }
 
-// Write writes files, creating directories as needed. A file whose content
-// is already up to date is not touched, so its modification time (and any
-// build cache keyed on it) survives a no-op regeneration.
-//
-// Before each write or removal it checks again that the path, with symbolic
-// links resolved, is inside f.Root, and it removes only regular files that
-// still start with a generated-file header.
-func Write(files []File) (written []string, err error) {
-	for _, f := range files {
-		if err := checkInside(f.Root, f.Path); err != nil {
-			return written, err
-		}
-		if f.Delete {
-			generated, err := isGenerated(f.Path)
-			if err != nil {
-				return written, err
-			}
-			if !generated {
-				if _, err := os.Lstat(f.Path); errors.Is(err, fs.ErrNotExist) {
-					continue
-				}
-				return written, fmt.Errorf("refusing to remove %s: it is not a file outboxgen generated (no generated-file header)", f.Path)
-			}
-			if err := os.Remove(f.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return written, err
-			}
-			written = append(written, f.Path)
-			continue
-		}
-		if fi, err := os.Stat(f.Path); err == nil && !fi.Mode().IsRegular() {
-			return written, fmt.Errorf("cannot write %s: it exists and is not a regular file", f.Path)
-		}
-		old, err := os.ReadFile(f.Path)
-		if err == nil && bytes.Equal(old, f.Content) {
-			continue
-		}
-		if err := os.MkdirAll(filepath.Dir(f.Path), 0o755); err != nil {
-			return written, err
-		}
-		if err := os.WriteFile(f.Path, f.Content, 0o644); err != nil {
-			return written, err
-		}
-		written = append(written, f.Path)
+// testHook, set by tests only, runs before each step of Write on the file
+// at path: "write" (its temporary file), "rename" (the temporary file over
+// path) or "remove"; an error from it fails that step.
+var testHook func(step, path string) error
+
+func hook(step, path string) error {
+	if testHook == nil {
+		return nil
 	}
-	return written, nil
+	return testHook(step, path)
+}
+
+// tempInfix marks the temporary files of Write: .NAME.outboxgen-RANDOM.tmp
+// next to NAME, which the go tool (leading dot) and sqlc (no .sql suffix)
+// both ignore should one be left behind by a killed process.
+const tempInfix = ".outboxgen-"
+
+// Write writes files and removes the stale ones (File.Delete), changing
+// nothing unless every file could be written:
+//
+//  1. It checks every file first: that its path, with symbolic links
+//     resolved, is inside f.Root; that it is a regular file or missing; for
+//     a removal, that it still starts with a generated-file header. A file
+//     whose content is already up to date is left alone, so its
+//     modification time (and any build cache keyed on it) survives a no-op
+//     regeneration.
+//  2. It writes each changed file to a new temporary file in the directory
+//     of the file it replaces (created exclusively, with that file's
+//     permissions, or 0644 less the umask for a new file) and syncs it.
+//     If one fails, it removes the temporary files and the directories it
+//     created, and no file has changed.
+//  3. Then it renames each temporary file over its target, checking again
+//     just before that the target's path still resolves to the same place
+//     inside f.Root, in the directory it wrote the temporary file in. A
+//     rename replaces the directory entry: a hard link to the old file
+//     elsewhere keeps the old content. If a rename fails, the files already
+//     replaced get their old content back.
+//  4. Last, it removes the stale files.
+//
+// Every file operation goes through a directory handle (os.Root) opened
+// beneath f.Root, so a directory swapped for a symbolic link meanwhile
+// cannot lead it outside.
+//
+// changed lists the paths written or removed, in that order. On error, it
+// lists those still changed, and the error says so: "no file was changed",
+// or which ones were.
+func Write(files []File) (changed []string, err error) {
+	w := &writer{
+		trees:   map[string]*os.Root{},
+		dirs:    map[dirKey]*os.Root{},
+		temps:   map[tempFile]bool{},
+		touched: map[*os.Root]bool{},
+	}
+	ok := false
+	defer func() {
+		if cerr := w.cleanup(!ok); cerr != nil && err != nil {
+			err = fmt.Errorf("%w (cleaning up: %v)", err, cerr)
+		}
+		w.close()
+	}()
+	var writes, removes []*op
+	for _, f := range files {
+		o, err := w.plan(f)
+		if err != nil {
+			return nil, fmt.Errorf("%w; no file was changed", err)
+		}
+		switch {
+		case o == nil: // up to date, or already removed
+		case f.Delete:
+			removes = append(removes, o)
+		default:
+			writes = append(writes, o)
+		}
+	}
+	for _, o := range writes {
+		tmp, err := w.stage(o, o.f.Content)
+		if err != nil {
+			return nil, fmt.Errorf("%w; no file was changed", err)
+		}
+		o.tmp = tmp
+	}
+	for i, o := range writes {
+		if err := w.commit(o); err != nil {
+			if i == 0 {
+				return nil, fmt.Errorf("%w; no file was changed", err)
+			}
+			still, uerr := w.undo(writes[:i])
+			if uerr == nil {
+				return nil, fmt.Errorf("%w; no file was changed (the %d already replaced got their old content back)", err, i)
+			}
+			return still, fmt.Errorf("%w; changed: %s (putting back their old content failed: %v)", err, strings.Join(still, ", "), uerr)
+		}
+		changed = append(changed, o.f.Path)
+	}
+	w.syncDirs()
+	for _, o := range removes {
+		removed, err := w.remove(o)
+		if err != nil {
+			if len(changed) == 0 {
+				return nil, fmt.Errorf("%w; no file was changed", err)
+			}
+			return changed, fmt.Errorf("%w; changed before the failure: %s", err, strings.Join(changed, ", "))
+		}
+		if removed {
+			changed = append(changed, o.f.Path)
+		}
+	}
+	w.syncDirs()
+	ok = true
+	return changed, nil
+}
+
+// writer is the state of one Write: the directory handles it opened, the
+// directories it created and the temporary files not yet renamed.
+type writer struct {
+	trees   map[string]*os.Root // by File.Root
+	dirs    map[dirKey]*os.Root
+	created []createdDir // parents first
+	temps   map[tempFile]bool
+	touched map[*os.Root]bool // directories whose entries changed, to sync
+}
+
+type dirKey struct {
+	tree *os.Root
+	rel  string
+}
+
+type createdDir struct {
+	parent, dir *os.Root
+	name        string
+}
+
+type tempFile struct {
+	dir  *os.Root
+	name string
+}
+
+// op is one file Write changes.
+type op struct {
+	f    File
+	tree *os.Root // f.Root
+	// rel is the path of the file in tree: for a write, with symbolic
+	// links resolved (a link to a file inside is written through); for a
+	// removal, that of its directory and its own name (a link is removed
+	// only if it is a generated file, which a link never is).
+	rel     string
+	dir     *os.Root // the directory of rel, once opened
+	existed bool
+	old     []byte      // the content replaced, to put back
+	perm    fs.FileMode // for the temporary file
+	tmp     string      // the name of the temporary file in dir
+}
+
+func (o *op) name() string { return filepath.Base(o.rel) }
+
+// plan checks f and returns what Write is to do, or nil for nothing.
+func (w *writer) plan(f File) (*op, error) {
+	rel, err := locate(f.Root, f.Path)
+	if err != nil {
+		return nil, err
+	}
+	tree, err := w.tree(f.Root)
+	if err != nil {
+		return nil, err
+	}
+	o := &op{f: f, tree: tree, rel: rel, perm: 0o644}
+	if f.Delete {
+		dir, err := locate(f.Root, filepath.Dir(f.Path))
+		if err != nil {
+			return nil, err
+		}
+		o.rel = filepath.Join(dir, filepath.Base(f.Path))
+		generated, err := generatedIn(tree, o.rel)
+		if err != nil {
+			return nil, fmt.Errorf("remove %s: %w", f.Path, bare(err))
+		}
+		if !generated {
+			if _, err := tree.Lstat(o.rel); errors.Is(err, fs.ErrNotExist) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("refusing to remove %s: it is not a file outboxgen generated (no generated-file header)", f.Path)
+		}
+		return o, nil
+	}
+	fi, err := tree.Lstat(rel)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return o, nil
+	case err != nil:
+		return nil, fmt.Errorf("write %s: %w", f.Path, bare(err))
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("cannot write %s: it exists and is not a regular file", f.Path)
+	}
+	old, err := tree.ReadFile(rel)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", f.Path, bare(err))
+	}
+	if bytes.Equal(old, f.Content) {
+		return nil, nil
+	}
+	o.existed, o.old, o.perm = true, old, fi.Mode().Perm()
+	return o, nil
+}
+
+// tree returns the opened directory tree root.
+func (w *writer) tree(root string) (*os.Root, error) {
+	if r, ok := w.trees[root]; ok {
+		return r, nil
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	w.trees[root] = r
+	return r, nil
+}
+
+// dir opens the directory rel of tree, creating it and its parents when
+// create is set and they are missing.
+func (w *writer) dir(tree *os.Root, rel string, create bool) (*os.Root, error) {
+	rel = filepath.Clean(rel)
+	if rel == "." {
+		return tree, nil
+	}
+	key := dirKey{tree, rel}
+	if d, ok := w.dirs[key]; ok {
+		return d, nil
+	}
+	parent, err := w.dir(tree, filepath.Dir(rel), create)
+	if err != nil {
+		return nil, err
+	}
+	name := filepath.Base(rel)
+	made := false
+	if create {
+		switch err := parent.Mkdir(name, 0o755); {
+		case err == nil:
+			made = true
+			w.touched[parent] = true
+		case !errors.Is(err, fs.ErrExist):
+			return nil, err
+		}
+	}
+	d, err := parent.OpenRoot(name)
+	if err != nil {
+		if made {
+			parent.Remove(name)
+		}
+		return nil, err
+	}
+	w.dirs[key] = d
+	if made {
+		w.created = append(w.created, createdDir{parent: parent, dir: d, name: name})
+	}
+	return d, nil
+}
+
+// stage writes content to a new temporary file in the directory of o and
+// returns its name.
+func (w *writer) stage(o *op, content []byte) (string, error) {
+	if o.dir == nil {
+		d, err := w.dir(o.tree, filepath.Dir(o.rel), true)
+		if err != nil {
+			return "", fmt.Errorf("create the directory of %s: %w", o.f.Path, bare(err))
+		}
+		o.dir = d
+	}
+	if err := hook("write", o.f.Path); err != nil {
+		return "", fmt.Errorf("write %s: %w", o.f.Path, err)
+	}
+	var f *os.File
+	var name string
+	for i := 0; ; i++ {
+		name = "." + o.name() + tempInfix + strconv.FormatUint(rand.Uint64(), 36) + ".tmp"
+		var err error
+		f, err = o.dir.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrExist) || i == 9 {
+			return "", fmt.Errorf("write %s: %w", o.f.Path, bare(err))
+		}
+	}
+	w.temps[tempFile{o.dir, name}] = true
+	err := fill(f, content, o.perm, o.existed)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("write %s: %w", o.f.Path, bare(err))
+	}
+	return name, nil
+}
+
+// fill writes content to f, gives it perm when chmod is set (to match the
+// file it replaces; a new file keeps 0644 less the umask), and syncs it.
+func fill(f *os.File, content []byte, perm fs.FileMode, chmod bool) error {
+	if chmod {
+		if err := f.Chmod(perm); err != nil {
+			return err
+		}
+	}
+	if _, err := f.Write(content); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil && !syncUnsupported(err) {
+		return err
+	}
+	return nil
+}
+
+// syncUnsupported reports whether err says that the file system cannot
+// sync (some network and FUSE file systems): nothing to do about it then.
+func syncUnsupported(err error) bool {
+	return errors.Is(err, errors.ErrUnsupported) || errors.Is(err, syscall.EINVAL)
+}
+
+// commit renames the temporary file of o over its target, after checking
+// again that the target's path resolves to the same file inside f.Root,
+// in the directory the temporary file is in.
+func (w *writer) commit(o *op) error {
+	if err := hook("rename", o.f.Path); err != nil {
+		return fmt.Errorf("replace %s: %w", o.f.Path, err)
+	}
+	rel, err := locate(o.f.Root, o.f.Path)
+	if err != nil {
+		return err
+	}
+	if rel != o.rel {
+		return fmt.Errorf("%s changed while outboxgen was writing it (a symbolic link: it now leads to %s, not %s); run it again", o.f.Path, rel, o.rel)
+	}
+	if err := sameDir(o.tree, filepath.Dir(rel), o.dir); err != nil {
+		return fmt.Errorf("%s: %w", o.f.Path, err)
+	}
+	if err := o.dir.Rename(o.tmp, o.name()); err != nil {
+		return fmt.Errorf("replace %s: %w", o.f.Path, bare(err))
+	}
+	delete(w.temps, tempFile{o.dir, o.tmp})
+	w.touched[o.dir] = true
+	return nil
+}
+
+// sameDir returns an error unless rel in tree is the directory dir.
+func sameDir(tree *os.Root, rel string, dir *os.Root) error {
+	want, err := dir.Stat(".")
+	if err != nil {
+		return err
+	}
+	got, err := tree.Lstat(rel)
+	if err != nil {
+		return fmt.Errorf("its directory changed while outboxgen was writing (%w); run it again", bare(err))
+	}
+	if !os.SameFile(got, want) {
+		return errors.New("its directory was replaced while outboxgen was writing; run it again")
+	}
+	return nil
+}
+
+// undo puts back the files of ops, already replaced: the old content for
+// a file that existed, none for a new one. It returns those it could not
+// put back.
+func (w *writer) undo(ops []*op) (still []string, err error) {
+	var errs []error
+	for _, o := range ops {
+		if err := w.putBack(o); err != nil {
+			still = append(still, o.f.Path)
+			errs = append(errs, err)
+		}
+	}
+	return still, errors.Join(errs...)
+}
+
+func (w *writer) putBack(o *op) error {
+	if !o.existed {
+		if err := o.dir.Remove(o.name()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", o.f.Path, bare(err))
+		}
+		return nil
+	}
+	tmp, err := w.stage(o, o.old)
+	if err != nil {
+		return err
+	}
+	if err := o.dir.Rename(tmp, o.name()); err != nil {
+		return fmt.Errorf("restore %s: %w", o.f.Path, bare(err))
+	}
+	delete(w.temps, tempFile{o.dir, tmp})
+	return nil
+}
+
+// remove removes the stale file of o if it is still a generated file, and
+// reports whether it did.
+func (w *writer) remove(o *op) (bool, error) {
+	if err := hook("remove", o.f.Path); err != nil {
+		return false, fmt.Errorf("remove %s: %w", o.f.Path, err)
+	}
+	rel, err := locate(o.f.Root, filepath.Dir(o.f.Path))
+	if err != nil {
+		return false, err
+	}
+	if rel != filepath.Dir(o.rel) {
+		return false, fmt.Errorf("%s changed while outboxgen was writing (a symbolic link: it now leads to %s, not %s); run it again", filepath.Dir(o.f.Path), rel, filepath.Dir(o.rel))
+	}
+	d, err := w.dir(o.tree, rel, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("remove %s: %w", o.f.Path, bare(err))
+	}
+	generated, err := generatedIn(d, o.name())
+	if err != nil {
+		return false, fmt.Errorf("remove %s: %w", o.f.Path, bare(err))
+	}
+	if !generated {
+		if _, err := d.Lstat(o.name()); errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return false, fmt.Errorf("refusing to remove %s: it is not a file outboxgen generated (no generated-file header)", o.f.Path)
+	}
+	if err := d.Remove(o.name()); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return false, fmt.Errorf("remove %s: %w", o.f.Path, bare(err))
+	}
+	w.touched[d] = true
+	return true, nil
+}
+
+// syncDirs syncs the directories whose entries changed, so that renames
+// and removals survive a crash. Errors are ignored: the files themselves
+// were synced, and some file systems cannot sync a directory.
+func (w *writer) syncDirs() {
+	for d := range w.touched {
+		if f, err := d.Open("."); err == nil {
+			f.Sync()
+			f.Close()
+		}
+	}
+	clear(w.touched)
+}
+
+// cleanup removes the temporary files left, and with dirs set the
+// directories Write created that are still empty.
+func (w *writer) cleanup(dirs bool) error {
+	var errs []error
+	for t := range w.temps {
+		if err := t.dir.Remove(t.name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		delete(w.temps, t)
+	}
+	if dirs {
+		for i := len(w.created) - 1; i >= 0; i-- {
+			c := w.created[i]
+			// Only the directory it created: not one put in its place.
+			if sameDir(c.parent, c.name, c.dir) == nil {
+				c.parent.Remove(c.name) // fails if not empty: then it stays
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (w *writer) close() {
+	for _, d := range w.dirs {
+		d.Close()
+	}
+	for _, r := range w.trees {
+		r.Close()
+	}
+}
+
+// bare returns the error of a *fs.PathError or *os.LinkError, whose path
+// is the one in a directory handle, not the one the user knows.
+func bare(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.Err
+	}
+	return err
 }
 
 // Diff compares files with the disk and returns a unified diff of every

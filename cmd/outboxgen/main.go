@@ -204,7 +204,7 @@ func cmdInit(args []string, stdout, stderr io.Writer) error {
 func cmdGenerate(args []string, stdout, stderr io.Writer) error {
 	fl := newFlags("generate", "generate [-f events.yaml] [-v]", stderr)
 	file := fl.String("f", defaultSpec, "path of events.yaml")
-	verbose := fl.Bool("v", false, "list the files written")
+	verbose := fl.Bool("v", false, "list the files written, unchanged and removed (on failure: those changed)")
 	if err := parseFlags(fl, args); err != nil {
 		return err
 	}
@@ -212,30 +212,54 @@ func cmdGenerate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	written, err := generator.Write(files)
+	// Write changes every file or none (see generator.Write); on failure,
+	// changed names the files that changed all the same.
+	changed, err := generator.Write(files)
+	if *verbose {
+		reportWrite(stdout, files, changed, err != nil)
+	}
 	if err != nil {
 		return fmt.Errorf("outboxgen generate: %w", err)
 	}
-	if *verbose {
-		deleted := map[string]bool{}
-		generated := 0
-		for _, f := range files {
-			if f.Delete {
-				deleted[f.Path] = true
-			} else {
-				generated++
-			}
-		}
-		for _, p := range written {
-			if deleted[p] {
-				fmt.Fprintln(stdout, "removed", p, "(no longer generated)")
-			} else {
-				fmt.Fprintln(stdout, "wrote", p)
-			}
-		}
-		fmt.Fprintf(stdout, "%d files, %d changed\n", generated, len(written))
-	}
 	return nil
+}
+
+// reportWrite lists, for generate -v, what generator.Write did with files:
+// each file written, unchanged or removed, and the counts; after a failure
+// only the files that changed all the same.
+func reportWrite(w io.Writer, files []generator.File, changed []string, failed bool) {
+	isChanged := map[string]bool{}
+	for _, p := range changed {
+		isChanged[p] = true
+	}
+	generated, written, unchanged, removed := 0, 0, 0, 0
+	for _, f := range files {
+		switch {
+		case f.Delete && isChanged[f.Path]:
+			removed++
+			fmt.Fprintln(w, "removed", f.Path, "(no longer generated)")
+		case f.Delete:
+		case isChanged[f.Path]:
+			generated++
+			written++
+			fmt.Fprintln(w, "wrote", f.Path)
+		default:
+			generated++
+			unchanged++
+			if !failed {
+				fmt.Fprintln(w, "unchanged", f.Path)
+			}
+		}
+	}
+	if failed {
+		if len(changed) == 0 {
+			fmt.Fprintln(w, "failed: no file changed")
+		} else {
+			fmt.Fprintf(w, "failed after changing %d %s: %d written, %d removed\n", len(changed), plural(len(changed), "file", "files"), written, removed)
+		}
+		return
+	}
+	fmt.Fprintf(w, "%d files: %d written, %d unchanged; %d stale removed; %d changed\n", generated, written, unchanged, removed, len(changed))
 }
 
 func cmdCheck(args []string, stdout, stderr io.Writer) error {

@@ -316,8 +316,52 @@ sql:
 events:
   - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
 `,
-		want: `testdata.yaml:5:17: sql.outbox_table "order" is a reserved SQL word; choose another name, e.g. order_log
+		want: `testdata.yaml:5:17: sql.outbox_table "order" is a reserved SQL word (in PostgreSQL, MySQL, MariaDB and SQLite), which the DDL cannot use unquoted; choose another name, e.g. order_log
 testdata.yaml:6:16: sql.inbox_table "outbox_event" is the same as sql.outbox_table (line 5); the two tables must have different names`,
+	},
+	{
+		name: "table names reserved in PostgreSQL",
+		src: `version: 1
+go: {package: events, out: gen}
+sql:
+  dialects: [postgres]
+  outbox_table: desc
+  inbox_table: window
+  archive_table: grant
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:5:17: sql.outbox_table "desc" is a reserved SQL word (in PostgreSQL, MySQL and MariaDB), which the DDL cannot use unquoted; choose another name, e.g. desc_log
+testdata.yaml:6:16: sql.inbox_table "window" is a reserved SQL word (in PostgreSQL and MySQL), which the DDL cannot use unquoted; choose another name, e.g. window_log
+testdata.yaml:7:18: sql.archive_table "grant" is a reserved SQL word (in PostgreSQL, MySQL and MariaDB), which the DDL cannot use unquoted; choose another name, e.g. grant_log`,
+	},
+	{
+		name: "table names reserved in another dialect than those listed",
+		src: `version: 1
+go: {package: events, out: gen}
+sql:
+  dialects: [postgres]
+  outbox_table: interval
+  inbox_table: range
+  archive_table: commit
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:5:17: sql.outbox_table "interval" is a reserved SQL word (in MySQL and MariaDB), which the DDL cannot use unquoted; choose another name, e.g. interval_log
+testdata.yaml:6:16: sql.inbox_table "range" is a reserved SQL word (in MySQL and MariaDB), which the DDL cannot use unquoted; choose another name, e.g. range_log
+testdata.yaml:7:18: sql.archive_table "commit" is a reserved SQL word (in SQLite), which the DDL cannot use unquoted; choose another name, e.g. commit_log`,
+	},
+	{
+		name: "table names reserved as functions or types in PostgreSQL",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [sqlite], outbox_table: offset, inbox_table: case, archive_table: verbose}
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:3:41: sql.outbox_table "offset" is a reserved SQL word (in PostgreSQL and MariaDB), which the DDL cannot use unquoted; choose another name, e.g. offset_log
+testdata.yaml:3:62: sql.inbox_table "case" is a reserved SQL word (in PostgreSQL, MySQL, MariaDB and SQLite), which the DDL cannot use unquoted; choose another name, e.g. case_log
+testdata.yaml:3:83: sql.archive_table "verbose" is a reserved SQL word (in PostgreSQL), which the DDL cannot use unquoted; choose another name, e.g. verbose_log`,
 	},
 	{
 		name: "inbox equals outbox",
@@ -371,6 +415,57 @@ events:
 		want: `testdata.yaml:2:15: go.package main cannot hold the generated code: a main package cannot be imported by the code that writes and handles the events; choose another name such as events
 testdata.yaml:5:101: go_type import path "C" is cgo's pseudo-package, which the generated code cannot import (a C type does not marshal to JSON); use a Go type, e.g. github.com/shopspring/decimal.Decimal
 testdata.yaml:5:159: go_type import path "C" is cgo's pseudo-package, which the generated code cannot import (a C type does not marshal to JSON); use a Go type, e.g. github.com/shopspring/decimal.Decimal`,
+	},
+	{
+		name: "package documentation",
+		src: `version: 1
+go: {package: documentation, out: gen}
+sql: {dialects: [postgres]}
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:2:15: go.package documentation cannot hold the generated code: the go tool ignores the files of a package named documentation, so nothing could import it; choose another name such as events`,
+	},
+	{
+		name: "go.out not a Go import path",
+		src: `version: 1
+go: {package: events, out: "internal/my events"}
+sql: {dialects: [postgres], out: "db/my schema"}
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:2:28: go.out "internal/my events" cannot hold a Go package: the directory name "my events" contains ' ', which Go import paths do not allow; use only ASCII letters, digits and - . _ ~ +`,
+	},
+	{
+		name: "sql.out inside a generated Go file",
+		src: `version: 1
+go: {package: events, out: events}
+sql: {dialects: [postgres, mysql], out: events/writers.go}
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:3:41: sql.out "events/writers.go" puts the postgres DDL in events/writers.go/postgres, inside events/writers.go, a Go file that go.out generates; choose another directory, e.g. db/schema`,
+	},
+	{
+		name: "go.out is the spec file",
+		src: `version: 1
+go: {package: events, out: testdata.yaml}
+sql: {dialects: [postgres], out: ./testdata.yaml/schema}
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:2:28: go.out "testdata.yaml" is the spec file; choose a directory for the generated Go code, e.g. events
+testdata.yaml:3:34: sql.out "./testdata.yaml/schema" puts the postgres DDL in testdata.yaml/schema/postgres, inside testdata.yaml, the spec file; choose another directory, e.g. db/schema`,
+	},
+	{
+		name: "go.out inside a generated DDL file",
+		src: `version: 1
+go: {package: events, out: db/sqlite/migrations/0001_outbox_tables.up.sql/events}
+sql: {dialects: [postgres, sqlite], out: db}
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:2:28: go.out "db/sqlite/migrations/0001_outbox_tables.up.sql/events" is inside db/sqlite/migrations/0001_outbox_tables.up.sql, the sqlite DDL file that sql.out generates; choose a directory for the generated Go code, e.g. events`,
 	},
 	{
 		name: "output directories outside the spec's directory",
@@ -622,6 +717,81 @@ testdata.yaml:17:10: key amount of event C has type float64; a key must be a str
 testdata.yaml:21:10: key price of event D has type object Money; a key must be a string, int32, int64, uuid or enum field
 testdata.yaml:25:10: key ids of event E has type list<string>; a key must be a string, int32, int64, uuid or enum field
 testdata.yaml:29:10: key of event F must not be empty; name one of its required fields, e.g. id`,
+	},
+	{
+		name: "key of an event with a nameless field",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+events:
+  - name: A
+    topic: a
+    key: id
+    fields:
+      - {type: string}
+`,
+		want: `testdata.yaml:7:10: key "id" of event A names no field; declare it under fields:
+testdata.yaml:9:9: fields[0] of event A is missing required key "name"; add name: the field's JSON name, e.g. order_id`,
+	},
+	{
+		name: "pointer go_type on a key",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+events:
+  - name: A
+    topic: a
+    key: id
+    fields:
+      - {name: id, type: string, go_type: "*string"}
+  - name: B
+    topic: b
+    key: id
+    fields:
+      - name: id
+        type: uuid
+        go_type: {import: github.com/google/uuid, type: UUID, pointer: true}
+`,
+		want: `testdata.yaml:9:43: go_type of key id of event A is a pointer; a key must always be set (it becomes the row's biz_id), so use the type itself: write "string"
+testdata.yaml:16:72: go_type of key id of event B is a pointer; a key must always be set (it becomes the row's biz_id), so use the type itself: remove pointer: true`,
+	},
+	{
+		name: "unknown alias",
+		src: `version: 1
+go: *nope
+sql: {dialects: [postgres]}
+events:
+  - {name: A, topic: a, key: id, fields: [{name: id, type: string}]}
+`,
+		want: `testdata.yaml:2:5: invalid YAML: unknown anchor 'nope' referenced; define it with &nope before this alias, or remove the alias`,
+	},
+	{
+		name: "unknown alias after comments, quotes and a block scalar",
+		src: `version: 1
+# not *nope
+x-a: "*nope"
+x-b: |
+  *nope
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+events:
+  - {name: A, topic: a, key: id, fields: [*nope]}
+`,
+		want: `testdata.yaml:9:43: invalid YAML: unknown anchor 'nope' referenced; define it with &nope before this alias, or remove the alias`,
+	},
+	{
+		name: "unknown escape",
+		src: `version: 1
+go: {package: events, out: gen}
+sql: {dialects: [postgres]}
+events:
+  - name: A
+    key: id
+    fields: [{name: id, type: string}]
+    description: "tab\there"
+    topic: "orders\q"
+`,
+		want: `testdata.yaml:9:19: invalid YAML: found unknown escape character (\q is not a YAML escape; write \\ for a backslash, or use single quotes)`,
 	},
 	{
 		name: "types",

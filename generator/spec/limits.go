@@ -41,6 +41,10 @@ const (
 	MaxFields = 1000
 	// MaxEnumValues is the most values one enum type may have.
 	MaxEnumValues = 1000
+	// MaxPreviousVersions is the most earlier versions one event may list
+	// under previous:; the generated code has a struct, a decoder case and
+	// an upgrade step for each.
+	MaxPreviousVersions = 100
 
 	// MaxDeclarations bounds the size of the generated code: the total
 	// number of events, types, consumers, fields, enum values and entries
@@ -180,6 +184,8 @@ func (p *parser) limit(n *yaml.Node, items int, max int, what, name string) bool
 		hint = "group related fields into object types under types:"
 	case "MaxEnumValues":
 		hint = "use a string field instead of an enum"
+	case "MaxPreviousVersions":
+		hint = "retire the versions that no event in flight still has (in an outbox, on the broker or in a replay you may run): remove them from previous: together with their upgrade functions"
 	}
 	p.errorf(n, "%s has %d %s; the limit is %d (%s): %s", what, items, nameNoun(name), max, name, hint)
 	p.tooBig = true
@@ -200,6 +206,8 @@ func nameNoun(limit string) string {
 		return "fields"
 	case "MaxEnumValues":
 		return "values"
+	case "MaxPreviousVersions":
+		return "versions"
 	}
 	return "items"
 }

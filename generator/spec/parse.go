@@ -172,6 +172,8 @@ type parser struct {
 	consumers   []*consumerDecl
 
 	driverNode *yaml.Node // the go.driver value, if given
+	goOutNode  *yaml.Node // the go.out value, once valid
+	sqlOutNode *yaml.Node // the sql.out value, if given
 
 	naming     *naming                // go.initialisms and go.rename
 	renameKeys []*yaml.Node           // the valid go.rename keys, in file order
@@ -220,6 +222,9 @@ type fieldDecl struct {
 	typeNode *yaml.Node
 	expr     *typeExpr
 	goType   *GoType
+	// pointerNode is where goType is made a pointer: the "*..." string
+	// or the pointer: value.
+	pointerNode *yaml.Node
 }
 
 // errorf records a problem at the position of n (1:1 if n is nil).
@@ -580,12 +585,21 @@ func (p *parser) parseGo(n *yaml.Node) {
 				p.errorf(v, "go.package %q is a Go keyword; choose another name such as events", s)
 			case s == "main":
 				p.errorf(v, "go.package main cannot hold the generated code: a main package cannot be imported by the code that writes and handles the events; choose another name such as events")
+			case s == "documentation":
+				p.errorf(v, "go.package documentation cannot hold the generated code: the go tool ignores the files of a package named documentation, so nothing could import it; choose another name such as events")
 			}
 			p.spec.Go.Package = s
 		}
 	}
 	if v := p.require(m, "go", "out", "add out: the directory for the generated code, relative to the spec file"); v != nil {
-		p.spec.Go.Out = p.outDir(v, "go.out")
+		if dir := p.outDir(v, "go.out"); dir != "" {
+			if msg := goPackageDir(dir); msg != "" {
+				p.errorf(v, "go.out %q %s", deref(v).Value, msg)
+			} else {
+				p.spec.Go.Out = dir
+				p.goOutNode = v
+			}
+		}
 	}
 	p.spec.Go.Driver = DriverDatabaseSQL
 	if v := m.get("driver"); v != nil {
@@ -775,6 +789,7 @@ func (p *parser) parseSQL(n *yaml.Node) {
 	}
 	if v := m.get("out"); v != nil {
 		p.spec.SQL.Out = p.outDir(v, "sql.out")
+		p.sqlOutNode = v
 	}
 	if v := m.get("wal"); v != nil {
 		if on, ok := p.boolean(v, "sql.wal"); ok && on {
@@ -839,6 +854,10 @@ func (p *parser) parseSQL(n *yaml.Node) {
 				at = n
 			}
 			p.errorf(at, "%s", strings.TrimPrefix(err.Error(), "templates: "))
+		} else {
+			p.checkDerivedNames(tables, map[string]*yaml.Node{
+				"sql.outbox_table": outboxNode, "sql.inbox_table": inboxNode, "sql.archive_table": archiveNode,
+			}, n)
 		}
 	}
 }
@@ -900,20 +919,6 @@ func (p *parser) parseDialects(v *yaml.Node) {
 	}
 }
 
-// sqlReserved are words reserved in PostgreSQL, MySQL or SQLite that would
-// break unquoted DDL.
-var sqlReserved = map[string]bool{
-	"all": true, "alter": true, "and": true, "as": true, "by": true, "check": true,
-	"column": true, "constraint": true, "create": true, "default": true,
-	"delete": true, "distinct": true, "drop": true, "from": true, "group": true,
-	"having": true, "in": true, "index": true, "insert": true, "into": true,
-	"is": true, "join": true, "key": true, "limit": true, "not": true,
-	"null": true, "on": true, "or": true, "order": true, "primary": true,
-	"references": true, "select": true, "set": true, "table": true, "to": true,
-	"union": true, "unique": true, "update": true, "user": true, "values": true,
-	"where": true, "with": true,
-}
-
 // sqlIdent validates an identifier spliced into DDL.
 func (p *parser) sqlIdent(v *yaml.Node, subject string) (string, bool) {
 	s, ok := p.str(v, subject)
@@ -924,8 +929,8 @@ func (p *parser) sqlIdent(v *yaml.Node, subject string) (string, bool) {
 		p.errorf(v, "%s %q is not a safe SQL identifier; use 1 to %d lower-case letters, digits and underscores, starting with a letter or underscore (this prevents SQL injection, as the name is spliced into SQL)", subject, s, templates.MaxIdentifier)
 		return "", false
 	}
-	if sqlReserved[s] {
-		p.errorf(v, "%s %q is a reserved SQL word; choose another name, e.g. %s_log", subject, s, s)
+	if in := sqlReserved[s]; in != 0 {
+		p.errorf(v, "%s %q is a reserved SQL word (in %s), which the DDL cannot use unquoted; choose another name, e.g. %s_log", subject, s, in, s)
 		return "", false
 	}
 	return s, true
@@ -1118,7 +1123,7 @@ func (p *parser) parseFields(n *yaml.Node, ctx string) []*fieldDecl {
 			f.Description = p.description(v, "description of "+fctx)
 		}
 		if v := m.get("go_type"); v != nil {
-			d.goType = p.parseGoType(v, fctx)
+			d.goType, d.pointerNode = p.parseGoType(v, fctx)
 		}
 		if !dup {
 			out = append(out, d)
@@ -1139,7 +1144,9 @@ func offsetPos(v *yaml.Node, off int) Pos {
 	return pos
 }
 
-func (p *parser) parseGoType(v *yaml.Node, fctx string) *GoType {
+// parseGoType parses the go_type value v of field fctx, and returns it with
+// the node that makes it a pointer, if any.
+func (p *parser) parseGoType(v *yaml.Node, fctx string) (*GoType, *yaml.Node) {
 	d := deref(v)
 	if d != nil && d.Kind == yaml.MappingNode {
 		gctx := "go_type of " + fctx
@@ -1149,32 +1156,33 @@ func (p *parser) parseGoType(v *yaml.Node, fctx string) *GoType {
 		if n := m.get("import"); n != nil {
 			g.Import, _ = p.str(n, "go_type.import")
 		}
-		if n := m.get("pointer"); n != nil {
-			g.Pointer, _ = p.boolean(n, "go_type.pointer")
+		pointer := m.get("pointer")
+		if pointer != nil {
+			g.Pointer, _ = p.boolean(pointer, "go_type.pointer")
 		}
 		if n := p.require(m, gctx, "type", "add type: the Go type name, e.g. Decimal"); n != nil {
 			if s, ok := p.str(n, "go_type.type"); ok {
 				g.Name = s
 				if msg := checkGoType(g); msg != "" {
 					p.errorf(n, "%s", msg)
-					return nil
+					return nil, nil
 				}
-				return g
+				return g, pointer
 			}
 		}
-		return nil
+		return nil, nil
 	}
 	if d == nil || d.Kind != yaml.ScalarNode {
 		p.errorf(v, `go_type of %s must be a string "import/path.Type" or a mapping {import, type, pointer}, got %s`, fctx, kindName(v))
-		return nil
+		return nil, nil
 	}
 	s, _ := p.str(v, "go_type of "+fctx)
 	g, msg := parseGoTypeString(s)
 	if msg != "" {
 		p.errorf(v, "%s", msg)
-		return nil
+		return nil, nil
 	}
-	return g
+	return g, v
 }
 
 func (p *parser) parseEvents(n *yaml.Node) {
@@ -1279,7 +1287,7 @@ func (p *parser) parseEvent(n *yaml.Node, i int) {
 func (p *parser) parsePrevious(n *yaml.Node, d *eventDecl) {
 	e := d.e
 	items, ok := p.list(n, "previous of "+d.ctx)
-	if !ok || !p.declare(n, len(items)) {
+	if !ok || !p.limit(n, len(items), MaxPreviousVersions, "previous of "+d.ctx, "MaxPreviousVersions") || !p.declare(n, len(items)) {
 		return
 	}
 	first := map[int]int{}

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -170,5 +171,34 @@ func TestPreviousErrors(t *testing.T) {
 				t.Errorf("errors mismatch\n--- got\n%s\n--- want\n%s", got, tc.want)
 			}
 		})
+	}
+}
+
+// previousVersions is an event of version n+1 listing versions 1 to n
+// under previous:.
+func previousVersions(n int) string {
+	var b strings.Builder
+	b.WriteString(previousHead)
+	fmt.Fprintf(&b, "  - name: ORDER_PAID\n    topic: orders.paid\n    key: id\n    version: %d\n    fields:\n      - {name: id, type: string}\n    previous:\n", n+1)
+	for v := 1; v <= n; v++ {
+		fmt.Fprintf(&b, "      - version: %d\n        fields: [{name: id, type: string}]\n", v)
+	}
+	return b.String()
+}
+
+// TestPreviousLimit: an event may list at most MaxPreviousVersions earlier
+// versions; more are refused at the previous: list.
+func TestPreviousLimit(t *testing.T) {
+	s, err := Parse("events.yaml", []byte(previousVersions(MaxPreviousVersions)))
+	if err != nil {
+		t.Fatalf("%d previous versions: %v", MaxPreviousVersions, err)
+	}
+	if got := len(s.Events[0].Previous); got != MaxPreviousVersions {
+		t.Errorf("%d previous versions parsed, want %d", got, MaxPreviousVersions)
+	}
+	_, err = Parse("events.yaml", []byte(previousVersions(MaxPreviousVersions+1)))
+	want := fmt.Sprintf("events.yaml:15:7: previous of event ORDER_PAID has %d versions; the limit is %d (MaxPreviousVersions): retire the versions that no event in flight still has (in an outbox, on the broker or in a replay you may run): remove them from previous: together with their upgrade functions", MaxPreviousVersions+1, MaxPreviousVersions)
+	if err == nil || err.Error() != want {
+		t.Errorf("got\n%v\nwant\n%s", err, want)
 	}
 }

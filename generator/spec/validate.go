@@ -38,6 +38,7 @@ func (p *parser) validate() {
 	p.checkCollisions()
 	p.checkDriver()
 	p.checkRenames()
+	p.checkOutputs()
 }
 
 // checkRenames reports go.rename keys that match no name and no word of a
@@ -166,12 +167,16 @@ func (p *parser) checkKey(d *eventDecl) {
 		return
 	}
 	key := deref(d.keyNode).Value
-	var f *Field
+	var f *fieldDecl
 	names := make([]string, 0, len(d.fields))
 	for _, fd := range d.fields {
+		if fd.f.Name == "" {
+			// A field without a name, reported as such: nothing to offer.
+			continue
+		}
 		names = append(names, fd.f.Name)
 		if fd.f.Name == key {
-			f = fd.f
+			f = fd
 		}
 	}
 	switch {
@@ -185,15 +190,26 @@ func (p *parser) checkKey(d *eventDecl) {
 		} else {
 			p.errorf(d.keyNode, "key %q of %s names no field; declare it under fields:", key, d.ctx)
 		}
-	case f.Optional:
-		p.errorf(d.keyNode, "key %s of %s is an optional field (line %d); a key must always be set, so make the field required or choose another key", key, d.ctx, f.Pos.Line)
-	case f.Type == nil:
+	case f.f.Optional:
+		p.errorf(d.keyNode, "key %s of %s is an optional field (line %d); a key must always be set, so make the field required or choose another key", key, d.ctx, f.f.Pos.Line)
+	case f.f.Type == nil:
 		// Its type is already reported as invalid.
-	case !isKeyType(f.Type):
-		p.errorf(d.keyNode, "key %s of %s has type %s; a key must be a string, int32, int64, uuid or enum field", key, d.ctx, typeString(f.Type))
+	case !isKeyType(f.f.Type):
+		p.errorf(d.keyNode, "key %s of %s has type %s; a key must be a string, int32, int64, uuid or enum field", key, d.ctx, typeString(f.f.Type))
+	case f.f.Type.GoType != nil && f.f.Type.GoType.Pointer:
+		p.errorf(f.pointerNode, "go_type of key %s of %s is a pointer; a key must always be set (it becomes the row's biz_id), so use the type itself: %s", key, d.ctx, pointerFix(f.pointerNode))
 	default:
-		d.e.Key = f
+		d.e.Key = f.f
 	}
+}
+
+// pointerFix says how to make the go_type whose pointer-ness is written at
+// n (see fieldDecl.pointerNode) not a pointer.
+func pointerFix(n *yaml.Node) string {
+	if d := deref(n); d != nil && d.Tag != "!!bool" {
+		return fmt.Sprintf("write %q", strings.TrimPrefix(d.Value, "*"))
+	}
+	return "remove pointer: true"
 }
 
 func firstOr(list []string, def string) string {

@@ -1,9 +1,11 @@
 package spec
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 var yamlLineErr = regexp.MustCompile(`(?s)^yaml: line (\d+): (.*)$`)
@@ -28,9 +30,18 @@ func (p *parser) yamlError(data []byte, err error) {
 			return
 		}
 	}
+	if m := yamlUnknownAnchor.FindStringSubmatch(msg); m != nil {
+		// The composer's error has no position: find the alias.
+		if pos, ok := findAlias(string(data), m[1]); ok {
+			p.errorAt(pos, "invalid YAML: %s; define it with &%s before this alias, or remove the alias", msg, m[1])
+			return
+		}
+	}
 	pos, hint := yamlErrorPos(string(data), line, msg)
 	p.errorAt(pos, "invalid YAML: %s%s", msg, hint)
 }
+
+var yamlUnknownAnchor = regexp.MustCompile(`^unknown anchor '(.*)' referenced$`)
 
 // yamlErrorPos finds where the syntax error msg, which yaml.v3 reported on
 // line reported (0 if none), is in src, and returns a hint to append to
@@ -141,6 +152,11 @@ func yamlErrorPos(src string, reported int, msg string) (Pos, string) {
 		if i >= 0 {
 			return Pos{reported, col(l, i)}, ""
 		}
+	case strings.HasPrefix(msg, "found unknown escape character"):
+		// Reported at the line where the double-quoted scalar starts.
+		if pos, c, ok := findBadEscape(lines, reported); ok {
+			return pos, fmt.Sprintf(" (%s is not a YAML escape; write \\\\ for a backslash, or use single quotes)", c)
+		}
 	case strings.HasPrefix(msg, "found unexpected end of stream"):
 		// An unclosed quoted string, opened on the reported line.
 		l := lines[reported-1]
@@ -196,4 +212,126 @@ func unclosedFlow(lines []string) (Pos, bool) {
 		return stack[0].pos, true
 	}
 	return Pos{}, false
+}
+
+// yamlEscapes are the characters that may follow a backslash in a
+// double-quoted YAML scalar, as yaml.v3 reads it (a backslash at the end of
+// a line continues the scalar).
+const yamlEscapes = "0abt\tnvfre \"'\\N_LPxuU"
+
+// findAlias returns the position of the first alias *name in src: the one
+// yaml.v3 reports as referring to an unknown anchor, since an alias may only
+// follow its anchor.
+func findAlias(src, name string) (Pos, bool) {
+	var found Pos
+	ok := false
+	scanYAML(yamlLines(src), 1, func(pos Pos, l string, i int, inDouble, tokenStart bool) bool {
+		if inDouble || !tokenStart || l[i] != '*' || !strings.HasPrefix(l[i+1:], name) {
+			return true
+		}
+		if end := i + 1 + len(name); end < len(l) && !strings.ContainsRune(" \t,]}", rune(l[end])) {
+			return true // a longer name
+		}
+		found, ok = pos, true
+		return false
+	})
+	return found, ok
+}
+
+// findBadEscape returns the position of the first backslash in a
+// double-quoted scalar, from line from on, that does not start a YAML
+// escape, and the escape as written (\q).
+func findBadEscape(lines []string, from int) (Pos, string, bool) {
+	var found Pos
+	var esc string
+	scanYAML(lines, from, func(pos Pos, l string, i int, inDouble, _ bool) bool {
+		if !inDouble || l[i] != '\\' || i+1 >= len(l) || strings.IndexByte(yamlEscapes, l[i+1]) >= 0 {
+			return true
+		}
+		r, _ := utf8.DecodeRuneInString(l[i+1:])
+		found, esc = pos, `\`+string(r)
+		return false
+	})
+	return found, esc, esc != ""
+}
+
+// yamlLines splits src into lines, as yamlErrorPos does.
+func yamlLines(src string) []string {
+	return strings.Split(strings.ReplaceAll(src, "\r\n", "\n"), "\n")
+}
+
+// blockScalarRe is a block scalar indicator (| or >, with optional
+// indentation and chomping indicators) ending a line.
+var blockScalarRe = regexp.MustCompile(`(^\s*(-\s+)*|[:-]\s+)[|>][1-9+-]{0,2}$`)
+
+// scanYAML walks lines (1-based) from line from on, approximately as the
+// YAML scanner sees them: comments, the text of single-quoted scalars and
+// of block scalars (| and >) are skipped. visit is called with each other
+// byte: outside quotes, with whether a token can start there, and inside a
+// double-quoted scalar (inDouble), where the byte after a backslash is not
+// visited. It returns false to stop the walk.
+func scanYAML(lines []string, from int, visit func(pos Pos, l string, i int, inDouble, tokenStart bool) bool) {
+	var quote byte
+	block := -1 // a block scalar's content is indented more than this
+	for n := max(from, 1); n <= len(lines); n++ {
+		l := lines[n-1]
+		if block >= 0 {
+			t := strings.TrimLeft(l, " ")
+			if t == "" || len(l)-len(t) > block {
+				continue
+			}
+			block = -1
+		}
+		tokenStart := true
+		code := len(l)     // where a comment starts
+		col, colAt := 1, 0 // the column of byte colAt, counted as i grows
+		for i := 0; i < len(l); i++ {
+			c := l[i]
+			for ; colAt < i; colAt++ {
+				if !utf8.RuneStart(l[colAt+1]) {
+					continue
+				}
+				col++
+			}
+			pos := Pos{n, col}
+			switch {
+			case quote == '\'':
+				if c == '\'' && i+1 < len(l) && l[i+1] == '\'' {
+					i++
+				} else if c == '\'' {
+					quote, tokenStart = 0, false
+				}
+				continue
+			case quote == '"':
+				if !visit(pos, l, i, true, false) {
+					return
+				}
+				if c == '\\' {
+					i++
+				} else if c == '"' {
+					quote, tokenStart = 0, false
+				}
+				continue
+			case c == '#' && (i == 0 || l[i-1] == ' ' || l[i-1] == '\t'):
+				code = i
+				i = len(l)
+				continue
+			case tokenStart && (c == '"' || c == '\''):
+				quote = c
+				continue
+			}
+			if !visit(pos, l, i, false, tokenStart) {
+				return
+			}
+			tokenStart = c == ' ' || c == '\t' || c == ',' || c == '[' || c == '{'
+		}
+		if quote == 0 && blockScalarRe.MatchString(strings.TrimRight(l[:code], " \t")) {
+			// Its content is indented more than the key (or list item) it
+			// is the value of.
+			block = 0
+			for block < len(l) && (l[block] == ' ' || l[block] == '-' && block+1 < len(l) && l[block+1] == ' ') {
+				block++
+			}
+		}
+	}
 }
