@@ -72,9 +72,12 @@ type Config struct {
 	// no retry. Each attempt is a fresh transaction. The count restarts when
 	// the broker redelivers (after a crash, or without a poison queue).
 	// Attempts that fail because of the database (unreachable, a missing
-	// privilege or table, SQLITE_BUSY, ...) are retried with the same
-	// backoff without being counted, until they get through (see the
-	// package documentation). Default 4.
+	// privilege or table, SQLITE_BUSY, a server-side statement or lock
+	// timeout, ...) are retried with the same backoff without being
+	// counted, until they get through; a transaction rolled back as a
+	// deadlock victim or serialization failure is first run again at
+	// once, up to 5 times, also without being counted (see the package
+	// documentation). Default 4.
 	MaxAttempts int
 	// RetryInitialInterval is the backoff before the first retry; it
 	// doubles up to RetryMaxInterval. Defaults 100ms and 5s (or

@@ -33,18 +33,37 @@
 // reason, metadata "reason_poisoned") is one line of at most MaxReasonLen
 // bytes.
 //
+// Conflicts: when the database rolls a delivery's transaction back as a
+// deadlock victim or serialization failure (PostgreSQL 40P01, 40001;
+// MySQL/MariaDB 1213, MariaDB 1020), whether the inbox's own statements
+// (concurrent deliveries of one key can deadlock on the inbox tables),
+// the handler's or the commit hit it, the whole transaction (inbox record,
+// stale guard, handler) runs again at once, after a few random
+// milliseconds, up to 5 times in all. These runs are not attempts of the
+// message: they never count toward MaxAttempts (each is counted with
+// outcome "conflict" and logged at INFO). A conflict that persists beyond
+// them is handled as an infrastructure failure (below, error class
+// "conflict"), never poisoned. The handler's writes in the transaction
+// were rolled back with it; a handler's effects outside the transaction
+// (a call to another service, say) happen again, as they do for any
+// retry or redelivery: consumers are at-least-once for those, and such
+// effects must be idempotent.
+//
 // Infrastructure failures are the database's fault, not the message's: the
 // database is unreachable or the connection was lost, the user lacks a
 // privilege, a table is missing, the database is out of resources,
-// shutting down, read-only or locked (SQLITE_BUSY), or a statement timed
-// out (context.DeadlineExceeded). They are recognised by driver error code
-// (PostgreSQL SQLSTATE classes 08, 28, 53, 57P, 58 and 42501, 42P01,
-// 42703, 3D000, 3F000, 25006; MySQL/MariaDB 1044, 1045, 1049, 1054, 1142,
-// 1143, 1146, 1290, 2002, 2006, 2013 and others; SQLite BUSY, READONLY,
-// PERM, IOERR, FULL, "no such table") or as driver.ErrBadConn, net errors
-// and the like, whether the inbox's own statements or the handler's hit
-// them (a handler error must wrap the driver's error with %w to be
-// recognised). Such a delivery is rolled back and tried again, with the
+// shutting down, read-only or locked (SQLITE_BUSY), a statement timed out
+// (context.DeadlineExceeded, or the server's statement_timeout,
+// lock_timeout, innodb_lock_wait_timeout, max_execution_time or
+// max_statement_time), or conflicts persist (above). They are recognised
+// by driver error code (PostgreSQL SQLSTATE classes 08, 28, 53, 57P, 58
+// and 42501, 42P01, 42703, 3D000, 3F000, 25006, 57014, 55P03, 40P01,
+// 40001; MySQL/MariaDB 1044, 1045, 1049, 1054, 1142, 1143, 1146, 1205,
+// 1213, 1290, 1969, 2002, 2006, 2013, 3024 and others; SQLite BUSY,
+// READONLY, PERM, IOERR, FULL, "no such table") or as driver.ErrBadConn,
+// net errors and the like, whether the inbox's own statements or the
+// handler's hit them (a handler error must wrap the driver's error with %w
+// to be recognised). Such a delivery is rolled back and tried again, with the
 // Config's backoff (RetryInitialInterval doubling up to RetryMaxInterval),
 // until it gets through or the router stops (then it is nacked); these
 // attempts do not count toward MaxAttempts and the message is never
@@ -53,7 +72,12 @@
 // INFO, outcome "busy"). A consumer whose table is missing or whose
 // privileges are wrong therefore stops and alerts rather than poisoning
 // valid messages, and carries on once the schema is applied or the
-// privilege granted. Errors wrapped with Permanent stay permanent.
+// privilege granted. Errors wrapped with Permanent stay permanent. A
+// failure while the message's context is done (the router stopping) is
+// put down to the stop, whatever the driver reports it as (a cancelled
+// PostgreSQL statement is 57014, like a statement_timeout): the message
+// is nacked, not retried, not logged as a database failure, never
+// poisoned.
 //
 // Duplicates: a duplicate delivery is recorded in the inbox's duplicate
 // table (<inbox>_duplicate: per consumer and event, how many times, first
@@ -79,6 +103,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -586,11 +611,17 @@ const (
 	OutcomeBusy = "busy"
 	// OutcomeInfrastructure is one attempt that failed because of the
 	// database, not the message (unreachable, a missing privilege or table,
-	// out of resources, shutting down, read-only, timed out): retried
-	// with backoff without counting toward MaxAttempts, never poisoned, and
-	// logged at ERROR. The counter's error_class attribute says which (see
-	// the package documentation).
+	// out of resources, shutting down, read-only, timed out, deadlocks or
+	// serialization failures that running again at once did not get past):
+	// retried with backoff without counting toward MaxAttempts, never
+	// poisoned, and logged at ERROR. The counter's error_class attribute
+	// says which (see the package documentation).
 	OutcomeInfrastructure = "infrastructure"
+	// OutcomeConflict is one run of a delivery's transaction that the
+	// database rolled back as a deadlock victim or serialization failure:
+	// run again at once (after a few random milliseconds), up to 5 times,
+	// without counting toward MaxAttempts; logged at INFO.
+	OutcomeConflict = "conflict"
 )
 
 func (h *handler[T]) count(ctx context.Context, eventType, outcome string, attrs ...attribute.KeyValue) {
@@ -626,8 +657,21 @@ func (h *handler[T]) handleMessage(msg *message.Message) (err error) {
 		h.settle(ctx, start, m.Type, m.CreatedAt, OutcomePermanent, err)
 		return err
 	}
-	outcome, err := h.run(ctx, rt, msg.Payload, m)
+	outcome, err := h.runConflicts(ctx, rt, msg.Payload, m, &start)
 	for wait := h.backoff; err != nil && !errors.Is(err, ErrPermanent); wait = min(2*wait, h.maxBackoff) {
+		if ctx.Err() != nil {
+			// The router is stopping (or the message's context ended)
+			// while the attempt ran: whatever it failed with is taken for
+			// that, since drivers report a cancelled statement in their
+			// own ways (PostgreSQL 57014 query_canceled, which a server's
+			// statement_timeout also yields; a closed connection;
+			// sql.ErrTxDone). Not the message's fault, nor the
+			// database's: nack (never poison, no retry) and let the
+			// broker redeliver later.
+			err = &infraError{err: fmt.Errorf("%w (stopped: %w)", err, ctx.Err())}
+			h.settle(ctx, start, m.Type, m.CreatedAt, OutcomeFailed, err)
+			return err
+		}
 		class := dberr.Infrastructure(err)
 		if class == dberr.NoInfra {
 			break
@@ -642,7 +686,7 @@ func (h *handler[T]) handleMessage(msg *message.Message) (err error) {
 			return &infraError{err: fmt.Errorf("%w (stopped waiting: %w)", err, werr)}
 		}
 		start = time.Now() // the handler duration is one attempt's, not the waits'
-		outcome, err = h.run(ctx, rt, msg.Payload, m)
+		outcome, err = h.runConflicts(ctx, rt, msg.Payload, m, &start)
 	}
 	if err != nil {
 		if errors.Is(err, ErrPermanent) {
@@ -653,6 +697,51 @@ func (h *handler[T]) handleMessage(msg *message.Message) (err error) {
 	}
 	h.settle(ctx, start, m.Type, m.CreatedAt, outcome, err)
 	return err
+}
+
+// conflictTries is how often runConflicts runs a delivery's transaction
+// while the database rolls it back as a deadlock victim or serialization
+// failure, before the conflict is handled as an infrastructure failure.
+const conflictTries = 5
+
+// conflictPause is the pause before running a delivery's transaction
+// again after its try-th conflict: a few random milliseconds, longer each
+// time, so that the transactions that collided do not collide again in
+// step. A variable for the tests.
+var conflictPause = func(try int) time.Duration {
+	return time.Duration(try) * (2*time.Millisecond + rand.N(8*time.Millisecond))
+}
+
+// runConflicts runs the delivery (run), and runs it again, up to
+// conflictTries times in all, while it fails as a deadlock victim or
+// serialization failure (dberr.Conflict: PostgreSQL 40P01, 40001;
+// MySQL/MariaDB 1213, 1020), whether the inbox's statements, the
+// handler's or the commit hit it. The database rolled the transaction
+// back whole (run rolls it back too), the handler's writes with the inbox
+// row, so running it again is safe; these runs are not attempts of the
+// message (they never count toward MaxAttempts) and are counted as
+// outcome "conflict". A conflict still failing after the last run is
+// returned: handleMessage then handles it as an infrastructure failure
+// (dberr.InfraConflict). *start is reset for each run, so that the
+// handler duration is one run's.
+func (h *handler[T]) runConflicts(ctx context.Context, rt Route[T], payload []byte, m outbox.Meta, start *time.Time) (outcome string, err error) {
+	for try := 1; ; try++ {
+		outcome, err = h.run(ctx, rt, payload, m)
+		if err == nil || try >= conflictTries || errors.Is(err, ErrPermanent) || !dberr.Conflict(err) || ctx.Err() != nil {
+			return outcome, err
+		}
+		pause := conflictPause(try)
+		h.count(ctx, m.Type, OutcomeConflict)
+		if h.logger != nil {
+			h.logger.Info("inbox: the database rolled the delivery's transaction back (deadlock or serialization failure); running it again (not counted toward MaxAttempts)", watermill.LogFields{
+				"consumer": h.name, "event_type": m.Type, "event_id": m.EventID, "try": try, "wait_time": pause, "error": err.Error(),
+			})
+		}
+		if sleep(ctx, pause) != nil {
+			return outcome, err
+		}
+		*start = time.Now()
+	}
 }
 
 // infrastructure counts and logs one attempt that failed because of the

@@ -277,6 +277,12 @@ func TestIsInfrastructure(t *testing.T) {
 		{Permanent(denied), false},
 		{errors.New("test: handler fails"), false},
 		{&pgconn.PgError{Code: "23505"}, false},
+		// A conflict still failing after the runs in place, and server
+		// timeouts, are the database's.
+		{fmt.Errorf("inbox: points: commit: %w", &pgconn.PgError{Code: "40P01"}), true},
+		{fmt.Errorf("test: %w", &pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"}), true},
+		{fmt.Errorf("test: %w", &pgconn.PgError{Code: "55P03"}), true},
+		{Permanent(&pgconn.PgError{Code: "40001"}), false},
 	} {
 		if got := isInfrastructure(c.err); got != c.want {
 			t.Errorf("isInfrastructure(%v) = %v, want %v", c.err, got, c.want)

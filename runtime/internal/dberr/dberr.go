@@ -206,15 +206,19 @@ func Explain(err error, n Need) error {
 }
 
 // Conflict reports whether err is a deadlock or a serialization failure
-// (PostgreSQL 40P01, 40001; MySQL/MariaDB 1213 ER_LOCK_DEADLOCK): the
-// database rolled the transaction back, and running it again at once is
-// the standard remedy.
+// (PostgreSQL 40P01, 40001; MySQL/MariaDB 1213 ER_LOCK_DEADLOCK; MariaDB
+// 1020 ER_CHECKREAD, the serialization failure of REPEATABLE READ with
+// innodb_snapshot_isolation, the default from 11.8): the database rolled
+// the transaction back, and running it again at once is the standard
+// remedy. Lock wait timeouts are not conflicts (MySQL 1205 rolls back the
+// statement only, after waiting long already): Infrastructure calls them
+// InfraTimeout.
 func Conflict(err error) bool {
 	return walk(err, func(e error) bool {
 		if s, ok := e.(interface{ SQLState() string }); ok {
 			return s.SQLState() == "40P01" || s.SQLState() == "40001"
 		}
 		n, ok := mysqlErrorNumber(e)
-		return ok && n == 1213
+		return ok && (n == 1213 || n == 1020)
 	})
 }

@@ -57,14 +57,31 @@ const (
 	// connection holds the write lock.
 	InfraBusy
 	// InfraTimeout: the database did not answer in time
-	// (context.DeadlineExceeded, a network timeout).
+	// (context.DeadlineExceeded, a network timeout), or the server ended
+	// a statement that ran or waited too long: PostgreSQL 57014
+	// query_canceled (statement_timeout) and 55P03 lock_not_available
+	// (lock_timeout, NOWAIT); MySQL 1205 ER_LOCK_WAIT_TIMEOUT, 3024
+	// ER_QUERY_TIMEOUT (max_execution_time), 3572 ER_LOCK_NOWAIT;
+	// MariaDB 1969 ER_STATEMENT_TIMEOUT (max_statement_time).
+	//
+	// 57014 is also what PostgreSQL answers when the client cancels the
+	// statement because its context ended (lib/pq always does,
+	// pgx with a CancelRequestContextWatcherHandler): a caller whose
+	// context is done must take the failure for that, not for this kind.
 	InfraTimeout
+	// InfraConflict: the database rolled the transaction back as a
+	// deadlock victim or serialization failure (Conflict: PostgreSQL
+	// 40P01, 40001; MySQL/MariaDB 1213, MariaDB 1020). Run at once again,
+	// the transaction usually goes through; a caller retries it in place
+	// a few times first (see Conflict) and treats it as an infrastructure
+	// failure only when it keeps failing.
+	InfraConflict
 )
 
 // String returns the kind as a snake_case word for metric attributes and
 // log fields: "none", "connection", "permission_denied", "missing_table",
-// "resources", "shutdown", "read_only", "busy", "timeout". The shared
-// kinds have Class.String's words.
+// "resources", "shutdown", "read_only", "busy", "timeout", "conflict".
+// The shared kinds have Class.String's words.
 func (k Infra) String() string {
 	switch k {
 	case InfraConnection:
@@ -83,6 +100,8 @@ func (k Infra) String() string {
 		return "busy"
 	case InfraTimeout:
 		return "timeout"
+	case InfraConflict:
+		return "conflict"
 	}
 	return "none"
 }
@@ -105,7 +124,9 @@ func (k Infra) Hint() string {
 	case InfraBusy:
 		return "another connection holds the SQLite write lock: set _pragma=busy_timeout(10000) and _txlock=immediate in the DSN and keep write transactions short"
 	case InfraTimeout:
-		return "the database did not answer in time: check its load, locks and the network"
+		return "the database did not answer in time, or a statement ran or waited for a lock longer than the server allows (statement_timeout, lock_timeout, innodb_lock_wait_timeout, max_statement_time): check its load, long-running transactions holding locks, and the network"
+	case InfraConflict:
+		return "transactions keep deadlocking or failing to serialize, even when run again at once: look for transactions that lock the same rows in different orders or stay open long (the handler's and others on the same tables), and keep them short"
 	}
 	return ""
 }
@@ -114,7 +135,12 @@ func (k Infra) Hint() string {
 // when err is nil or not recognised as one. Such a failure is not the
 // fault of the message or row being processed: retry it with backoff until
 // it clears, alert, and never count it against the message or row.
-// context.Canceled is NoInfra: it means the caller is stopping.
+// InfraConflict is one too, but the remedy for it is to run the rolled
+// back transaction again at once, a few times, before waiting (Conflict).
+// context.Canceled is NoInfra: it means the caller is stopping. A caller
+// whose context is done should not ask: the driver may report the cancel
+// as a server error (PostgreSQL 57014, InfraTimeout) or a lost
+// connection.
 func Infrastructure(err error) Infra {
 	if err == nil {
 		return NoInfra
@@ -148,6 +174,10 @@ func infraOne(err error) Infra {
 		switch {
 		case st == "3D000": // invalid_catalog_name: no such database
 			return InfraMissing
+		case st == "40P01", st == "40001": // deadlock_detected, serialization_failure
+			return InfraConflict
+		case st == "57014", st == "55P03": // query_canceled (statement_timeout), lock_not_available (lock_timeout, NOWAIT)
+			return InfraTimeout
 		case st[:2] == "08":
 			return InfraConnection
 		case st[:2] == "28":
@@ -171,6 +201,10 @@ func infraOne(err error) Infra {
 			return InfraResources
 		case 1053:
 			return InfraShutdown
+		case 1213, 1020: // ER_LOCK_DEADLOCK, ER_CHECKREAD (MariaDB innodb_snapshot_isolation)
+			return InfraConflict
+		case 1205, 3024, 3572, 1969: // ER_LOCK_WAIT_TIMEOUT, ER_QUERY_TIMEOUT, ER_LOCK_NOWAIT, ER_STATEMENT_TIMEOUT (MariaDB)
+			return InfraTimeout
 		}
 		return NoInfra
 	}

@@ -79,7 +79,12 @@ func TestInfrastructure(t *testing.T) {
 		{"canceled", fmt.Errorf("x: %w", context.Canceled), NoInfra},
 		{"pg unique violation", pg("23505"), NoInfra},
 		{"pg invalid byte sequence", pg("22021"), NoInfra},
-		{"pg deadlock", pg("40P01"), NoInfra},
+		{"pg deadlock", pg("40P01"), InfraConflict},
+		{"pg serialization failure", pg("40001"), InfraConflict},
+		{"pg statement_timeout", pg("57014"), InfraTimeout},
+		{"pg lock_timeout", pg("55P03"), InfraTimeout},
+		{"pg check violation", pg("23514"), NoInfra},
+		{"pg in failed transaction", pg("25P02"), NoInfra}, // a handler that went on after an error
 		{"pg connection failure", pg("08006"), InfraConnection},
 		{"pg undefined table", pg("42P01"), InfraMissing},
 		{"pg undefined column", pg("42703"), InfraMissing},
@@ -90,7 +95,6 @@ func TestInfrastructure(t *testing.T) {
 		{"pg disk full", pg("53100"), InfraResources},
 		{"pg admin shutdown", pg("57P01"), InfraShutdown},
 		{"pg cannot connect now", pg("57P03"), InfraShutdown},
-		{"pg query canceled", pg("57014"), NoInfra},
 		{"pg read-only transaction", pg("25006"), InfraReadOnly},
 		{"mysql no such table", my(1146), InfraMissing},
 		{"mysql table access denied", my(1142), InfraDenied},
@@ -103,7 +107,13 @@ func TestInfrastructure(t *testing.T) {
 		{"mysql too many connections", my(1040), InfraResources},
 		{"mysql shutdown", my(1053), InfraShutdown},
 		{"mysql duplicate", my(1062), NoInfra},
-		{"mysql deadlock", my(1213), NoInfra},
+		{"mysql deadlock", my(1213), InfraConflict},
+		{"mariadb record changed (snapshot isolation)", my(1020), InfraConflict},
+		{"mysql lock wait timeout", my(1205), InfraTimeout},
+		{"mysql max_execution_time", my(3024), InfraTimeout},
+		{"mysql NOWAIT", my(3572), InfraTimeout},
+		{"mariadb max_statement_time", my(1969), InfraTimeout},
+		{"joined deadlock and rollback error", errors.Join(my(1213), errors.New("rollback: x")), InfraConflict},
 		{"mysql incorrect string", my(1366), NoInfra},
 		{"sqlite no such table", missing, InfraMissing},
 		{"sqlite busy", busy, InfraBusy},
@@ -129,7 +139,7 @@ func TestInfrastructure(t *testing.T) {
 			t.Errorf("%s (%v): Infrastructure = %v, want %v", c.name, c.err, got, c.want)
 		}
 	}
-	for k := InfraConnection; k <= InfraTimeout; k++ {
+	for k := InfraConnection; k <= InfraConflict; k++ {
 		if k.String() == "none" || k.Hint() == "" {
 			t.Errorf("kind %d: String %q, Hint %q", k, k, k.Hint())
 		}
@@ -161,6 +171,44 @@ func TestInfrastructureClosedPool(t *testing.T) {
 		}
 		if got := Infrastructure(fmt.Errorf("inbox: begin: %w", err)); got != InfraConnection {
 			t.Errorf("%s: Infrastructure(%v) = %v, want %v", name, err, got, InfraConnection)
+		}
+	}
+}
+
+// Conflict is the transaction the database rolled back as a deadlock
+// victim or serialization failure, and only that: Infrastructure calls it
+// InfraConflict. Server-side timeouts are not conflicts.
+func TestConflict(t *testing.T) {
+	pg := func(code string) error {
+		return fmt.Errorf("inbox: commit: %w", &pgconn.PgError{Severity: "ERROR", Code: code, Message: "x"})
+	}
+	my := func(n uint16) error {
+		return fmt.Errorf("inbox: record: %w", &mysql.MySQLError{Number: n, Message: "x"})
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"application error", errors.New("deadlock"), false},
+		{"pg deadlock", pg("40P01"), true},
+		{"pg serialization failure", pg("40001"), true},
+		{"pg deadlock joined", errors.Join(errors.New("rollback failed"), pg("40P01")), true},
+		{"pg statement_timeout", pg("57014"), false},
+		{"pg lock_timeout", pg("55P03"), false},
+		{"pg unique violation", pg("23505"), false},
+		{"mysql deadlock", my(1213), true},
+		{"mariadb record changed", my(1020), true},
+		{"mysql lock wait timeout", my(1205), false},
+		{"mariadb max_statement_time", my(1969), false},
+		{"mysql duplicate", my(1062), false},
+	} {
+		if got := Conflict(c.err); got != c.want {
+			t.Errorf("%s: Conflict(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+		if got := Infrastructure(c.err) == InfraConflict; got != c.want {
+			t.Errorf("%s: Infrastructure(%v) = %v, want InfraConflict %v", c.name, c.err, Infrastructure(c.err), c.want)
 		}
 	}
 }
