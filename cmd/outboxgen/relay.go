@@ -73,6 +73,7 @@ type procFlags struct {
 	sweepInterval, overdueAfter                  time.Duration
 	sweeperInstanceID                            string
 	monitorInterval, staleAfter, alertOldestAge  time.Duration
+	monitorCheckTimeout                          time.Duration
 	alertStale, alertFailed, alertExpired        int64
 	monitorAttrs                                 string
 	janitorInterval, retention, inboxRetention   time.Duration
@@ -166,6 +167,7 @@ func newProcFlags(cmd, synopsis string, groups int, stderr io.Writer) *procFlags
 	if groups&groupMonitor != 0 {
 		p.hasMonitor = true
 		fl.DurationVar(&p.monitorInterval, "monitor-interval", monitor.DefaultInterval, "monitor: delay between checks (gauges go silent after 2 intervals without a good check)")
+		fl.DurationVar(&p.monitorCheckTimeout, "monitor-check-timeout", 0, "monitor: longest one check may take before it fails as timed out, e.g. queued behind a lock on the outbox table or on a dead connection (default: -monitor-interval, 1s to 30s; at most 2 intervals)")
 		fl.DurationVar(&p.staleAfter, "stale-after", monitor.DefaultStaleAfter, "monitor: age after which a pending row counts as stale")
 		fl.Int64Var(&p.alertStale, "alert-stale", 0, "monitor: alert when more stale rows than this (-1: never)")
 		fl.Int64Var(&p.alertFailed, "alert-failed", 0, "monitor: alert when more FAILED rows than this (-1: never)")
@@ -440,7 +442,7 @@ func (p *procFlags) runnerConfig(db *opsDB, log *slog.Logger) (runner.Config, er
 			return cfg, err
 		}
 		cfg.Monitor = &monitor.Config{
-			Interval: p.monitorInterval, DatabaseBackoffMax: p.dbBackoffMax, StaleAfter: p.staleAfter, Attributes: attrs,
+			Interval: p.monitorInterval, CheckTimeout: p.monitorCheckTimeout, DatabaseBackoffMax: p.dbBackoffMax, StaleAfter: p.staleAfter, Attributes: attrs,
 			Thresholds: monitor.Thresholds{Stale: p.alertStale, Failed: p.alertFailed, ExpiredLeases: p.alertExpired, OldestPendingAge: p.alertOldestAge},
 		}
 	}

@@ -18,6 +18,11 @@ const (
 	// DefaultInterval is the delay between the end of one check and the
 	// start of the next.
 	DefaultInterval = time.Minute
+	// DefaultCheckTimeout caps the default of Config.CheckTimeout, which
+	// is Interval, at least 1 s and at most this: a check is one cheap
+	// statement (milliseconds on a healthy database), so 30 seconds
+	// already means a lock wait or a connection that no longer answers.
+	DefaultCheckTimeout = 30 * time.Second
 	// DefaultStaleAfter is the seed design's alarm: a row committed but not
 	// sent after 10 minutes means the relay is not doing its job.
 	DefaultStaleAfter = 10 * time.Minute
@@ -33,6 +38,12 @@ const (
 	// MeterName is the instrumentation scope of the default meter.
 	MeterName = "github.com/outboxgen/outboxgen/runtime/monitor"
 )
+
+// minCheckTimeout is the least default Config.CheckTimeout, for intervals
+// below a second: a database round trip on a busy server, or the first
+// check's new connection, can take a good part of it, and a timeout must
+// mean that something is wrong, not that the server is a little slow.
+const minCheckTimeout = time.Second
 
 // Never, as a threshold, turns that alert off.
 const Never = -1
@@ -71,6 +82,18 @@ type Config struct {
 	// older than 2×Interval the gauges report nothing, and Run raises
 	// CheckFailing while its checks keep failing.
 	Interval time.Duration
+	// CheckTimeout bounds each check's read of the outbox table (the
+	// driver's start-up check and Stats) and, separately, SlotCheck
+	// (default: Interval, at least 1 s and at most DefaultCheckTimeout,
+	// 30 s; it may not exceed 2×Interval, or 1 s for shorter intervals).
+	// A read that times out, queued behind a lock (ALTER TABLE, LOCK
+	// TABLE, a MySQL metadata lock) or on a connection that no longer
+	// answers, fails the check with an error that says so and what to
+	// look at, and counts towards CheckFailing like any failed check.
+	// Check returns at the deadline even when the driver ignores it; until
+	// that abandoned call returns, the next checks fail at once instead of
+	// queueing a second statement behind it.
+	CheckTimeout time.Duration
 	// DatabaseBackoffMax caps the pause of Run after consecutive failed
 	// checks (default 30s). The pauses start at Interval (at least
 	// 100 ms) and double, jittered; the first successful check resets
@@ -91,9 +114,9 @@ type Config struct {
 	//	SlotCheck: func(ctx context.Context, max int64) error { return walrelay.CheckSlot(ctx, pool, slot, max) },
 	//
 	// A function rather than the query itself keeps this package free of
-	// the PostgreSQL replication client. It runs within Interval (bounded
-	// by a context deadline of Interval) and its errors never fail the
-	// table check.
+	// the PostgreSQL replication client. It runs within CheckTimeout
+	// (a context deadline; a call that outlives it is abandoned and
+	// reported as timed out) and its errors never fail the table check.
 	SlotCheck func(ctx context.Context, maxLagBytes int64) error
 
 	// OnAlert is called once when a threshold is crossed, not on every
@@ -130,6 +153,9 @@ func (o *Config) setDefaults() {
 	if o.DatabaseBackoffMax == 0 {
 		o.DatabaseBackoffMax = DefaultDatabaseBackoffMax
 	}
+	if o.CheckTimeout == 0 && o.Interval > 0 {
+		o.CheckTimeout = min(max(o.Interval, minCheckTimeout), DefaultCheckTimeout)
+	}
 	if o.Thresholds.OldestPendingAge == 0 {
 		o.Thresholds.OldestPendingAge = o.StaleAfter
 	}
@@ -153,6 +179,11 @@ func (o Config) Validate() error {
 	}
 	if o.StaleAfter <= 0 {
 		errs = append(errs, fmt.Errorf("monitor: Config.StaleAfter is %s: use a positive duration (or 0 for %s)", o.StaleAfter, DefaultStaleAfter))
+	}
+	if o.CheckTimeout < 0 || (o.CheckTimeout == 0 && o.Interval > 0) { // its default derives from a valid Interval
+		errs = append(errs, fmt.Errorf("monitor: Config.CheckTimeout is %s: use a positive duration (or 0 for Interval, between %s and %s)", o.CheckTimeout, minCheckTimeout, DefaultCheckTimeout))
+	} else if limit := max(2*o.Interval, minCheckTimeout); o.Interval > 0 && o.CheckTimeout > limit {
+		errs = append(errs, fmt.Errorf("monitor: Config.CheckTimeout (%s) is longer than %s (2×Interval, at least %s): a hung check would hold off check_failing until it times out; lower it, or 0 for the default", o.CheckTimeout, limit, minCheckTimeout))
 	}
 	if o.DatabaseBackoffMax <= 0 {
 		errs = append(errs, fmt.Errorf("monitor: Config.DatabaseBackoffMax is %s: use a positive duration (or 0 for %s)", o.DatabaseBackoffMax, DefaultDatabaseBackoffMax))

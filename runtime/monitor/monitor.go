@@ -5,15 +5,17 @@
 //
 // Each check reads one snapshot (driver.Stats: pending count, age of the
 // oldest pending row, stale rows, FAILED rows, expired leases) in a single
-// cheap statement through the driver, measured by the database clock.
+// cheap statement through the driver, measured by the database clock,
+// within Config.CheckTimeout: a check stuck behind a lock or on a dead
+// connection fails at its deadline, even when the driver ignores it.
 //
 //   - Alerts: Config.OnAlert is called once when a threshold is crossed
 //     and Config.OnResolve once when it clears, not on every check.
 //     Besides the thresholds on the outbox (stale, oldest_pending_age,
 //     failed, expired_leases), Run raises check_failing (CheckFailing) when
-//     the monitor itself is blind: its checks have been failing and none
-//     has succeeded for longer than 2×Interval. It resolves with the next
-//     successful check.
+//     the monitor itself is blind: its checks have been failing (or timing
+//     out) and none has succeeded for longer than 2×Interval. It resolves
+//     with the next successful check.
 //   - Metrics, through the OpenTelemetry metrics API (a no-op unless the
 //     application installs a meter provider), as observable gauges that
 //     report the last snapshot (the database is never queried from the
@@ -72,11 +74,13 @@ const (
 	// ExpiredLeases: a relay died holding rows.
 	ExpiredLeases Kind = "expired_leases"
 	// CheckFailing: the monitor cannot read the outbox table (the database
-	// is down or unreachable, or the statement fails): its checks have
-	// failed and no check has succeeded for longer than 2×Interval, so the
-	// other alerts and the gauges know nothing current. Raised by Run only
-	// (Check returns the error instead), once per failure streak; resolved
-	// by the next successful check.
+	// is down or unreachable, the statement fails, or it hangs past
+	// Config.CheckTimeout behind a lock or on a dead connection): its
+	// checks have failed and no check has succeeded for longer than
+	// 2×Interval, so the other alerts and the gauges know nothing current.
+	// Raised by Run only (Check returns the error instead), once per
+	// failure streak, also while a timed-out statement still hangs;
+	// resolved by the next successful check.
 	CheckFailing Kind = "check_failing"
 	// WALSlot: the WAL relay's replication slot is missing, still being
 	// created, not streamed from, losing WAL, or retains more than
@@ -124,6 +128,9 @@ type Monitor struct {
 	// Only touched by Run's goroutine (tick):
 	active      map[Kind]bool
 	failingFrom time.Time // first failed check of the current streak; zero while checks succeed
+
+	// Calls that outlived CheckTimeout and still run (see bounded).
+	read, slot flight
 
 	runMu sync.Mutex // one Run at a time
 }
@@ -242,18 +249,21 @@ func (m *Monitor) Snapshot() (driver.Stats, time.Time, bool) {
 // Check reads one snapshot, records it for the metrics, and returns it with
 // the alerts it crosses, in Kinds order. It calls neither OnAlert nor
 // OnResolve: a one-off check (a CronJob, a health endpoint) acts on the
-// returned alerts itself.
+// returned alerts itself. It returns within Config.CheckTimeout (twice
+// that with SlotCheck) even when the database does not answer: the
+// error then says that the check timed out and matches
+// context.DeadlineExceeded (errors.Is).
 func (m *Monitor) Check(ctx context.Context) (driver.Stats, []Alert, error) {
-	var err error
-	if c, ok := m.src.(checker); ok {
-		// The driver's start-up check (remembered once it passed): the
-		// dialect and the outbox table's columns.
-		err = c.Check(ctx, driver.Outbox)
-	}
-	var st driver.Stats
-	if err == nil {
-		st, err = m.src.Stats(ctx, m.opts.StaleAfter)
-	}
+	st, err := bounded(ctx, m, &m.read, readTimeout, func(ctx context.Context) (driver.Stats, error) {
+		if c, ok := m.src.(checker); ok {
+			// The driver's start-up check (remembered once it passed):
+			// the dialect and the outbox table's columns.
+			if err := c.Check(ctx, driver.Outbox); err != nil {
+				return driver.Stats{}, err
+			}
+		}
+		return m.src.Stats(ctx, m.opts.StaleAfter)
+	})
 	if err != nil {
 		m.errs.Add(ctx, 1, m.attrs)
 		return driver.Stats{}, nil, fmt.Errorf("monitor: read outbox stats: %w", dberr.Explain(err, m.need))
@@ -277,7 +287,7 @@ func (m *Monitor) Check(ctx context.Context) (driver.Stats, []Alert, error) {
 	return st, alerts, nil
 }
 
-// checkSlot runs Config.SlotCheck, if set, within Interval.
+// checkSlot runs Config.SlotCheck, if set, within CheckTimeout.
 func (m *Monitor) checkSlot(ctx context.Context) error {
 	if m.opts.SlotCheck == nil {
 		return nil
@@ -286,9 +296,138 @@ func (m *Monitor) checkSlot(ctx context.Context) error {
 	if max < 0 {
 		max = 0 // Never: no lag limit; the slot's state is still checked
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.opts.Interval)
+	_, err := bounded(ctx, m, &m.slot, slotTimeout, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, m.opts.SlotCheck(ctx, max)
+	})
+	if _, ok := errors.AsType[*timeoutError](err); ok {
+		return fmt.Errorf("monitor: %w", err)
+	}
+	return err
+}
+
+// flight tracks the calls of one kind (the table read, the slot check)
+// that bounded abandoned at their deadline and that have not returned yet.
+type flight struct {
+	mu    sync.Mutex
+	stuck int       // abandoned calls still running
+	since time.Time // when the oldest of them started (the local clock)
+}
+
+// bounded calls f with a deadline of Config.CheckTimeout and returns its
+// result, or a *timeoutError once the deadline passes. f runs on its own
+// goroutine so that a driver that ignores its context (a socket read
+// without a deadline, a lock wait) cannot hold up Run, a health endpoint
+// or a shutdown: bounded returns at the deadline and leaves f running. As
+// long as such an abandoned call has not returned, bounded fails at once
+// without calling f: no second statement queues behind the first.
+func bounded[T any](ctx context.Context, m *Monitor, fl *flight, kind timeoutKind, f func(context.Context) (T, error)) (T, error) {
+	var zero T
+	limit := m.opts.CheckTimeout
+	fl.mu.Lock()
+	if fl.stuck > 0 {
+		since := fl.since
+		fl.mu.Unlock()
+		return zero, &timeoutError{kind: kind, limit: limit, running: max(m.now().Sub(since), limit)}
+	}
+	fl.mu.Unlock()
+	type result struct {
+		v   T
+		err error
+	}
+	start := m.now()
+	cctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	return m.opts.SlotCheck(ctx, max)
+	done := make(chan result, 1)
+	abandoned := false // guarded by fl.mu, like the send on done
+	go func() {
+		v, err := f(cctx)
+		fl.mu.Lock()
+		done <- result{v, err} // buffered: never blocks
+		late := abandoned
+		if late {
+			fl.stuck--
+		}
+		fl.mu.Unlock()
+		if late {
+			m.log.Info("monitor: a check abandoned at its timeout has returned", slog.String("check", kind.String()),
+				slog.Duration("took", m.now().Sub(start)), slog.Any("error", err))
+		}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-cctx.Done():
+		fl.mu.Lock()
+		select {
+		case r = <-done:
+			fl.mu.Unlock()
+		default:
+			abandoned = true
+			if fl.stuck == 0 {
+				fl.since = start
+			}
+			fl.stuck++
+			fl.mu.Unlock()
+			if err := ctx.Err(); err != nil {
+				return zero, err // the caller gave up (Run is stopping): not the database's fault
+			}
+			return zero, &timeoutError{kind: kind, limit: limit}
+		}
+	}
+	if r.err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+		// The driver gave up at the deadline: say why it was cut short.
+		return zero, &timeoutError{kind: kind, limit: limit, err: r.err}
+	}
+	return r.v, r.err
+}
+
+// timeoutKind says which call of a check timed out.
+type timeoutKind uint8
+
+const (
+	readTimeout timeoutKind = iota // the table read: driver check and Stats
+	slotTimeout                    // Config.SlotCheck
+)
+
+func (k timeoutKind) String() string {
+	if k == slotTimeout {
+		return "wal_slot"
+	}
+	return "outbox_stats"
+}
+
+// timeoutError is a call of a check that did not finish within
+// Config.CheckTimeout. It matches context.DeadlineExceeded.
+type timeoutError struct {
+	kind  timeoutKind
+	limit time.Duration
+	// running, when set, says that this call was not made: an earlier
+	// one, abandoned at its deadline, has been running this long.
+	running time.Duration
+	err     error // the driver's error, when it returned at the deadline
+}
+
+func (e *timeoutError) Error() string {
+	what, advice := "the check", "look for a lock on the outbox table (PostgreSQL: an ALTER TABLE, LOCK TABLE, VACUUM FULL, CLUSTER or REINDEX holding or waiting for its ACCESS EXCLUSIVE lock, see pg_locks and pg_stat_activity; MySQL/MariaDB: a metadata lock, see SHOW PROCESSLIST; SQLite: a long write transaction) and at the connection (a half-open TCP connection after a failover or a network fault, a pool with no free connection); relays are probably stalled as well"
+	if e.kind == slotTimeout {
+		what, advice = "the WAL slot check", "look at the connection to PostgreSQL (a half-open TCP connection after a failover or a network fault, a pool with no free connection) and at the server's load"
+	}
+	if e.running > 0 {
+		return fmt.Sprintf("%s timed out after %s (Config.CheckTimeout) and its statement has not returned %s after it started: the driver does not honour the deadline; no new statement is sent until it returns; %s: %v",
+			what, e.limit, e.running.Round(time.Millisecond), advice, context.DeadlineExceeded)
+	}
+	cause := error(context.DeadlineExceeded)
+	if e.err != nil {
+		cause = e.err
+	}
+	return fmt.Sprintf("%s did not finish within %s (Config.CheckTimeout): %s: %v", what, e.limit, advice, cause)
+}
+
+func (e *timeoutError) Unwrap() []error {
+	if e.err != nil {
+		return []error{e.err, context.DeadlineExceeded}
+	}
+	return []error{context.DeadlineExceeded}
 }
 
 // crossed reports whether st crosses k's threshold.
@@ -419,7 +558,10 @@ func statsAttr(st driver.Stats) slog.Attr {
 }
 
 // Run checks at once and then every Interval after the previous check
-// ended (fixed delay) until ctx is done; it then returns nil. A failed
+// ended (fixed delay) until ctx is done; it then returns nil. A check
+// ends by CheckTimeout at the latest, so a statement hanging behind a lock
+// or on a dead connection (even one whose driver ignores the deadline)
+// neither stops the schedule nor holds off CheckFailing. A failed
 // check is logged (and counted in outboxgen.monitor.check_errors) and
 // retried after a pause that grows from Interval (at least 100 ms),
 // doubling up to DatabaseBackoffMax if that is longer, and resets at the
