@@ -7,14 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/stdlib"
-
-	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
-	"github.com/outboxgen/outboxgen/runtime/driver/pgxdriver"
-	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
 	"github.com/outboxgen/outboxgen/runtime/monitor"
-	"github.com/outboxgen/outboxgen/templates"
 )
 
 // The reviewer's case on real servers: another session locks the outbox
@@ -23,7 +17,7 @@ import (
 // SELECT queues behind it. The check fails at CheckTimeout with the
 // explained timeout, and succeeds again once the lock is gone.
 func TestCheckTimesOutOnLockedTable(t *testing.T) {
-	run := func(t *testing.T, db *sql.DB, d string, src statsSource) {
+	run := func(t *testing.T, db *sql.DB, d dialect.Dialect, src statsSource) {
 		ctx := context.Background()
 		m, err := monitor.New(src, monitor.Config{Logger: quiet, Interval: time.Second, CheckTimeout: 300 * time.Millisecond})
 		if err != nil {
@@ -39,7 +33,7 @@ func TestCheckTimesOutOnLockedTable(t *testing.T) {
 		}
 		defer conn.Close()
 		lock, unlock := []string{"LOCK TABLES " + src.Tables().Outbox + " WRITE"}, "UNLOCK TABLES"
-		if d == "postgres" {
+		if d == dialect.Postgres {
 			lock, unlock = []string{"BEGIN", "LOCK TABLE " + src.Tables().Outbox + " IN ACCESS EXCLUSIVE MODE"}, "ROLLBACK"
 		}
 		for _, q := range lock {
@@ -82,30 +76,5 @@ func TestCheckTimesOutOnLockedTable(t *testing.T) {
 			time.Sleep(10 * time.Millisecond) // the timed-out statement is giving up
 		}
 	}
-	for _, d := range []string{"postgres", "mysql"} {
-		t.Run(d, func(t *testing.T) {
-			dia, err := dialect.Parse(d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			db := testdb.Open(t, d)
-			testdb.ApplySchema(t, db, d, templates.DefaultTables)
-			drv, err := sqldriver.New(db, testdb.Schema(dia))
-			if err != nil {
-				t.Fatal(err)
-			}
-			run(t, db, d, drv)
-		})
-	}
-	t.Run("pgx", func(t *testing.T) {
-		pool := testdb.PgxPool(t)
-		db := stdlib.OpenDBFromPool(pool)
-		t.Cleanup(func() { db.Close() })
-		testdb.ApplySchema(t, db, "postgres", templates.DefaultTables)
-		drv, err := pgxdriver.New(pool, testdb.Schema(dialect.Postgres))
-		if err != nil {
-			t.Fatal(err)
-		}
-		run(t, db, "postgres", drv)
-	})
+	onDrivers(t, []string{"postgres", "mysql"}, run)
 }

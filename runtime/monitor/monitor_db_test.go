@@ -22,7 +22,13 @@ import (
 // checks exact stats, alerts (once), metrics, and resolution once the rows
 // are dealt with.
 func TestMonitorOnDatabases(t *testing.T) {
-	for _, name := range testdb.Dialects() {
+	onDrivers(t, testdb.Dialects(), testMonitor)
+}
+
+// onDrivers runs test on each dialect of dialects through sqldriver, and
+// on PostgreSQL through pgxdriver ("pgx"), each on a fresh outbox.
+func onDrivers(t *testing.T, dialects []string, test func(t *testing.T, db *sql.DB, d dialect.Dialect, drv statsSource)) {
+	for _, name := range dialects {
 		t.Run(name, func(t *testing.T) {
 			d, err := dialect.Parse(name)
 			if err != nil {
@@ -34,7 +40,7 @@ func TestMonitorOnDatabases(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			testMonitor(t, db, d, drv)
+			test(t, db, d, drv)
 		})
 	}
 	t.Run("pgx", func(t *testing.T) {
@@ -46,7 +52,7 @@ func TestMonitorOnDatabases(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		testMonitor(t, db, dialect.Postgres, drv)
+		test(t, db, dialect.Postgres, drv)
 	})
 }
 
