@@ -407,12 +407,12 @@ LIMIT 1;
 -- name: OpsDeleteSent :execrows
 DELETE FROM /* TEMPLATE: outbox */outbox_event
 WHERE id = ANY(ARRAY(
-    SELECT id
-    FROM /* TEMPLATE: outbox */outbox_event
-    WHERE status = 1
-      AND sent_at < now() - sqlc.arg(older_than) * interval '1 second'
-      AND id <= sqlc.arg(max_id)
-    ORDER BY id
+    SELECT s.id
+    FROM /* TEMPLATE: outbox */outbox_event s
+    WHERE s.status = 1
+      AND s.sent_at < now() - sqlc.arg(older_than) * interval '1 second'
+      AND s.id <= sqlc.arg(max_id)
+    ORDER BY s.id
     LIMIT sqlc.arg(max_rows)
     FOR UPDATE SKIP LOCKED));
 
@@ -444,12 +444,12 @@ WHERE ctid = ANY(ARRAY(
 WITH moved AS (
     DELETE FROM /* TEMPLATE: outbox */outbox_event
     WHERE id = ANY(ARRAY(
-        SELECT id
-        FROM /* TEMPLATE: outbox */outbox_event
-        WHERE status = 1
-          AND sent_at < now() - sqlc.arg(older_than) * interval '1 second'
-          AND id <= sqlc.arg(max_id)
-        ORDER BY id
+        SELECT s.id
+        FROM /* TEMPLATE: outbox */outbox_event s
+        WHERE s.status = 1
+          AND s.sent_at < now() - sqlc.arg(older_than) * interval '1 second'
+          AND s.id <= sqlc.arg(max_id)
+        ORDER BY s.id
         LIMIT sqlc.arg(max_rows)
         FOR UPDATE SKIP LOCKED))
     RETURNING id, event_id, biz_type, biz_id, topic, payload_version, payload, headers, status,
