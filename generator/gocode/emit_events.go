@@ -50,6 +50,9 @@ func (g *gen) eventsFile() (*jen.File, error) {
 		)
 	}
 	f.Var().Id("EventTypes").Op("=").Index().Qual(pathOutbox, "EventType").Custom(multiValues, items...)
+	if err := g.validatorFuncs(f); err != nil {
+		return nil, err
+	}
 	return f, nil
 }
 
@@ -255,51 +258,90 @@ func decodeDoc(e *spec.Event) string {
 	return d + "Errors match outbox.ErrUndecodable or, for a payload that decodes but does not validate, outbox.ErrInvalidEvent."
 }
 
-// decodeBody is the body of DecodeX: a switch on the version, decoding the
-// current struct or a previous one and upgrading it step by step, then
-// Validate.
+// decodeBody is the body of DecodeX. It decodes the payload into the
+// struct of its version, in a switch on the version; a previous version is
+// then upgraded one version at a time, in a second switch whose cases fall
+// through to the next step (an if for a single previous version); then it
+// validates. Each version takes one case in each switch, so the code grows
+// linearly with the previous versions.
 func decodeBody(e *spec.Event) []jen.Code {
 	name := e.GoName
 	typeConst := jen.Id(name + "Type")
 	fail := func(err jen.Code) jen.Code { return jen.Return(jen.Id(name).Values(), err) }
-	unmarshal := func(into string) jen.Code {
-		return jen.If(jen.Err().Op(":=").Qual(pathOutbox, "UnmarshalPayload").Call(
-			typeConst.Clone(), jen.Id("payload"), jen.Op("&").Id(into),
-		), jen.Err().Op("!=").Nil()).Block(fail(jen.Err()))
+	unmarshal := func(into string) *jen.Statement {
+		return jen.Qual(pathOutbox, "UnmarshalPayload").Call(typeConst.Clone(), jen.Id("payload"), jen.Op("&").Id(into))
 	}
-	cases := []jen.Code{jen.Case(jen.Id(name + "Version")).Block(unmarshal("e"))}
-	var declared []jen.Code
-	for i, pv := range e.Previous {
-		declared = append(declared, jen.Lit(pv.Version))
-		v := fmt.Sprintf("v%d", pv.Version)
-		body := []jen.Code{jen.Var().Id(v).Id(pv.GoName), unmarshal(v)}
-		cur := v
-		for j := i; j < len(e.Previous); j++ {
-			step := e.Previous[j]
-			fn, _ := e.Upgrader(step)
-			from, to := jen.Lit(step.Version), jen.Code(jen.Id(name+"Version"))
-			next := "up"
-			if j+1 < len(e.Previous) {
-				to = jen.Lit(e.Previous[j+1].Version)
-				next = fmt.Sprintf("v%d", e.Previous[j+1].Version)
-			}
-			body = append(body,
-				jen.List(jen.Id(next), jen.Err()).Op(":=").Id(fn).Call(jen.Id(cur)),
-				jen.If(jen.Err().Op("!=").Nil()).Block(fail(jen.Qual(pathOutbox, "UpgradeFailed").Call(typeConst.Clone(), from, to, jen.Err()))),
-			)
-			cur = next
+	if len(e.Previous) == 0 {
+		return []jen.Code{
+			jen.Var().Id("e").Id(name),
+			jen.Switch(jen.Id("version")).Block(
+				jen.Case(jen.Id(name+"Version")).Block(
+					jen.If(jen.Err().Op(":=").Add(unmarshal("e")), jen.Err().Op("!=").Nil()).Block(fail(jen.Err())),
+				),
+				jen.Default().Block(fail(jen.Qual(pathOutbox, "UnknownVersion").Call(typeConst.Clone(), jen.Id("version"), jen.Id(name+"Version")))),
+			),
+			jen.If(jen.Err().Op(":=").Id("e").Dot("Validate").Call(), jen.Err().Op("!=").Nil()).Block(fail(jen.Err())),
+			jen.Return(jen.Id("e"), jen.Nil()),
 		}
-		body = append(body, jen.Id("e").Op("=").Id(cur))
-		cases = append(cases, jen.Case(jen.Lit(pv.Version)).Block(body...))
 	}
-	unknown := append([]jen.Code{typeConst.Clone(), jen.Id("version"), jen.Id(name + "Version")}, declared...)
-	cases = append(cases, jen.Default().Block(fail(jen.Qual(pathOutbox, "UnknownVersion").Call(unknown...))))
-	return []jen.Code{
-		jen.Var().Id("e").Id(name),
-		jen.Switch(jen.Id("version")).Block(cases...),
-		jen.If(jen.Err().Op(":=").Id("e").Dot("Validate").Call(), jen.Err().Op("!=").Nil()).Block(fail(jen.Err())),
+
+	// One variable per version (vN for version N, e for the current one):
+	// the payload is decoded into that of its version, and each upgrade
+	// step fills the next.
+	vars := []jen.Code{jen.Id("e").Id(name)}
+	decode := []jen.Code{jen.Case(jen.Id(name + "Version")).Block(jen.Err().Op("=").Add(unmarshal("e")))}
+	known := []jen.Code{typeConst.Clone(), jen.Id("version"), jen.Id(name + "Version")}
+	steps := make([]jen.Code, len(e.Previous))
+	for i, pv := range e.Previous {
+		v := fmt.Sprintf("v%d", pv.Version)
+		vars = append(vars, jen.Id(v).Id(pv.GoName))
+		decode = append(decode, jen.Case(jen.Lit(pv.Version)).Block(jen.Err().Op("=").Add(unmarshal(v))))
+		known = append(known, jen.Lit(pv.Version))
+
+		fn, _ := e.Upgrader(pv)
+		next, to := "e", jen.Code(jen.Id(name+"Version"))
+		if i+1 < len(e.Previous) {
+			next = fmt.Sprintf("v%d", e.Previous[i+1].Version)
+			to = jen.Lit(e.Previous[i+1].Version)
+		}
+		steps[i] = jen.If(
+			jen.List(jen.Id(next), jen.Err()).Op("=").Id(fn).Call(jen.Id(v)),
+			jen.Err().Op("!=").Nil(),
+		).Block(fail(jen.Qual(pathOutbox, "UpgradeFailed").Call(typeConst.Clone(), jen.Lit(pv.Version), to, jen.Err())))
+	}
+	vars = append(vars, jen.Err().Error())
+	decode = append(decode, jen.Default().Block(jen.Err().Op("=").Qual(pathOutbox, "UnknownVersion").Call(known...)))
+
+	body := []jen.Code{
+		jen.Var().Defs(vars...),
+		jen.Switch(jen.Id("version")).Block(decode...),
+		jen.If(jen.Err().Op("!=").Nil()).Block(fail(jen.Err())),
+		jen.Line(),
+	}
+	if len(e.Previous) == 1 {
+		pv := e.Previous[0]
+		body = append(body,
+			doc(fmt.Sprintf("Upgrade a version %d payload to %s.", pv.Version, name)),
+			jen.If(jen.Id("version").Op("==").Lit(pv.Version)).Block(steps[0]),
+		)
+	} else {
+		cases := make([]jen.Code, len(e.Previous))
+		for i, pv := range e.Previous {
+			step := []jen.Code{steps[i]}
+			if i+1 < len(e.Previous) {
+				step = append(step, jen.Fallthrough())
+			}
+			cases[i] = jen.Case(jen.Lit(pv.Version)).Block(step...)
+		}
+		body = append(body,
+			doc(fmt.Sprintf("Upgrade an earlier version to %s one version at a time: each case falls through to the next step.", name)),
+			jen.Switch(jen.Id("version")).Block(cases...),
+		)
+	}
+	return append(body,
+		jen.If(jen.Err().Op("=").Id("e").Dot("Validate").Call(), jen.Err().Op("!=").Nil()).Block(fail(jen.Err())),
 		jen.Return(jen.Id("e"), jen.Nil()),
-	}
+	)
 }
 
 // keyUnset returns the condition under which e's key is unset, and why, or
@@ -345,7 +387,7 @@ func (g *gen) fieldChecks(eventType jen.Code, recv *jen.Statement, fields []*spe
 		val := recv.Clone().Dot(fd.GoName)
 		path := fieldPath{format: strings.ReplaceAll(fd.Name, "%", "%%")}
 		// An optional enum or object is a pointer: checked when present.
-		out = append(out, g.check(eventType, val, fd.Type, path, 0, isPointer(fd)))
+		out = append(out, g.check(eventType, val, fd.Type, path, isPointer(fd)))
 	}
 	return out
 }
@@ -370,40 +412,40 @@ func (p fieldPath) code() jen.Code {
 	return jen.Qual(pathFmt, "Sprintf").Call(append([]jen.Code{jen.Lit(p.format)}, p.args...)...)
 }
 
-// loopVars names the loop variables of nested lists and maps by depth.
-func loopVars(depth int) (index, key, elem string) {
-	if depth == 0 {
-		return "i", "k", "x"
-	}
-	n := strconv.Itoa(depth + 1)
-	return "i" + n, "k" + n, "x" + n
-}
-
 // check returns the statement that validates val of type ref; optional
-// means val is a pointer that may be nil.
-func (g *gen) check(eventType jen.Code, val *jen.Statement, ref *spec.TypeRef, path fieldPath, depth int, optional bool) jen.Code {
+// means val is a pointer that may be nil. A list or map is checked in one
+// loop; when its elements are lists or maps themselves, the loop calls
+// their validator (see validator), so that the code of a field does not
+// grow with the depth of its type.
+func (g *gen) check(eventType jen.Code, val *jen.Statement, ref *spec.TypeRef, path fieldPath, optional bool) jen.Code {
 	switch ref.Kind {
 	case spec.KindList, spec.KindMap:
-		index, key, elem := loopVars(depth)
 		var inner fieldPath
 		var keyVar string
 		if ref.Kind == spec.KindList {
-			keyVar = index
-			inner = path.with("[%d]", jen.Id(index))
+			keyVar = "i"
+			inner = path.with("[%d]", jen.Id(keyVar))
 		} else {
-			keyVar = key
-			inner = path.with("[%s]", jen.Id(key))
+			keyVar = "k"
+			inner = path.with("[%s]", jen.Id(keyVar))
 		}
-		inside := g.check(eventType, jen.Id(elem), ref.Elem, inner, depth+1, false)
+		var inside jen.Code
+		if elem := ref.Elem; elem.Kind == spec.KindList || elem.Kind == spec.KindMap {
+			inside = jen.If(jen.Err().Op(":=").Id(g.validator(elem)).Call(jen.Id("x")), jen.Err().Op("!=").Nil()).Block(
+				jen.Return(jen.Qual(pathOutbox, "WithinField").Call(jen.Err(), eventType, inner.code())),
+			)
+		} else {
+			inside = g.check(eventType, jen.Id("x"), elem, inner, false)
+		}
 		if ref.Kind == spec.KindMap {
 			// Keys in sorted order, so the first error reported does not
 			// depend on Go's random map iteration order.
 			return jen.For(jen.List(jen.Id("_"), jen.Id(keyVar)).Op(":=").Range().Qual(pathSlices, "Sorted").Call(jen.Qual(pathMaps, "Keys").Call(val))).Block(
-				jen.Id(elem).Op(":=").Add(val.Clone()).Index(jen.Id(keyVar)),
+				jen.Id("x").Op(":=").Add(val.Clone()).Index(jen.Id(keyVar)),
 				inside,
 			)
 		}
-		return jen.For(jen.List(jen.Id(keyVar), jen.Id(elem)).Op(":=").Range().Add(val)).Block(inside)
+		return jen.For(jen.List(jen.Id(keyVar), jen.Id("x")).Op(":=").Range().Add(val)).Block(inside)
 	case spec.KindNamed:
 		t := ref.Named
 		if t.IsEnum() {
@@ -428,4 +470,84 @@ func (g *gen) check(eventType jen.Code, val *jen.Statement, ref *spec.TypeRef, p
 		return errCheck
 	}
 	return jen.Null()
+}
+
+// validatorFunc is a function of events.go that validates the values of one
+// list or map type, for the checks of fields whose elements have that type.
+type validatorFunc struct {
+	name string
+	ref  *spec.TypeRef
+}
+
+// validator returns the name of the function that validates values of the
+// list or map type ref, and queues the function for validatorFuncs to
+// emit: once per type, however many fields and types use it. Its name
+// spells the type from the inside out, validateTierMapList for
+// list<map<Tier>>, numbered when a type name makes two types read alike
+// (validateTierMapList2 for list<TierMap>).
+func (g *gen) validator(ref *spec.TypeRef) string {
+	key := typeText(ref)
+	if name, ok := g.validatorNames[key]; ok {
+		return name
+	}
+	if g.validatorNames == nil {
+		g.validatorNames = map[string]string{}
+		g.validatorTaken = map[string]bool{}
+	}
+	base := "validate" + typeName(ref)
+	name := base
+	for i := 2; g.validatorTaken[name]; i++ {
+		name = base + strconv.Itoa(i)
+	}
+	g.validatorNames[key] = name
+	g.validatorTaken[name] = true
+	g.validators = append(g.validators, validatorFunc{name: name, ref: ref})
+	return name
+}
+
+// validatorFuncs emits the functions queued by validator, in the order they
+// were first used; emitting one can queue the validator of its elements.
+func (g *gen) validatorFuncs(f *jen.File) error {
+	for i := 0; i < len(g.validators); i++ {
+		v := g.validators[i]
+		typ, err := goType(v.ref)
+		if err != nil {
+			return fmt.Errorf("type %s: %w", typeText(v.ref), err)
+		}
+		what, order, container, path := "element", "", "list", "[index]"
+		if v.ref.Kind == spec.KindMap {
+			what, order, container, path = "value", ", by key in sorted order", "map", "[key]"
+		}
+		f.Line()
+		f.Add(doc(fmt.Sprintf("%s reports the first invalid %s of a %s%s, for the Validate methods and validate functions of values holding one. Its error names no event type and only the path within the %s (%q): the caller adds both with outbox.WithinField.", v.name, what, typeText(v.ref), order, container, path+"...")))
+		body := []jen.Code{g.check(jen.Lit(""), jen.Id("v"), v.ref, fieldPath{}, false), jen.Return(jen.Nil())}
+		f.Func().Id(v.name).Params(jen.Id("v").Add(typ)).Error().Block(body...)
+	}
+	return nil
+}
+
+// typeText is ref as events.yaml writes it, e.g. list<map<Tier>>.
+func typeText(ref *spec.TypeRef) string {
+	switch ref.Kind {
+	case spec.KindList:
+		return "list<" + typeText(ref.Elem) + ">"
+	case spec.KindMap:
+		return "map<" + typeText(ref.Elem) + ">"
+	case spec.KindNamed:
+		return ref.Named.Name
+	}
+	return string(ref.Scalar)
+}
+
+// typeName is ref as part of a Go name, from the inside out: TierMapList
+// for list<map<Tier>>.
+func typeName(ref *spec.TypeRef) string {
+	switch ref.Kind {
+	case spec.KindList:
+		return typeName(ref.Elem) + "List"
+	case spec.KindMap:
+		return typeName(ref.Elem) + "Map"
+	}
+	// A named type: scalars have nothing to validate.
+	return typeText(ref)
 }

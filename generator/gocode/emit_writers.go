@@ -137,7 +137,7 @@ func (g *gen) writersFile() (*jen.File, error) {
 	}
 	f.Line()
 	f.Add(doc(bindDoc))
-	f.Var().Id("binding").Op("=").Qual(pathOutbox, "NewBinding").Call(jen.Id("Schema"))
+	f.Var().Id(bindingVar).Op("=").Qual(pathOutbox, "NewBinding").Call(jen.Id("Schema"))
 
 	if !pgx {
 		var bindWhen string
@@ -159,7 +159,7 @@ func (g *gen) writersFile() (*jen.File, error) {
 		f.Line()
 		f.Add(doc("Use makes w the writer of the package-level InsertX functions, as Bind does; for a Writer from DialectWriter."))
 		f.Func().Id("Use").Params(jen.Id("w").Id("Writer")).Error().Block(
-			jen.Return(jen.Id("binding").Dot("Bind").Call(jen.Id("w").Dot("w"))),
+			jen.Return(jen.Id(bindingVar).Dot("Bind").Call(jen.Id("w").Dot("w"))),
 		)
 	}
 
@@ -170,7 +170,7 @@ func (g *gen) writersFile() (*jen.File, error) {
 	f.Line()
 	f.Add(doc(defaultDoc))
 	f.Func().Id("Default").Params().Params(jen.Id("Writer"), jen.Error()).Block(
-		jen.List(jen.Id("w"), jen.Err()).Op(":=").Id("binding").Dot("Writer").Call(),
+		jen.List(jen.Id("w"), jen.Err()).Op(":=").Id(bindingVar).Dot("Writer").Call(),
 		jen.Return(jen.Id("Writer").Values(jen.Id("w").Op(":").Id("w")), jen.Err()),
 	)
 
@@ -225,7 +225,7 @@ func (g *gen) insertFunc(f *jen.File, e *spec.Event, pgx bool) error {
 	f.Line()
 	f.Add(doc(append([]string{fmt.Sprintf("Insert%s writes %s %s event into the outbox table inside tx, %s that makes the business change, so the event is published if and only if tx commits. It validates e first; an invalid event returns an error and leaves tx usable. It uses the package's writer (see Default).", name, article(e.Name), e.Name, txWhat)}, walDoc...)...))
 	f.Func().Id("Insert"+name).Params(params...).Params(results...).Block(
-		jen.List(jen.Id("w"), jen.Err()).Op(":=").Id("binding").Dot("Writer").Call(),
+		jen.List(jen.Id("w"), jen.Err()).Op(":=").Id(bindingVar).Dot("Writer").Call(),
 		jen.If(jen.Err().Op("!=").Nil()).Block(
 			jen.Return(jen.Qual(pathOutbox, "EventID").Values(), jen.Err()),
 		),

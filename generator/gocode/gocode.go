@@ -21,6 +21,9 @@ import (
 	"bytes"
 	"fmt"
 	"go/format"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -71,10 +74,11 @@ func Generate(s *spec.Spec, version string) (map[string][]byte, error) {
 	if s.Go.Package == "" {
 		return nil, fmt.Errorf("go.package is empty")
 	}
-	if err := checkNames(s); err != nil {
+	declared, err := checkNames(s)
+	if err != nil {
 		return nil, err
 	}
-	g := &gen{s: s, version: version}
+	g := &gen{s: s, version: version, aliases: importAliases(s, declared)}
 	events, err := g.eventsFile()
 	if err != nil {
 		return nil, err
@@ -177,6 +181,31 @@ type gen struct {
 	version string
 	// validates memoises needsValidate for object types.
 	validates map[*spec.Type]bool
+	// validators are the functions validator queued for events.go;
+	// validatorNames maps a list or map type (typeText) to its function's
+	// name, and validatorTaken holds the names used.
+	validators     []validatorFunc
+	validatorNames map[string]string
+	validatorTaken map[string]bool
+	// aliases are the import aliases of go_type imports that jennifer
+	// would name like a package-level identifier (see importAliases).
+	aliases map[string]string
+}
+
+// importNames are the names of the imports every generated file may use.
+var importNames = map[string]string{
+	pathContext:   "context",
+	pathSQL:       "sql",
+	pathJSON:      "json",
+	pathFmt:       "fmt",
+	pathMaps:      "maps",
+	pathSlices:    "slices",
+	pathStrconv:   "strconv",
+	pathTime:      "time",
+	pathUUID:      "uuid",
+	pathPgx:       "pgx",
+	pathOutbox:    "outbox",
+	pathPgxOutbox: "pgxoutbox",
 }
 
 // newFile returns a jennifer file with the header and the stable import
@@ -190,19 +219,90 @@ func (g *gen) newFile() *jen.File {
 	if g.version != "" {
 		f.HeaderComment(neutralize("outboxgen version: " + g.version))
 	}
-	f.ImportNames(map[string]string{
-		pathContext:   "context",
-		pathSQL:       "sql",
-		pathJSON:      "json",
-		pathFmt:       "fmt",
-		pathMaps:      "maps",
-		pathSlices:    "slices",
-		pathStrconv:   "strconv",
-		pathTime:      "time",
-		pathUUID:      "uuid",
-		pathPgx:       "pgx",
-		pathOutbox:    "outbox",
-		pathPgxOutbox: "pgxoutbox",
-	})
+	f.ImportNames(importNames)
+	for path, alias := range g.aliases {
+		f.ImportAlias(path, alias)
+	}
 	return f
+}
+
+// importAliases returns an alias for each go_type import that jennifer
+// would name like a package-level identifier of the generated package
+// (declared, from checkNames): Go refuses an import name in one file that
+// any file of the package declares ("binding already declared through
+// import of package binding"). jennifer names an import after its package
+// in the standard library, else after the last element of its path,
+// lower-cased and without punctuation, so of the names the generator
+// declares only bindingVar can be hit, by an import such as
+// example.com/m/binding: the others, the validate functions of events.go
+// included, have an upper-case letter. Such an import gets the name with a
+// number appended, as jennifer names the second of two imports that share
+// a name (binding1); the others keep jennifer's names.
+func importAliases(s *spec.Spec, declared map[string]string) map[string]string {
+	isDeclared := func(name string) bool { _, ok := declared[name]; return ok }
+	paths := goTypeImports(s)
+	names := make(map[string]string, len(paths))
+	taken := make(map[string]bool, len(paths))
+	for _, path := range paths {
+		names[path] = importName(path)
+		taken[names[path]] = true
+	}
+	var aliases map[string]string
+	for _, path := range paths {
+		name := names[path]
+		if !isDeclared(name) {
+			continue
+		}
+		alias := name
+		for i := 1; taken[alias] || isDeclared(alias); i++ {
+			alias = name + strconv.Itoa(i)
+		}
+		taken[alias] = true
+		if aliases == nil {
+			aliases = map[string]string{}
+		}
+		aliases[path] = alias
+	}
+	return aliases
+}
+
+// importName returns the name jennifer gives the import path in a
+// generated file, as long as no other import of the file takes it first.
+func importName(path string) string {
+	f := jen.NewFile("p")
+	f.ImportNames(importNames)
+	var b bytes.Buffer
+	if err := jen.Qual(path, "T").RenderWithFile(&b, f); err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(b.String(), ".T")
+}
+
+// goTypeImports returns the import paths of the go_type overrides in s,
+// sorted and without duplicates.
+func goTypeImports(s *spec.Spec) []string {
+	seen := map[string]bool{}
+	var walk func(ref *spec.TypeRef)
+	walk = func(ref *spec.TypeRef) {
+		for ; ref != nil; ref = ref.Elem {
+			if ref.GoType != nil && ref.GoType.Import != "" {
+				seen[ref.GoType.Import] = true
+			}
+		}
+	}
+	fields := func(fs []*spec.Field) {
+		for _, f := range fs {
+			walk(f.Type)
+		}
+	}
+	for _, t := range s.Types {
+		fields(t.Fields)
+	}
+	for _, e := range s.Events {
+		fields(e.Fields)
+		for _, pv := range e.Previous {
+			fields(pv.Fields)
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
 }

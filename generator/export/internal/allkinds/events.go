@@ -198,10 +198,8 @@ func (e EveryType) Validate() error {
 	}
 	for _, k := range slices.Sorted(maps.Keys(e.TierLists)) {
 		x := e.TierLists[k]
-		for i2, x2 := range x {
-			if !x2.Valid() {
-				return outbox.Invalid(EveryTypeType, fmt.Sprintf("tier_lists[%s][%d]", k, i2), fmt.Sprintf("unknown Tier %q", x2))
-			}
+		if err := validateTierList(x); err != nil {
+			return outbox.WithinField(err, EveryTypeType, fmt.Sprintf("tier_lists[%s]", k))
 		}
 	}
 	return nil
@@ -303,40 +301,40 @@ var _ func(OrderPaidV2) (OrderPaid, error) = UpgradeOrderPaidV2
 // outbox.ErrUndecodable or, for a payload that decodes but does not validate,
 // outbox.ErrInvalidEvent.
 func DecodeOrderPaid(payload []byte, version int) (OrderPaid, error) {
-	var e OrderPaid
+	var (
+		e   OrderPaid
+		v1  OrderPaidV1
+		v2  OrderPaidV2
+		err error
+	)
 	switch version {
 	case OrderPaidVersion:
-		if err := outbox.UnmarshalPayload(OrderPaidType, payload, &e); err != nil {
-			return OrderPaid{}, err
-		}
+		err = outbox.UnmarshalPayload(OrderPaidType, payload, &e)
 	case 1:
-		var v1 OrderPaidV1
-		if err := outbox.UnmarshalPayload(OrderPaidType, payload, &v1); err != nil {
-			return OrderPaid{}, err
-		}
-		v2, err := UpgradeOrderPaidV1(v1)
-		if err != nil {
+		err = outbox.UnmarshalPayload(OrderPaidType, payload, &v1)
+	case 2:
+		err = outbox.UnmarshalPayload(OrderPaidType, payload, &v2)
+	default:
+		err = outbox.UnknownVersion(OrderPaidType, version, OrderPaidVersion, 1, 2)
+	}
+	if err != nil {
+		return OrderPaid{}, err
+	}
+
+	// Upgrade an earlier version to OrderPaid one version at a time: each case
+	// falls through to the next step.
+	switch version {
+	case 1:
+		if v2, err = UpgradeOrderPaidV1(v1); err != nil {
 			return OrderPaid{}, outbox.UpgradeFailed(OrderPaidType, 1, 2, err)
 		}
-		up, err := UpgradeOrderPaidV2(v2)
-		if err != nil {
-			return OrderPaid{}, outbox.UpgradeFailed(OrderPaidType, 2, OrderPaidVersion, err)
-		}
-		e = up
+		fallthrough
 	case 2:
-		var v2 OrderPaidV2
-		if err := outbox.UnmarshalPayload(OrderPaidType, payload, &v2); err != nil {
-			return OrderPaid{}, err
-		}
-		up, err := UpgradeOrderPaidV2(v2)
-		if err != nil {
+		if e, err = UpgradeOrderPaidV2(v2); err != nil {
 			return OrderPaid{}, outbox.UpgradeFailed(OrderPaidType, 2, OrderPaidVersion, err)
 		}
-		e = up
-	default:
-		return OrderPaid{}, outbox.UnknownVersion(OrderPaidType, version, OrderPaidVersion, 1, 2)
 	}
-	if err := e.Validate(); err != nil {
+	if err = e.Validate(); err != nil {
 		return OrderPaid{}, err
 	}
 	return e, nil
@@ -629,4 +627,17 @@ var EventTypes = []outbox.EventType{
 	{Name: SessionStartedType, Topic: SessionStartedTopic, Version: SessionStartedVersion, Ordered: true},
 	{Name: SwitchedType, Topic: SwitchedTopic, Version: SwitchedVersion, Ordered: true},
 	{Name: TierChangedType, Topic: TierChangedTopic, Version: TierChangedVersion, Ordered: true},
+}
+
+// validateTierList reports the first invalid element of a list<Tier>, for the
+// Validate methods and validate functions of values holding one. Its error
+// names no event type and only the path within the list ("[index]..."): the
+// caller adds both with outbox.WithinField.
+func validateTierList(v []Tier) error {
+	for i, x := range v {
+		if !x.Valid() {
+			return outbox.Invalid("", fmt.Sprintf("[%d]", i), fmt.Sprintf("unknown Tier %q", x))
+		}
+	}
+	return nil
 }
