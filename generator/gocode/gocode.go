@@ -282,8 +282,7 @@ func importName(path string) string {
 // sorted and without duplicates.
 func goTypeImports(s *spec.Spec) []string {
 	seen := map[string]bool{}
-	var walk func(ref *spec.TypeRef)
-	walk = func(ref *spec.TypeRef) {
+	walk := func(ref *spec.TypeRef) {
 		for ; ref != nil; ref = ref.Elem {
 			if ref.GoType != nil && ref.GoType.Import != "" {
 				seen[ref.GoType.Import] = true
