@@ -55,7 +55,7 @@ type OpsQueries struct {
 var (
 	sStats                 = define(nil, "OpsStats", "stale_after")
 	sIDRange               = define(nil, "OpsIDRange")
-	sCreatedBefore         = define(nil, "OpsCreatedBefore", "older_than", "from_id")
+	sBoundProbe            = define(nil, "OpsBoundProbe", "older_than", "from_id")
 	sDeleteSent            = define(nil, "OpsDeleteSent", "older_than", "max_id", "max_rows")
 	sDeleteInbox           = define(nil, "OpsDeleteInbox", "older_than", "max_rows")
 	sDeleteInboxDuplicates = define(nil, "OpsDeleteInboxDuplicates", "older_than", "max_rows")
@@ -106,11 +106,13 @@ func (q *OpsQueries) IDRange() (string, []any) {
 	return q.set.get(sIDRange).render()
 }
 
-// CreatedBefore returns the query of one step of SentBound's search: the
-// first row at or after fromID, as (id, 1 when it was created longer than
-// olderThan ago else 0); no row when there is none.
-func (q *OpsQueries) CreatedBefore(olderThan time.Duration, fromID int64) (string, []any) {
-	return q.set.get(sCreatedBefore).render(olderThan, fromID)
+// BoundProbe returns the query of one step of SentBound's search: the
+// first row at or after fromID, as (id, 1 when it was created, or sent,
+// longer than olderThan ago, else 0); no row when there is none. Sent
+// counts too, so that a row sent before its created_at (a clock stepped
+// back, or rows written by hand) is not left past the bound.
+func (q *OpsQueries) BoundProbe(olderThan time.Duration, fromID int64) (string, []any) {
+	return q.set.get(sBoundProbe).render(olderThan, fromID)
 }
 
 // DeleteSent deletes at most limit sent rows whose sent_at is older than
@@ -226,26 +228,26 @@ func (q *OpsQueries) DeleteInboxDuplicates(olderThan time.Duration, limit int) (
 }
 
 // SentBound finds the bound of the janitor's batches: the highest id
-// DeleteSent and the archive may read, the last row created before the
-// cutoff (createdBefore's olderThan ago), by a binary search of the primary key on created_at (a
-// row sent before the cutoff was created before it, and ids grow with
-// creation). Without it the batch that comes back short reads every sent
-// row the retention keeps, the bulk of the table, to find none. idRange
-// runs IDRange; createdBefore runs CreatedBefore (found false: no row at
-// or after fromID). ok is false when the oldest row is younger than the
-// cutoff: nothing to delete. About log2(max id - min id) point reads of
-// the primary key.
+// DeleteSent and the archive may read, the last row created (or sent)
+// before the cutoff, by a binary search of the primary key (a row sent
+// before the cutoff was created before it, and ids grow with creation).
+// Without it the batch that comes back short reads every sent row the
+// retention keeps, the bulk of the table, to find none. idRange runs
+// IDRange; boundProbe runs BoundProbe (found false: no row at or after
+// fromID). ok is false when the oldest row is younger than the cutoff:
+// nothing to delete. About log2(max id - min id) point reads of the
+// primary key.
 //
 // A row created before the cutoff with a higher id than a younger row
 // (its transaction started earlier and inserted later) may fall past the
 // bound: it is deleted by a later run, once the rows before it are old
 // enough. Retention is a minimum.
-func SentBound(idRange func() (lo, hi int64, err error), createdBefore func(fromID int64) (id int64, old, found bool, err error)) (bound int64, ok bool, err error) {
+func SentBound(idRange func() (lo, hi int64, err error), boundProbe func(fromID int64) (id int64, old, found bool, err error)) (bound int64, ok bool, err error) {
 	lo, hi, err := idRange()
 	if err != nil || hi == 0 {
 		return 0, false, err
 	}
-	id, old, found, err := createdBefore(lo)
+	id, old, found, err := boundProbe(lo)
 	if err != nil || !found || !old {
 		return 0, false, err
 	}
@@ -254,7 +256,7 @@ func SentBound(idRange func() (lo, hi int64, err error), createdBefore func(from
 	lo, bound = id, id
 	for lo < hi {
 		mid := lo + (hi-lo+1)/2
-		id, old, found, err := createdBefore(mid)
+		id, old, found, err := boundProbe(mid)
 		if err != nil {
 			return 0, false, err
 		}

@@ -20,8 +20,8 @@ func opsStatements(t *testing.T, d Dialect) map[string][2]any {
 	add("stats", s, a)
 	s, a = q.IDRange()
 	add("idRange", s, a)
-	s, a = q.CreatedBefore(7*24*time.Hour, 42)
-	add("createdBefore", s, a)
+	s, a = q.BoundProbe(7*24*time.Hour, 42)
+	add("boundProbe", s, a)
 	s, a = q.DeleteSent(7*24*time.Hour, 500, 1000)
 	add("deleteSent", s, a)
 	s, a = q.DeleteInbox(7*24*time.Hour, 1000)
@@ -145,7 +145,7 @@ func TestOpsQueriesOnlySentRows(t *testing.T) {
 			if name == "stats" || name == "deleteInbox" || name == "archiveCopy" {
 				continue
 			}
-			if name == "idRange" || name == "createdBefore" {
+			if name == "idRange" || name == "boundProbe" {
 				// The bound's reads (SentBound): they change nothing.
 				if !strings.HasPrefix(s, "SELECT ") || strings.Contains(s, "FOR UPDATE") {
 					t.Errorf("%s %s must be a plain read:\n%s", d, name, s)

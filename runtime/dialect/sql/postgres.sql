@@ -385,8 +385,9 @@ WHERE status = 0;
 
 -- The janitor's bound (OpsQueries.SentBound): the ends of the primary key,
 -- then, per step of a binary search, the first row at or after from_id and
--- whether it was created before the cutoff. A row sent before the cutoff
--- was created before it, and ids grow with creation, so the batches below
+-- whether it was created (or sent: a clock stepped back) before the
+-- cutoff. A row sent before the cutoff was created before it, and ids grow
+-- with creation, so the batches below
 -- read no row past the last one created before the cutoff: without the
 -- bound, the batch that comes back short read every sent row kept for the
 -- retention period (the whole table) to find none.
@@ -394,8 +395,8 @@ WHERE status = 0;
 SELECT COALESCE(MIN(id), 0), COALESCE(MAX(id), 0)
 FROM /* TEMPLATE: outbox */outbox_event;
 
--- name: OpsCreatedBefore :one
-SELECT id, CASE WHEN created_at < now() - sqlc.arg(older_than) * interval '1 second' THEN 1 ELSE 0 END
+-- name: OpsBoundProbe :one
+SELECT id, CASE WHEN LEAST(created_at, sent_at) < now() - sqlc.arg(older_than) * interval '1 second' THEN 1 ELSE 0 END
 FROM /* TEMPLATE: outbox */outbox_event
 WHERE id >= sqlc.arg(from_id)
 ORDER BY id

@@ -178,6 +178,12 @@ func opsTestDeleteSentBound(t *testing.T, env Env) {
 	if n, err := env.Driver.DeleteSent(ctx, opsRetention, 100); err != nil || n != 0 {
 		t.Fatalf("DeleteSent on an empty table: %d rows, %v", n, err)
 	}
+	// Sent before they were created (a clock stepped back): the bound
+	// counts sent_at too.
+	OpsSeed(t, env.DB, d, tb.Outbox, OpsSeedRow{Count: 2, Status: 1, CreatedAgo: time.Minute, SentAgo: 8 * opsDay})
+	if n, err := env.Driver.DeleteSent(ctx, opsRetention, 100); err != nil || n != 2 {
+		t.Fatalf("DeleteSent of rows sent before their created_at: %d rows, %v; want 2", n, err)
+	}
 }
 
 func opsTestArchiveSent(t *testing.T, env Env) {

@@ -115,7 +115,7 @@ func (x *Driver) sentBound(ctx context.Context, q *dialect.OpsQueries, olderThan
 		err = x.pool.QueryRow(ctx, query, args...).Scan(&lo, &hi)
 		return lo, hi, err
 	}, func(from int64) (id int64, old, found bool, err error) {
-		query, args := q.CreatedBefore(olderThan, from)
+		query, args := q.BoundProbe(olderThan, from)
 		var o int
 		err = x.pool.QueryRow(ctx, query, args...).Scan(&id, &o)
 		if errors.Is(err, pgx.ErrNoRows) {

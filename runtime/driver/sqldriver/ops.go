@@ -121,7 +121,7 @@ func (x *Driver) sentBound(ctx context.Context, q *dialect.OpsQueries, olderThan
 		err = x.db.QueryRowContext(ctx, query, args...).Scan(&lo, &hi)
 		return lo, hi, err
 	}, func(from int64) (id int64, old, found bool, err error) {
-		query, args := q.CreatedBefore(olderThan, from)
+		query, args := q.BoundProbe(olderThan, from)
 		var o int
 		err = x.db.QueryRowContext(ctx, query, args...).Scan(&id, &o)
 		if errors.Is(err, sql.ErrNoRows) {
