@@ -110,7 +110,9 @@ func (q *OpsQueries) IDRange() (string, []any) {
 // first row at or after fromID, as (id, 1 when it was created, or sent,
 // longer than olderThan ago, else 0); no row when there is none. Sent
 // counts too, so that a row sent before its created_at (a clock stepped
-// back, or rows written by hand) is not left past the bound.
+// back, or rows written by hand) is not left past the bound, and a row
+// created in the future (a clock stepped forward, a MySQL session not in
+// UTC) counts as old, so that it does not end the search at it.
 func (q *OpsQueries) BoundProbe(olderThan time.Duration, fromID int64) (string, []any) {
 	return q.set.get(sBoundProbe).render(olderThan, fromID)
 }

@@ -386,7 +386,8 @@ WHERE status = 0;
 -- The janitor's bound (OpsQueries.SentBound): the ends of the primary key,
 -- then, per step of a binary search, the first row at or after from_id and
 -- whether it was created (or sent: a clock stepped back) before the
--- cutoff. A row sent before the cutoff was created before it, and ids grow
+-- cutoff, or created in the future (a clock stepped forward, a session
+-- not in UTC): such a row must not end the search. A row sent before the cutoff was created before it, and ids grow
 -- with creation, so the batches below
 -- read no row past the last one created before the cutoff: without the
 -- bound, the batch that comes back short read every sent row kept for the
@@ -396,7 +397,7 @@ SELECT COALESCE(MIN(id), 0), COALESCE(MAX(id), 0)
 FROM /* TEMPLATE: outbox */outbox_event;
 
 -- name: OpsBoundProbe :one
-SELECT id, CASE WHEN LEAST(created_at, sent_at) < now() - sqlc.arg(older_than) * interval '1 second' THEN 1 ELSE 0 END
+SELECT id, CASE WHEN LEAST(created_at, sent_at) < now() - sqlc.arg(older_than) * interval '1 second' OR created_at > now() THEN 1 ELSE 0 END
 FROM /* TEMPLATE: outbox */outbox_event
 WHERE id >= sqlc.arg(from_id)
 ORDER BY id

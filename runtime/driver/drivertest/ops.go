@@ -184,6 +184,14 @@ func opsTestDeleteSentBound(t *testing.T, env Env) {
 	if n, err := env.Driver.DeleteSent(ctx, opsRetention, 100); err != nil || n != 2 {
 		t.Fatalf("DeleteSent of rows sent before their created_at: %d rows, %v; want 2", n, err)
 	}
+	// A FAILED row created in the future (a clock stepped forward) at the
+	// lowest id does not end the search: the old rows after it go.
+	OpsSeed(t, env.DB, d, tb.Outbox,
+		OpsSeedRow{Count: 1, Status: 2, CreatedAgo: -2 * opsDay},
+		OpsSeedRow{Count: 3, Status: 1, CreatedAgo: 29 * opsDay, SentAgo: 29 * opsDay})
+	if n, err := env.Driver.DeleteSent(ctx, opsRetention, 100); err != nil || n != 3 {
+		t.Fatalf("DeleteSent behind a row created in the future: %d rows, %v; want 3", n, err)
+	}
 }
 
 func opsTestArchiveSent(t *testing.T, env Env) {
