@@ -15,10 +15,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/pmezard/go-difflib/difflib"
 
@@ -425,8 +427,40 @@ func Write(files []File) (changed []string, err error) {
 		}
 	}
 	w.syncDirs()
+	w.sweepLeftovers(time.Now().Add(-leftoverAge))
 	ok = true
 	return changed, nil
+}
+
+// leftoverAge is how old a temporary file of Write must be before a later
+// Write removes it: one left by a process killed between writing and
+// renaming, not one a generate running right now is about to rename.
+const leftoverAge = 10 * time.Minute
+
+// leftoverRE matches the names of Write's temporary files (tempInfix).
+var leftoverRE = regexp.MustCompile(`^\..+\.outboxgen-[0-9a-z]+\.tmp$`)
+
+// sweepLeftovers removes, from the directories this Write opened, the
+// temporary files of earlier Writes (regular files named as tempInfix
+// says) last modified before cutoff: a generate killed between writing its
+// temporary files and renaming them leaves them behind. Best effort.
+func (w *writer) sweepLeftovers(cutoff time.Time) {
+	for _, dir := range w.dirs {
+		f, err := dir.Open(".")
+		if err != nil {
+			continue
+		}
+		entries, _ := f.ReadDir(-1)
+		f.Close()
+		for _, e := range entries {
+			if !e.Type().IsRegular() || !leftoverRE.MatchString(e.Name()) || w.temps[tempFile{dir, e.Name()}] {
+				continue
+			}
+			if info, err := e.Info(); err == nil && info.ModTime().Before(cutoff) {
+				dir.Remove(e.Name())
+			}
+		}
+	}
 }
 
 // writer is the state of one Write: the directory handles it opened, the

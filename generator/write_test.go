@@ -333,3 +333,40 @@ events:
 	}
 	sameTree(t, filepath.Join(dir, "db", "sqlite"), billing)
 }
+
+// TestWriteSweepsLeftovers: a later Write removes the temporary files a
+// killed generate left next to its targets, once they are old enough not
+// to be another generate's at work; other files stay.
+func TestWriteSweepsLeftovers(t *testing.T) {
+	proj, _ := project(t, testSpec)
+	if err := generate(parse(t, proj)); err != nil {
+		t.Fatal(err)
+	}
+	gen := filepath.Join(proj, "gen")
+	old := filepath.Join(gen, ".events.go.outboxgen-k3x9.tmp")
+	fresh := filepath.Join(gen, ".writers.go.outboxgen-a1b2.tmp")
+	other := filepath.Join(gen, ".notes.tmp")
+	for _, p := range []string{old, fresh, other} {
+		if err := os.WriteFile(p, []byte("half"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := time.Now().Add(-time.Hour)
+	for _, p := range []string{old, other} {
+		if err := os.Chtimes(p, long, long); err != nil {
+			t.Fatal(err)
+		}
+	}
+	respec(t, proj, testSpec2)
+	if err := generate(parse(t, proj)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("the old leftover %s is still there (%v)", old, err)
+	}
+	for _, p := range []string{fresh, other} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s was removed: %v", p, err)
+		}
+	}
+}
