@@ -21,7 +21,9 @@
 // before any page shows the database or sets a session. Failed sign-ins
 // are throttled per client address (Config.LoginThrottle): after 5, the
 // address is refused with 429 for a minute, doubled by each further
-// failure up to 15 minutes, its credentials not even checked. Every
+// failure up to 15 minutes, its credentials not even checked; a success
+// clears none of them, and a login cookie (set by a token or basic auth
+// sign-in) keeps working from a throttled address. Every
 // action goes through a confirmation page and runs in one transaction
 // (admin.Selection.OneTransaction) on exactly the events the confirmation
 // counted (their count and a digest of their ids ride in its form; when
@@ -49,6 +51,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxgen/outboxgen/runtime/admin"
@@ -100,7 +103,12 @@ type Config struct {
 	// line). At least MinTokenLen characters.
 	Token string
 	// BasicAuthUser and BasicAuthPassword, when set, require HTTP basic
-	// authentication instead of a token (not both).
+	// authentication instead of a token (not both). A request with the
+	// right credentials gets the same kind of login cookie as a token
+	// sign-in (an HMAC of the user name and password), which later
+	// requests are let in by before their Authorization header is looked
+	// at: an operator signed in keeps working from an address throttled
+	// for failed sign-ins (see LoginThrottle).
 	BasicAuthUser, BasicAuthPassword string
 	// Database describes what the console is connected to, for the page
 	// header: a description without credentials (a password in it is
@@ -143,9 +151,10 @@ type Config struct {
 	// password (see LoginThrottle; the zero value holds the defaults).
 	LoginThrottle LoginThrottle
 	// Logger receives errors, one line per action taken (what it matched
-	// and changed, from which address) and one per address throttled
-	// for failed sign-ins (default slog.Default()); credentials never
-	// reach it.
+	// and changed, from which address), one per address throttled for
+	// failed sign-ins, one when the throttle's table is full and one for
+	// the first client address that is no IP address (default
+	// slog.Default()); credentials never reach it.
 	Logger *slog.Logger
 }
 
@@ -292,9 +301,14 @@ type handler struct {
 	cop     *http.CrossOriginProtection
 	flashes flashes
 	charts  chartCache
-	authMAC string // the login cookie's value when Token is set
+	// authMAC is the login cookie's value: an HMAC of Token, or of the
+	// basic auth user name and password (so that other credentials,
+	// under the same secret, would not take it).
+	authMAC string
 	// throttle counts failed sign-ins per client address.
 	throttle *throttle
+	// unparsedLogged: a RemoteAddr that is no IP address was logged.
+	unparsedLogged atomic.Bool
 	// The cookies' names (with the __Host- prefix when SecureCookies and
 	// BasePath is "/").
 	sessionCookie, authCookie string
@@ -331,8 +345,10 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.SecureCookies && cfg.BasePath == "/" {
 		h.sessionCookie, h.authCookie = "__Host-"+sessionCookie, "__Host-"+authCookie
 	}
-	if cfg.Token != "" {
-		h.authMAC = h.mac("auth", cfg.Token)
+	h.authMAC = h.loginMAC()
+	h.throttle.log = func(addr string, addresses int) {
+		cfg.Logger.Warn("console: failed sign-ins: the throttle table is full of addresses that failed within its window; addresses it does not hold share one limit until one expires",
+			"remote", addr, "addresses", addresses)
 	}
 	h.cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.failBare(w, http.StatusForbidden, "Cross-origin request refused",
@@ -349,6 +365,21 @@ func (h *handler) mac(purpose, value string) string {
 	m.Write([]byte{0})
 	m.Write([]byte(value))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// loginMAC returns the login cookie's value: an HMAC of the token, or of
+// the basic auth user name and password, so that a cookie set for other
+// credentials is no longer taken (nor one of another handler: another
+// secret). "" without authentication.
+func (h *handler) loginMAC() string {
+	switch {
+	case h.cfg.Token != "":
+		return h.mac("auth", h.cfg.Token)
+	case h.cfg.BasicAuthUser != "":
+		// The user name holds no ':' (Validate): the pair is unambiguous.
+		return h.mac("auth-basic", h.cfg.BasicAuthUser+":"+h.cfg.BasicAuthPassword)
+	}
+	return ""
 }
 
 // equal compares secrets in constant time (also in their length: both are
@@ -539,81 +570,60 @@ func (h *handler) ensureSession(w http.ResponseWriter, r *http.Request) string {
 //
 // Every credential checked is a sign-in attempt of the client's address
 // (see LoginThrottle): begun before the check, which a throttled address
-// never reaches, and ended as succeeded or failed after it.
+// never reaches, and ended as succeeded or failed after it. A valid login
+// cookie is no attempt: it is an HMAC under the handler's random secret,
+// which no one can guess, so it is accepted even from a throttled address
+// and an operator signed in behind the address an attacker shares (a NAT,
+// a proxy) keeps working.
 func (h *handler) authenticate(w http.ResponseWriter, r *http.Request, rest string, q url.Values) bool {
 	if h.cfg.BasicAuthUser == "" && h.cfg.Token == "" {
 		return true
 	}
-	addr := clientAddr(r)
+	addr := h.signInAddr(r)
 	if h.cfg.BasicAuthUser != "" {
-		if r.Header.Get("Authorization") == "" {
-			// No attempt: the browser asks for credentials now.
-			if d := h.throttle.wait(addr); d > 0 {
-				h.tooMany(w, d)
-				return false
-			}
-			h.basicChallenge(w)
-			return false
-		}
-		if !h.signInBegin(w, addr) {
-			return false
-		}
-		u, p, ok := r.BasicAuth()
-		// Evaluate both comparisons, always.
-		uok, pok := equal(u, h.cfg.BasicAuthUser), equal(p, h.cfg.BasicAuthPassword)
-		if ok && uok && pok {
-			h.throttle.succeeded(addr)
-			return true
-		}
-		h.signInFailed(addr)
-		h.basicChallenge(w)
-		return false
+		return h.authenticateBasic(w, r, addr)
 	}
 	if a := r.Header.Get("Authorization"); a != "" {
-		if !h.signInBegin(w, addr) {
+		att := h.signInBegin(w, addr)
+		if att == nil {
 			return false
 		}
 		if t, ok := strings.CutPrefix(a, "Bearer "); ok && equal(t, h.cfg.Token) {
-			h.throttle.succeeded(addr)
+			h.throttle.succeeded(att)
 			return true
 		}
-		h.signInFailed(addr)
+		h.signInFailed(att, addr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="outbox console"`)
 		h.failBare(w, http.StatusUnauthorized, "Wrong token", "The Authorization header does not carry the console's token.")
 		return false
 	}
-	// The login cookie is checked even from a throttled address: it is an
-	// HMAC under the handler's random secret, which no one can guess, so
-	// an operator signed in behind the address an attacker shares (a NAT,
-	// a proxy) keeps working.
-	c, err := r.Cookie(h.authCookie)
-	cookieOK := err == nil && equal(c.Value, h.authMAC)
-	badCookie := err == nil && !cookieOK
+	cookieOK, badCookie := h.authCookieValid(r)
 	if badCookie {
 		// A cookie this handler did not sign: forged, or left by an earlier
 		// process. It counts once, then goes, so that the tabs of an
 		// operator do not lock their address out after a restart.
-		if !h.signInBegin(w, addr) {
+		att := h.signInBegin(w, addr)
+		if att == nil {
 			return false
 		}
-		h.signInFailed(addr)
-		http.SetCookie(w, &http.Cookie{Name: h.authCookie, Path: h.base, MaxAge: -1,
-			HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: h.secure(r)})
+		h.signInFailed(att, addr)
+		h.clearAuthCookie(w, r)
 	}
 	if q.Has("token") && r.Method == http.MethodGet {
 		// The token never stays in the address bar (nor the history):
 		// answer with the URL without it, also when the cookie is
 		// already valid (the token is then not looked at).
 		if !cookieOK {
-			if !h.signInBegin(w, addr) {
+			att := h.signInBegin(w, addr)
+			if att == nil {
 				return false
 			}
 			if !equal(q.Get("token"), h.cfg.Token) {
-				h.signInFailed(addr)
+				h.signInFailed(att, addr)
 				h.loginPage(w, r, http.StatusUnauthorized, "That token is not the console's token.", rest)
 				return false
 			}
-			h.throttle.succeeded(addr)
+			h.throttle.succeeded(att)
 			h.setAuthCookie(w, r)
 		}
 		q.Del("token")
@@ -634,12 +644,74 @@ func (h *handler) authenticate(w http.ResponseWriter, r *http.Request, rest stri
 		return true // login checks the form's token, throttled
 	}
 	if d := h.throttle.wait(addr); d > 0 && !badCookie {
-		h.tooMany(w, d) // the attempt checked gets its answer first
+		h.tooMany(w, d, true) // the attempt checked gets its answer first
 		return false
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="outbox console"`)
 	h.loginPage(w, r, http.StatusUnauthorized, "", rest)
 	return false
+}
+
+// authenticateBasic is authenticate with basic auth. The login cookie
+// comes first: a browser sends its basic credentials with every request,
+// and the cookie lets those of an operator signed in through while their
+// address is throttled (the credentials are then not looked at). Right
+// credentials set the cookie.
+func (h *handler) authenticateBasic(w http.ResponseWriter, r *http.Request, addr string) bool {
+	cookieOK, badCookie := h.authCookieValid(r)
+	if cookieOK {
+		return true
+	}
+	if r.Header.Get("Authorization") == "" {
+		if badCookie {
+			// As with a token: a cookie this handler did not sign counts
+			// once, then goes.
+			att := h.signInBegin(w, addr)
+			if att == nil {
+				return false
+			}
+			h.signInFailed(att, addr)
+			h.clearAuthCookie(w, r)
+		} else if d := h.throttle.wait(addr); d > 0 {
+			// No attempt: the browser would ask for credentials now.
+			h.tooMany(w, d, true)
+			return false
+		}
+		h.basicChallenge(w)
+		return false
+	}
+	// With credentials, a cookie this handler did not sign (left by an
+	// earlier process) is replaced or cleared, not counted: the request is
+	// one attempt, judged by its credentials.
+	att := h.signInBegin(w, addr)
+	if att == nil {
+		return false
+	}
+	u, p, ok := r.BasicAuth()
+	// Evaluate both comparisons, always.
+	uok, pok := equal(u, h.cfg.BasicAuthUser), equal(p, h.cfg.BasicAuthPassword)
+	if ok && uok && pok {
+		h.throttle.succeeded(att)
+		h.setAuthCookie(w, r)
+		return true
+	}
+	h.signInFailed(att, addr)
+	if badCookie {
+		h.clearAuthCookie(w, r)
+	}
+	h.basicChallenge(w)
+	return false
+}
+
+// authCookieValid reports whether r carries the login cookie this handler
+// signs (ok), or another one (bad).
+func (h *handler) authCookieValid(r *http.Request) (ok, bad bool) {
+	c, err := r.Cookie(h.authCookie)
+	if err != nil {
+		return false, false
+	}
+	ok = equal(c.Value, h.authMAC)
+	return ok, !ok
 }
 
 // basicChallenge answers 401, asking for basic auth credentials.
@@ -650,6 +722,11 @@ func (h *handler) basicChallenge(w http.ResponseWriter) {
 
 func (h *handler) setAuthCookie(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: h.authCookie, Value: h.authMAC, Path: h.base,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: h.secure(r)})
+}
+
+func (h *handler) clearAuthCookie(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: h.authCookie, Path: h.base, MaxAge: -1,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: h.secure(r)})
 }
 
@@ -671,16 +748,17 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	if !validNext(next) {
 		next = ""
 	}
-	addr := clientAddr(r)
-	if !h.signInBegin(w, addr) {
+	addr := h.signInAddr(r)
+	att := h.signInBegin(w, addr)
+	if att == nil {
 		return
 	}
 	if !equal(r.PostForm.Get("token"), h.cfg.Token) {
-		h.signInFailed(addr)
+		h.signInFailed(att, addr)
 		h.loginPage(w, r, http.StatusUnauthorized, "That token is not the console's token.", next)
 		return
 	}
-	h.throttle.succeeded(addr)
+	h.throttle.succeeded(att)
 	h.setAuthCookie(w, r)
 	http.Redirect(w, r, h.base+next, http.StatusSeeOther)
 }

@@ -483,8 +483,8 @@ func TestConfig(t *testing.T) {
 		if err := (console.Config{BasicAuthUser: "u", BasicAuthPassword: "0123456789abcdef"}).CheckListen(context.Background(), "0.0.0.0:80"); err != nil {
 			t.Errorf("CheckListen with basic auth: %v", err)
 		}
-		// Failed logins are not slowed down: off loopback a short password
-		// is refused as a short token is.
+		// Failed logins are throttled per address only: off loopback a
+		// short password is refused as a short token is.
 		if err := (console.Config{BasicAuthUser: "u", BasicAuthPassword: "p"}).CheckListen(context.Background(), "0.0.0.0:80"); err == nil || !strings.Contains(err.Error(), "at least 16") {
 			t.Errorf("CheckListen with a 1-character basic auth password off loopback = %v", err)
 		}

@@ -1,11 +1,12 @@
 package console
 
 import (
-	"container/list"
+	"container/heap"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 )
@@ -29,17 +30,35 @@ const (
 // auth password: failed sign-ins are counted per client address, and an
 // address that failed Failures times is refused with 429 Too Many
 // Requests and Retry-After, its credentials not even checked, for Delay,
-// doubled by each further failure up to MaxDelay. A sign-in that
-// succeeds forgets the address. The zero value holds the defaults.
+// doubled by each further failure up to MaxDelay. The zero value holds
+// the defaults.
+//
+// A sign-in that succeeds does not clear the failures of its address:
+// clients behind one address (a NAT, a proxy) cannot be told apart, so a
+// success says nothing about the failures of the others, and clearing
+// them would let a guesser behind an operator's address guess on without
+// end between the operator's sign-ins. Failures are forgotten Window
+// after the last one (or after the lock ends) instead.
 //
 // Every failing path counts: a wrong Authorization header (bearer or
 // basic), ?token= or login form, and a login cookie the console did not
 // sign (it is then cleared). A request that carries no credential is no
-// attempt, but from a throttled address it is refused too.
+// attempt, but from a throttled address it is refused too. A valid login
+// cookie is accepted even from a throttled address (it cannot be
+// guessed), so an operator signed in keeps working.
+//
+// Attempts are counted when they begin, as in flight, and as failures
+// when they fail: an address may have no more attempts in flight than it
+// has failures left before its lock (one at a time once it was locked),
+// so concurrent requests cannot all pass the check before the first
+// failure is counted, and concurrent requests that succeed lock nothing.
+// One refused for that gets 429 with Retry-After 1.
 //
 // The address is the host of http.Request.RemoteAddr, an IPv6 one taken
-// as its /64 (one host usually holds a whole /64). The console reads no
-// X-Forwarded-For or similar header: a client could set it. Behind a
+// as its /64 (one host usually holds a whole /64); a RemoteAddr whose host
+// is not an IP address (a Unix socket, or a header copied in whole) is
+// counted under one entry shared by all such clients. The console reads
+// no X-Forwarded-For or similar header: a client could set it. Behind a
 // reverse proxy every client thus shares the proxy's address; a service
 // that mounts the console behind one sets RemoteAddr from the header its
 // proxy sets (and overwrites) before the console sees the request.
@@ -58,8 +77,12 @@ type LoginThrottle struct {
 	Window time.Duration
 	// MaxAddresses bounds the addresses remembered, so that a flood of
 	// addresses cannot grow memory without end (default
-	// DefaultLoginAddresses, at least 100): past it, the address that
-	// failed least recently is forgotten.
+	// DefaultLoginAddresses, at least 100). An address is forgotten only
+	// once its failures expire, never to make room: while the table is
+	// full of addresses that failed within Window, the addresses it does
+	// not hold share one more entry, as if they were one address (the
+	// same Failures, Delay and doubling), and the first such address is
+	// logged.
 	MaxAddresses int
 }
 
@@ -103,17 +126,24 @@ func (l LoginThrottle) validate() []error {
 		errs = append(errs, fmt.Errorf("console: Config.LoginThrottle.Window is %s: use at least 1m (or 0 for %s)", l.Window, DefaultLoginWindow))
 	}
 	if l.MaxAddresses < 0 || l.MaxAddresses > 0 && l.MaxAddresses < 100 {
-		errs = append(errs, fmt.Errorf("console: Config.LoginThrottle.MaxAddresses is %d: use at least 100 (or 0 for %d); fewer would let a few addresses push their own out", l.MaxAddresses, DefaultLoginAddresses))
+		errs = append(errs, fmt.Errorf("console: Config.LoginThrottle.MaxAddresses is %d: use at least 100 (or 0 for %d); fewer would let a few addresses fill it, leaving every other address one shared limit", l.MaxAddresses, DefaultLoginAddresses))
 	}
 	return errs
 }
 
 // throttle counts failed sign-ins per address (see LoginThrottle).
 //
-// An attempt is counted as a failure when it starts (begin) and forgotten
-// when it succeeds: checking first and counting after would let an
-// attacker's concurrent requests all pass the check before the first
-// failure is counted.
+// The table holds at most MaxAddresses entries, in a heap by the time
+// they expire: an entry is dropped once its failures expired, never
+// before (dropping one that has not would give its address a fresh
+// count, and anyone holding more addresses than the table, a /48 of
+// IPv6, could then guess without end by cycling through them). An address
+// the full table cannot take counts under shared, one entry for all of
+// them: a guesser who fills the table gets no more than MaxAddresses
+// entries' worth of failures, plus those of shared, per Window, and
+// memory stays bounded. The cost, under such a flood only, is that
+// addresses new to the table share one limit; addresses in the table and
+// operators signed in (login cookie) are not affected.
 //
 // golang.org/x/time/rate would fit a steady rate, not a delay that
 // doubles while failures go on; and the table of addresses, which must
@@ -121,86 +151,177 @@ func (l LoginThrottle) validate() []error {
 type throttle struct {
 	lim LoginThrottle
 	now func() time.Time // the clock, replaced by tests
+	// log reports the first address that had to count under shared since
+	// the table last had room (nil: not reported).
+	log func(addr string, addresses int)
 
-	mu  sync.Mutex
-	m   map[string]*list.Element // of *attempts, in lru
-	lru list.List                // least recently attempted first
+	mu       sync.Mutex
+	m        map[string]*attempts
+	byExpiry expiryHeap // the entries of m, soonest to expire first
+	shared   attempts   // of the addresses the full table cannot take
+	sharing  bool       // shared was taken since the table last had room
 }
 
-// attempts is what the throttle remembers of one address.
+// attempts is what the throttle remembers of one address (or of all the
+// addresses the full table cannot take: throttle.shared).
 type attempts struct {
 	addr     string
-	failures int       // attempts counted (successes are forgotten)
-	last     time.Time // when the last one began
+	failures int       // failed attempts (a success clears none)
+	inflight int       // attempts begun and not ended
+	last     time.Time // the last failure (before the first: when the entry was made)
 	until    time.Time // refused until then
 	lockFor  time.Duration
-	logged   bool // the current lock was reported by failed
+	index    int // in throttle.byExpiry; -1 when not in it
 }
 
 func newThrottle(lim LoginThrottle) *throttle {
-	return &throttle{lim: lim, now: time.Now, m: map[string]*list.Element{}}
+	t := &throttle{lim: lim, now: time.Now, m: map[string]*attempts{}}
+	t.byExpiry.window = lim.Window
+	t.shared.index = -1
+	return t
 }
 
-// expired reports whether a is to be forgotten at now: Window after its
-// last attempt or the end of its lock, whichever is later (so an address
-// cannot wait out a lock and find its failures forgotten).
-func (a *attempts) expired(now time.Time, window time.Duration) bool {
+// expiry is when a is to be forgotten: Window after its last failure or
+// the end of its lock, whichever is later (so an address cannot wait out
+// a lock and find its failures forgotten).
+func (a *attempts) expiry(window time.Duration) time.Time {
 	end := a.last
 	if a.until.After(end) {
 		end = a.until
 	}
-	return !now.Before(end.Add(window))
+	return end.Add(window)
 }
 
-// lookup returns addr's live entry, dropping an expired one. t.mu is held.
-func (t *throttle) lookup(addr string, now time.Time) (*list.Element, *attempts) {
-	e, ok := t.m[addr]
-	if !ok {
-		return nil, nil
+// expire forgets a's failures when they expired at now: a table entry
+// with no attempt in flight is dropped, any other keeps its attempts in
+// flight only. t.mu is held.
+func (t *throttle) expire(a *attempts, now time.Time) {
+	if now.Before(a.expiry(t.lim.Window)) {
+		return
 	}
-	a := e.Value.(*attempts)
-	if a.expired(now, t.lim.Window) {
-		t.remove(e)
-		return nil, nil
+	a.failures, a.last, a.until, a.lockFor = 0, now, time.Time{}, 0
+	switch {
+	case a == &t.shared:
+	case a.inflight == 0:
+		t.remove(a)
+	default:
+		heap.Fix(&t.byExpiry, a.index)
 	}
-	return e, a
 }
 
-func (t *throttle) remove(e *list.Element) {
-	delete(t.m, e.Value.(*attempts).addr)
-	t.lru.Remove(e)
+func (t *throttle) remove(a *attempts) {
+	delete(t.m, a.addr)
+	heap.Remove(&t.byExpiry, a.index)
 }
 
-// wait returns how long addr is still throttled (0: it is not).
+// lookup returns addr's live entry, or nil. t.mu is held.
+func (t *throttle) lookup(addr string, now time.Time) *attempts {
+	a := t.m[addr]
+	if a == nil {
+		return nil
+	}
+	t.expire(a, now)
+	if t.m[addr] != a {
+		return nil
+	}
+	return a
+}
+
+// room drops the entries that expired and reports whether the table can
+// take one more address. t.mu is held.
+func (t *throttle) room(now time.Time) bool {
+	for len(t.byExpiry.a) > 0 && !now.Before(t.byExpiry.a[0].expiry(t.lim.Window)) {
+		t.expire(t.byExpiry.a[0], now) // dropped, or moved on a Window
+	}
+	return len(t.m) < t.lim.MaxAddresses
+}
+
+// entry returns the entry the attempts of addr count under: its own,
+// made when the table has room, or else shared; first reports the first
+// time shared is taken since the table last had room. t.mu is held.
+func (t *throttle) entry(addr string, now time.Time) (a *attempts, first bool) {
+	if a := t.lookup(addr, now); a != nil {
+		return a, false
+	}
+	if t.room(now) {
+		t.sharing = false
+		a := &attempts{addr: addr, last: now}
+		t.m[addr] = a
+		heap.Push(&t.byExpiry, a)
+		return a, false
+	}
+	t.expire(&t.shared, now)
+	first = !t.sharing
+	t.sharing = true
+	return &t.shared, first
+}
+
+// wait returns how long addr is still throttled (0: it is not), for a
+// request that carries no credential: no entry is made for it.
 func (t *throttle) wait(addr string) time.Duration {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, a := t.lookup(addr, now); a != nil && a.until.After(now) {
+	a := t.lookup(addr, now)
+	if a == nil {
+		if t.room(now) {
+			return 0
+		}
+		a = &t.shared
+		t.expire(a, now)
+	}
+	if a.until.After(now) {
 		return a.until.Sub(now)
 	}
 	return 0
 }
 
-// begin starts an attempt of addr, counting it as a failure until
-// succeeded says otherwise: it returns 0, or how long addr is still
-// throttled, and then the attempt must not be checked. The attempt that
-// reaches Failures locks addr at once, so that none runs beside it.
-func (t *throttle) begin(addr string) time.Duration {
+// begin starts an attempt of addr. It returns the entry the attempt
+// counts under, to end it with succeeded or failed; or nil when addr is
+// throttled, and then the attempt must not be checked: for how long,
+// and whether by a lock (else by its attempts in flight, for a second).
+func (t *throttle) begin(addr string) (a *attempts, wait time.Duration, locked bool) {
+	now := t.now()
+	t.mu.Lock()
+	a, first := t.entry(addr, now)
+	switch {
+	case a.until.After(now):
+		a, wait, locked = nil, a.until.Sub(now), true
+	case a.inflight >= max(1, t.lim.Failures-a.failures):
+		// The attempts in flight might all fail: no more than the
+		// failures left before the lock (one at a time after it).
+		a, wait = nil, time.Second
+	default:
+		a.inflight++
+	}
+	n := len(t.m)
+	t.mu.Unlock()
+	if first && t.log != nil {
+		t.log(addr, n)
+	}
+	return a, wait, locked
+}
+
+// succeeded ends an attempt that succeeded: it clears no failure, and
+// the address is forgotten if it has none.
+func (t *throttle) succeeded(a *attempts) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	a.inflight--
+	if a != &t.shared && a.failures == 0 && a.inflight == 0 {
+		t.remove(a)
+	}
+}
+
+// failed ends an attempt that failed and counts it. When the failure
+// locks the entry it reports ok, with its failures and the lock's length
+// (every such failure starts a lock: no attempt runs beside one that may
+// reach it).
+func (t *throttle) failed(a *attempts) (failures int, lockFor time.Duration, ok bool) {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e, a := t.lookup(addr, now)
-	if a != nil && a.until.After(now) {
-		return a.until.Sub(now)
-	}
-	if a == nil {
-		t.prune(now)
-		a = &attempts{addr: addr}
-		t.m[addr] = t.lru.PushBack(a)
-	} else {
-		t.lru.MoveToBack(e)
-	}
+	a.inflight--
 	a.failures++
 	a.last = now
 	if a.failures >= t.lim.Failures {
@@ -210,61 +331,70 @@ func (t *throttle) begin(addr string) time.Duration {
 		}
 		a.lockFor = min(d, t.lim.MaxDelay)
 		a.until = now.Add(a.lockFor)
-		a.logged = false
+		ok = true
 	}
-	return 0
+	if a != &t.shared {
+		heap.Fix(&t.byExpiry, a.index)
+	}
+	return a.failures, a.lockFor, ok
 }
 
-// prune makes room for one more address: it drops expired ones from the
-// front (they are also dropped when looked up), then the least recently
-// attempted while the table is full. t.mu is held.
-func (t *throttle) prune(now time.Time) {
-	for e := t.lru.Front(); e != nil && (len(t.m) >= t.lim.MaxAddresses || e.Value.(*attempts).expired(now, t.lim.Window)); e = t.lru.Front() {
-		t.remove(e)
-	}
-}
-
-// succeeded forgets addr: its attempt succeeded.
-func (t *throttle) succeeded(addr string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if e, ok := t.m[addr]; ok {
-		t.remove(e)
-	}
-}
-
-// failed reports, once per lock, that addr's failed attempt left it
-// throttled: ok, with its failures and the lock's length.
-func (t *throttle) failed(addr string) (failures int, lockFor time.Duration, ok bool) {
-	now := t.now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, a := t.lookup(addr, now)
-	if a == nil || a.logged || !a.until.After(now) {
-		return 0, 0, false
-	}
-	a.logged = true
-	return a.failures, a.lockFor, true
-}
-
-// len returns the number of addresses remembered.
+// len returns the number of addresses remembered (shared not counted).
 func (t *throttle) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.m)
 }
 
+// expiryHeap orders entries by expiry, soonest first (container/heap).
+type expiryHeap struct {
+	a      []*attempts
+	window time.Duration
+}
+
+func (h *expiryHeap) Len() int { return len(h.a) }
+func (h *expiryHeap) Less(i, j int) bool {
+	return h.a[i].expiry(h.window).Before(h.a[j].expiry(h.window))
+}
+func (h *expiryHeap) Swap(i, j int) {
+	h.a[i], h.a[j] = h.a[j], h.a[i]
+	h.a[i].index, h.a[j].index = i, j
+}
+func (h *expiryHeap) Push(x any) {
+	a := x.(*attempts)
+	a.index = len(h.a)
+	h.a = append(h.a, a)
+}
+func (h *expiryHeap) Pop() any {
+	a := h.a[len(h.a)-1]
+	h.a[len(h.a)-1] = nil
+	h.a = h.a[:len(h.a)-1]
+	a.index = -1
+	return a
+}
+
+// unparsedAddr is the entry of every client whose RemoteAddr holds no IP
+// address: one entry, so that such a client can neither pick a fresh
+// entry per request nor make the table hold keys of its choosing.
+const unparsedAddr = "unparsed"
+
 // clientAddr returns the address failed sign-ins of r are counted under:
 // RemoteAddr's host, an IPv6 one as its /64 prefix (an IPv4-mapped one as
-// IPv4). Never a header: the client could set it.
+// IPv4), or unparsedAddr when it is no IP address (e.g. "@" on a Unix
+// socket, or a list of addresses a proxy header was copied from). Never a
+// header: the client could set it.
 func clientAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	ra := r.RemoteAddr
+	if len(ra) > 128 { // longer than any IP address and port
+		return unparsedAddr
+	}
+	host, _, err := net.SplitHostPort(ra)
 	if err != nil {
-		host = r.RemoteAddr // e.g. "@" on a Unix socket: all share one entry
+		host = strings.TrimSuffix(strings.TrimPrefix(ra, "["), "]") // an address without port
 	}
 	ip, err := netip.ParseAddr(host)
 	if err != nil {
-		return host
+		return unparsedAddr
 	}
 	ip = ip.Unmap().WithZone("")
 	if ip.Is6() {
@@ -274,29 +404,54 @@ func clientAddr(r *http.Request) string {
 	return ip.String()
 }
 
-// signInBegin starts a sign-in attempt from addr (see throttle.begin);
-// when addr is throttled it answers 429 and returns false.
-func (h *handler) signInBegin(w http.ResponseWriter, addr string) bool {
-	if d := h.throttle.begin(addr); d > 0 {
-		h.tooMany(w, d)
-		return false
+// signInAddr returns clientAddr(r), logging the first RemoteAddr that is
+// no IP address (cut short, quoted by the logger).
+func (h *handler) signInAddr(r *http.Request) string {
+	addr := clientAddr(r)
+	if addr == unparsedAddr && h.unparsedLogged.CompareAndSwap(false, true) {
+		ra := r.RemoteAddr
+		if len(ra) > 64 {
+			ra = ra[:64] + "..."
+		}
+		h.cfg.Logger.Warn("console: a client address is not an IP address: the failed sign-ins of all such clients are counted together (set http.Request.RemoteAddr to one IP address, or host:port)", "remote_addr", ra)
 	}
-	return true
+	return addr
 }
 
-// signInFailed ends a failed sign-in attempt from addr, logging when it
-// left addr throttled (never what was submitted).
-func (h *handler) signInFailed(addr string) {
-	if n, d, ok := h.throttle.failed(addr); ok {
+// signInBegin starts a sign-in attempt from addr (see throttle.begin);
+// when addr is throttled it answers 429 and returns nil.
+func (h *handler) signInBegin(w http.ResponseWriter, addr string) *attempts {
+	a, d, locked := h.throttle.begin(addr)
+	if a == nil {
+		h.tooMany(w, d, locked)
+	}
+	return a
+}
+
+// signInFailed ends a failed sign-in attempt from addr, counted under a,
+// logging when it left a throttled (never what was submitted).
+func (h *handler) signInFailed(a *attempts, addr string) {
+	n, d, ok := h.throttle.failed(a)
+	switch {
+	case !ok:
+	case a == &h.throttle.shared:
+		h.cfg.Logger.Warn("console: failed sign-ins: every address the full throttle table does not hold throttled", "remote", addr, "failures", n, "for", d.String())
+	default:
 		h.cfg.Logger.Warn("console: failed sign-ins: address throttled", "remote", addr, "failures", n, "for", d.String())
 	}
 }
 
 // tooMany answers 429 to a throttled address, without looking at any
-// credential it sent: a throttled attacker learns nothing.
-func (h *handler) tooMany(w http.ResponseWriter, d time.Duration) {
+// credential it sent: a throttled attacker learns nothing. locked: by a
+// lock (else by its attempts in flight).
+func (h *handler) tooMany(w http.ResponseWriter, d time.Duration, locked bool) {
 	secs := int64((d + time.Second - 1) / time.Second)
 	w.Header().Set("Retry-After", fmt.Sprint(secs))
+	if !locked {
+		h.failBare(w, http.StatusTooManyRequests, "Too many sign-ins at once",
+			"Sign-ins from your address failed before, and others from it are being checked right now: the console checks no more at once. Try again in a second.")
+		return
+	}
 	h.failBare(w, http.StatusTooManyRequests, "Too many failed sign-ins",
 		fmt.Sprintf("Sign-ins from your address failed too often: the console checks none from it for %s. Check the token (or user name and password), then try again.", time.Duration(secs)*time.Second))
 }

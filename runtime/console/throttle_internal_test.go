@@ -47,10 +47,11 @@ func testThrottle(set func(*LoginThrottle)) (*throttle, *fakeClock) {
 func fail(t *testing.T, th *throttle, addr string, n int) {
 	t.Helper()
 	for i := range n {
-		if d := th.begin(addr); d != 0 {
+		a, d, _ := th.begin(addr)
+		if a == nil {
 			t.Fatalf("%s: attempt %d refused for %s", addr, i+1, d)
 		}
-		th.failed(addr)
+		th.failed(a)
 	}
 }
 
@@ -61,32 +62,31 @@ func TestThrottleLocksAndDoubles(t *testing.T) {
 	th, clk := testThrottle(nil)
 	const a = "203.0.113.7"
 	for i := range DefaultLoginFailures - 1 {
-		if d := th.begin(a); d != 0 {
+		at, d, _ := th.begin(a)
+		if at == nil {
 			t.Fatalf("attempt %d refused for %s", i+1, d)
 		}
-		if _, _, ok := th.failed(a); ok {
+		if _, _, ok := th.failed(at); ok {
 			t.Fatalf("failure %d throttles", i+1)
 		}
 	}
 	if d := th.wait(a); d != 0 {
 		t.Fatalf("throttled after %d failures for %s", DefaultLoginFailures-1, d)
 	}
-	for _, want := range []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 15 * time.Minute, 15 * time.Minute} {
-		if d := th.begin(a); d != 0 {
+	for i, want := range []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 15 * time.Minute, 15 * time.Minute} {
+		at, d, _ := th.begin(a)
+		if at == nil {
 			t.Fatalf("attempt refused for %s before the lock of %s", d, want)
 		}
-		n, lock, ok := th.failed(a)
-		if !ok || lock != want {
-			t.Fatalf("failure %d: lock %s (reported %v), want %s", n, lock, ok, want)
+		n, lock, ok := th.failed(at)
+		if !ok || lock != want || n != DefaultLoginFailures+i {
+			t.Fatalf("failure %d: lock %s (reported %v), want %s after failure %d", n, lock, ok, want, DefaultLoginFailures+i)
 		}
-		if _, _, again := th.failed(a); again {
-			t.Error("one lock reported twice")
-		}
-		if d := th.begin(a); d != want {
-			t.Errorf("right after the lock: wait %s, want %s", d, want)
+		if at, d, locked := th.begin(a); at != nil || d != want || !locked {
+			t.Errorf("right after the lock: wait %s (locked %v), want %s", d, locked, want)
 		}
 		clk.advance(want - time.Second)
-		if d := th.begin(a); d != time.Second || th.wait(a) != time.Second {
+		if _, d, _ := th.begin(a); d != time.Second || th.wait(a) != time.Second {
 			t.Errorf("a second before the lock ends: wait %s, want 1s", d)
 		}
 		clk.advance(time.Second)
@@ -96,28 +96,34 @@ func TestThrottleLocksAndDoubles(t *testing.T) {
 	}
 }
 
-// TestThrottleSuccessResets: a success forgets the address's failures.
-func TestThrottleSuccessResets(t *testing.T) {
+// TestThrottleSuccessKeepsFailures: a success clears no failure (it may
+// not be the client that failed): the next failure locks the address;
+// and after a lock, a success does not give back the failures allowed
+// before it. An address that succeeds without failures is not kept.
+func TestThrottleSuccessKeepsFailures(t *testing.T) {
 	th, _ := testThrottle(nil)
 	const a = "203.0.113.7"
-	fail(t, th, a, DefaultLoginFailures-1)
-	if d := th.begin(a); d != 0 {
-		t.Fatalf("refused for %s", d)
+	for range 25 { // 4 guesses, then the operator signs in; again and again
+		for range DefaultLoginFailures - 1 {
+			if at, _, _ := th.begin(a); at != nil {
+				th.failed(at)
+			}
+		}
+		if at, _, _ := th.begin(a); at != nil {
+			th.succeeded(at)
+		}
 	}
-	th.succeeded(a)
-	if th.len() != 0 {
-		t.Errorf("a success left %d addresses", th.len())
+	if d := th.wait(a); d != DefaultLoginDelay {
+		t.Errorf("4 failures, a success and 4 more: throttled for %s, want %s", d, DefaultLoginDelay)
 	}
-	fail(t, th, a, DefaultLoginFailures-1)
-	if d := th.wait(a); d != 0 {
-		t.Errorf("throttled for %s: the success did not reset the failures", d)
+	if th.m[a].failures != DefaultLoginFailures {
+		t.Errorf("%d failures counted, want %d", th.m[a].failures, DefaultLoginFailures)
 	}
-	// A success forgets a lock too (the attempt that reached it was let
-	// through and succeeded).
-	fail(t, th, a, 1)
-	th.succeeded(a)
-	if d := th.wait(a); d != 0 {
-		t.Errorf("throttled for %s after a success", d)
+	// A success alone leaves nothing behind.
+	at, _, _ := th.begin("192.0.2.1")
+	th.succeeded(at)
+	if th.len() != 1 {
+		t.Errorf("%d addresses remembered after a success without failures, want 1", th.len())
 	}
 }
 
@@ -126,10 +132,10 @@ func TestThrottleSuccessResets(t *testing.T) {
 func TestThrottleAddressesApart(t *testing.T) {
 	th, _ := testThrottle(nil)
 	fail(t, th, "203.0.113.7", DefaultLoginFailures)
-	if th.begin("203.0.113.7") == 0 {
+	if at, _, _ := th.begin("203.0.113.7"); at != nil {
 		t.Fatal("not throttled")
 	}
-	if d := th.begin("203.0.113.8"); d != 0 {
+	if at, d, _ := th.begin("203.0.113.8"); at == nil {
 		t.Errorf("another address throttled for %s", d)
 	}
 }
@@ -141,20 +147,87 @@ func TestThrottleConcurrentAttempts(t *testing.T) {
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex
-		allowed int
+		allowed []*attempts
 	)
 	for range 50 {
 		wg.Go(func() {
-			if th.begin("203.0.113.7") == 0 {
+			if a, _, _ := th.begin("203.0.113.7"); a != nil {
 				mu.Lock()
-				allowed++
+				allowed = append(allowed, a)
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	if allowed != DefaultLoginFailures {
-		t.Errorf("%d concurrent attempts let through, want %d", allowed, DefaultLoginFailures)
+	if len(allowed) != DefaultLoginFailures {
+		t.Errorf("%d concurrent attempts let through, want %d", len(allowed), DefaultLoginFailures)
+	}
+	// They all fail, concurrently: one lock, reported once.
+	var locks int
+	for _, a := range allowed {
+		wg.Go(func() {
+			if _, _, ok := th.failed(a); ok {
+				mu.Lock()
+				locks++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if d := th.wait("203.0.113.7"); locks != 1 || d != DefaultLoginDelay {
+		t.Errorf("%d locks reported, throttled for %s; want 1, %s", locks, d, DefaultLoginDelay)
+	}
+}
+
+// TestThrottleConcurrentSuccesses: attempts in flight are not failures:
+// as many concurrent right ones as Failures lock nothing; one more while
+// they run is refused for a second, without a lock. After failures, only
+// the failures left run at once; after a lock, one at a time.
+func TestThrottleConcurrentSuccesses(t *testing.T) {
+	th, _ := testThrottle(nil)
+	const a = "203.0.113.7"
+	var inFlight []*attempts
+	for i := range DefaultLoginFailures {
+		at, d, _ := th.begin(a)
+		if at == nil {
+			t.Fatalf("attempt %d of %d in flight refused for %s", i+1, DefaultLoginFailures, d)
+		}
+		inFlight = append(inFlight, at)
+	}
+	if at, d, locked := th.begin(a); at != nil || d != time.Second || locked {
+		t.Errorf("one more attempt in flight: let through %v, wait %s, locked %v; want refused for 1s, unlocked", at != nil, d, locked)
+	}
+	for _, at := range inFlight {
+		th.succeeded(at)
+	}
+	if d := th.wait(a); d != 0 || th.len() != 0 {
+		t.Fatalf("%d right attempts at once: throttled for %s, %d addresses remembered", DefaultLoginFailures, d, th.len())
+	}
+	// 3 failures leave 2 at once.
+	fail(t, th, a, 3)
+	a1, _, _ := th.begin(a)
+	a2, _, _ := th.begin(a)
+	if a1 == nil || a2 == nil {
+		t.Fatal("2 attempts at once refused after 3 failures")
+	}
+	if at, _, _ := th.begin(a); at != nil {
+		t.Error("a 3rd attempt at once let through after 3 failures")
+	}
+	th.succeeded(a1)
+	th.failed(a2)
+	// After a lock: one at a time.
+	fail(t, th, a, 1)
+	th.now = func() time.Time { return newFakeClock().t.Add(time.Hour) }
+	first, _, _ := th.begin(a)
+	if first == nil {
+		t.Fatal("refused after the lock")
+	}
+	if at, d, locked := th.begin(a); at != nil || d != time.Second || locked {
+		t.Errorf("a second attempt at once after a lock: let through %v, wait %s, locked %v", at != nil, d, locked)
+	}
+	th.succeeded(first)
+	if at, _, _ := th.begin(a); at == nil {
+		t.Error("refused after the attempt in flight ended")
 	}
 }
 
@@ -186,41 +259,129 @@ func TestThrottleExpiry(t *testing.T) {
 	if d := th.wait(a); d != 2*DefaultLoginDelay {
 		t.Errorf("a failure within the window after a lock: throttled for %s, want %s", d, 2*DefaultLoginDelay)
 	}
+	// Successes do not keep failures from expiring.
+	clk.advance(2*DefaultLoginDelay + DefaultLoginWindow/2)
+	at, _, _ := th.begin(a)
+	th.succeeded(at)
+	clk.advance(DefaultLoginWindow / 2)
+	if th.wait(a) != 0 || th.len() != 0 {
+		t.Errorf("a success kept the failures: %d addresses remembered", th.len())
+	}
+	// An attempt in flight when the failures expire keeps its place.
+	fail(t, th, a, DefaultLoginFailures-1)
+	at, _, _ = th.begin(a)
+	clk.advance(DefaultLoginWindow)
+	if th.wait(a) != 0 || th.len() != 1 {
+		t.Fatalf("expired failures with an attempt in flight: wait %s, %d addresses", th.wait(a), th.len())
+	}
+	th.succeeded(at)
+	if th.len() != 0 {
+		t.Errorf("%d addresses remembered after the attempt ended, want 0", th.len())
+	}
+}
+
+// TestThrottleFullTable: a full table forgets no address whose failures
+// have not expired, locked or not: addresses it does not hold share one
+// entry, as one address would, until one expires (and the first of them
+// is reported); addresses it holds are not affected.
+func TestThrottleFullTable(t *testing.T) {
+	th, clk := testThrottle(func(l *LoginThrottle) { l.MaxAddresses = 100 })
+	var logged []string
+	th.log = func(addr string, n int) { logged = append(logged, fmt.Sprint(addr, " ", n)) }
+	const locked = "2001:db8:0:ffff::/64"
+	fail(t, th, locked, DefaultLoginFailures)
+	clk.advance(time.Second)
+	for i := range 99 {
+		fail(t, th, fmt.Sprintf("2001:db8:0:%x::/64", i), 1)
+	}
+	if th.len() != 100 {
+		t.Fatalf("%d addresses remembered, want 100", th.len())
+	}
+	// 1,000 more addresses, 4 guesses each: the first 5 get through, as
+	// from one address, then all are refused.
+	var checked, refused int
+	for i := range 1000 {
+		for range DefaultLoginFailures - 1 {
+			addr := fmt.Sprintf("2001:db8:1:%x::/64", i)
+			if a, d, isLock := th.begin(addr); a != nil {
+				checked++
+				th.failed(a)
+			} else if d == DefaultLoginDelay && isLock {
+				refused++
+			}
+		}
+	}
+	if checked != DefaultLoginFailures || refused != 4000-DefaultLoginFailures || th.len() != 100 {
+		t.Errorf("addresses the table does not hold: %d guesses checked, %d refused for 1m, %d remembered; want %d, the rest, 100",
+			checked, refused, th.len(), DefaultLoginFailures)
+	}
+	if len(logged) != 1 || logged[0] != "2001:db8:1:0::/64 100" {
+		t.Errorf("reported %q, want the first address the table could not take, once", logged)
+	}
+	if d := th.wait("192.0.2.1"); d != DefaultLoginDelay {
+		t.Errorf("an address new to the full table, without credentials: wait %s, want %s", d, DefaultLoginDelay)
+	}
+	// The lock is still on; the addresses held are not affected.
+	if d := th.wait(locked); d != DefaultLoginDelay-time.Second {
+		t.Errorf("the lock was forgotten: wait %s", d)
+	}
+	if a, d, _ := th.begin("2001:db8:0:0::/64"); a == nil {
+		t.Errorf("an address the table holds refused for %s", d)
+	} else {
+		th.succeeded(a)
+	}
+	// A success of an address new to the full table counts under the
+	// shared entry, and clears nothing either.
+	clk.advance(DefaultLoginDelay)
+	a, _, _ := th.begin("192.0.2.2")
+	if a != &th.shared {
+		t.Fatal("not counted under the shared entry")
+	}
+	th.succeeded(a)
+	if th.shared.failures != DefaultLoginFailures || th.shared.inflight != 0 || th.len() != 100 {
+		t.Errorf("shared entry after a success: %d failures, %d in flight, %d remembered", th.shared.failures, th.shared.inflight, th.len())
+	}
+	// Once failures expire, they make room, and the next full table is
+	// reported again.
+	clk.advance(DefaultLoginWindow)
+	fail(t, th, "192.0.2.3", 1)
+	if th.len() != 1 || th.m["192.0.2.3"] == nil {
+		t.Errorf("%d addresses remembered after they expired, want the new one only", th.len())
+	}
+	for i := range 100 {
+		fail(t, th, fmt.Sprintf("10.0.0.%d", i), 1)
+	}
+	if len(logged) != 2 {
+		t.Errorf("reported %q, want a second report", logged)
+	}
 }
 
 // TestThrottleBounded: a flood of addresses leaves at most MaxAddresses
-// remembered, the most recent ones; expired ones make room first.
+// remembered, the oldest ones, whose failures have not expired.
 func TestThrottleBounded(t *testing.T) {
 	th, clk := testThrottle(nil)
 	for i := range 3 * DefaultLoginAddresses {
-		fail(t, th, fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), 1)
+		if a, _, _ := th.begin(fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)); a != nil {
+			th.failed(a)
+		}
 		if th.len() > DefaultLoginAddresses {
 			t.Fatalf("%d addresses remembered, want at most %d", th.len(), DefaultLoginAddresses)
 		}
 	}
-	if th.len() != DefaultLoginAddresses {
-		t.Errorf("%d addresses remembered, want %d", th.len(), DefaultLoginAddresses)
-	}
-	// The newest is still counted, the oldest forgotten.
-	last := 3*DefaultLoginAddresses - 1
-	newest := fmt.Sprintf("10.%d.%d.%d", last>>16&255, last>>8&255, last&255)
-	fail(t, th, newest, DefaultLoginFailures-1)
-	if th.wait(newest) == 0 {
-		t.Error("the newest address's failures were forgotten")
-	}
-	if _, ok := th.m["10.0.0.0"]; ok {
-		t.Error("the oldest address is still remembered")
+	if th.len() != DefaultLoginAddresses || th.m["10.0.0.0"] == nil || len(th.byExpiry.a) != DefaultLoginAddresses {
+		t.Errorf("%d addresses remembered (the oldest: %v), want %d", th.len(), th.m["10.0.0.0"] != nil, DefaultLoginAddresses)
 	}
 	// Once they expire, a new address sweeps them out.
 	clk.advance(DefaultLoginWindow + DefaultLoginMaxDelay)
 	fail(t, th, "192.0.2.1", 1)
-	if th.len() != 1 {
+	if th.len() != 1 || len(th.byExpiry.a) != 1 {
 		t.Errorf("%d addresses remembered after they expired, want 1", th.len())
 	}
 }
 
 // TestClientAddr: failures count under RemoteAddr's host, IPv6 under its
-// /64, never under a header the client sets.
+// /64, never under a header the client sets; a RemoteAddr that holds no IP
+// address under one fixed key, never under a string the client chose.
 func TestClientAddr(t *testing.T) {
 	for remote, want := range map[string]string{
 		"203.0.113.7:1234":           "203.0.113.7",
@@ -229,8 +390,15 @@ func TestClientAddr(t *testing.T) {
 		"[::ffff:203.0.113.7]:1":     "203.0.113.7",
 		"[fe80::1%eth0]:80":          "fe80::/64",
 		"[::1]:8080":                 "::/64",
-		"@":                          "@",
-		"":                           "",
+		"203.0.113.7":                "203.0.113.7",
+		"[2001:db8::1]":              "2001:db8::/64",
+		"[fe80::1%" + strings.Repeat("z", 1<<20) + "]:1": unparsedAddr,
+		"@":                             unparsedAddr,
+		"":                              unparsedAddr,
+		"203.0.113.7, 198.51.100.1":     unparsedAddr,
+		"203.0.113.7:1, 198.51.100.1:2": unparsedAddr,
+		"unparsed:1":                    unparsedAddr,
+		strings.Repeat("x", 1<<20):      unparsedAddr,
 	} {
 		r, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1/", nil)
 		r.RemoteAddr = remote
@@ -238,7 +406,7 @@ func TestClientAddr(t *testing.T) {
 		r.Header.Set("X-Real-IP", "198.51.100.2")
 		r.Header.Set("Forwarded", "for=198.51.100.3")
 		if got := clientAddr(r); got != want {
-			t.Errorf("clientAddr(%q) = %q, want %q", remote, got, want)
+			t.Errorf("clientAddr(%.40q) = %.40q, want %q", remote, got, want)
 		}
 	}
 }
@@ -283,5 +451,37 @@ func TestLoginThrottleValidate(t *testing.T) {
 		if len(got) != 1 || !strings.Contains(got[0], tc.want) {
 			t.Errorf("%+v: %q, want one error containing %q", tc.l, got, tc.want)
 		}
+	}
+}
+
+// TestLoginMAC: the login cookie is an HMAC of the credential, so that
+// other credentials (a changed password, user name or token) under the
+// same secret do not take the cookies set for the old ones.
+func TestLoginMAC(t *testing.T) {
+	h := &handler{secret: []byte("0123456789abcdef0123456789abcdef")}
+	macs := map[string]string{}
+	for name, cfg := range map[string]Config{
+		"basic":           {BasicAuthUser: "ops", BasicAuthPassword: "pa55word-0123456789"},
+		"other password":  {BasicAuthUser: "ops", BasicAuthPassword: "pa55word-0123456780"},
+		"other user":      {BasicAuthUser: "op", BasicAuthPassword: "pa55word-0123456789"},
+		"split elsewhere": {BasicAuthUser: "ops:pa55word", BasicAuthPassword: "-0123456789"},
+		"token":           {Token: "ops:pa55word-0123456789"},
+		"other token":     {Token: "ops:pa55word-0123456780"},
+	} {
+		h.cfg = cfg
+		m := h.loginMAC()
+		for other, om := range macs {
+			if m == om {
+				t.Errorf("%s and %s: the same login cookie", name, other)
+			}
+		}
+		macs[name] = m
+		if h.loginMAC() != m {
+			t.Errorf("%s: the login cookie changes", name)
+		}
+	}
+	h.cfg = Config{}
+	if h.loginMAC() != "" {
+		t.Error("a login cookie without authentication")
 	}
 }
