@@ -11,13 +11,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
-	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
@@ -58,21 +54,10 @@ func (s *scriptStore) Commit(context.Context, struct{}) error {
 // outcomes counted, by outcome and by "infrastructure/<error_class>".
 func scriptRun(t *testing.T, s *scriptStore, handlerErrs ...error) (succeeded, calls int64, poisoned string, counted map[string]int64) {
 	t.Helper()
-	logger := watermill.NopLogger{}
-	ps := gochannel.NewGoChannel(gochannel.Config{}, logger)
-	defer ps.Close()
-	poison, err := ps.Subscribe(t.Context(), "poison")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := message.NewRouter(message.RouterConfig{}, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reader := sdkmetric.NewManualReader()
+	h := NewHarness(t)
+	defer h.Close()
 	var mu sync.Mutex
 	var ok, n atomic.Int64
-	done := make(chan struct{}, 1)
 	route := On("X", "in", func([]byte, int) (int, error) { return 1, nil }, func(context.Context, struct{}, int, outbox.Meta) error {
 		n.Add(1)
 		mu.Lock()
@@ -85,66 +70,22 @@ func scriptRun(t *testing.T, s *scriptStore, handlerErrs ...error) (succeeded, c
 		ok.Add(1)
 		return nil
 	})
-	if err := RegisterStore(r, ps, s, Consumer[struct{}]{Name: "c", Routes: []Route[struct{}]{route}}, Config{
-		Dialect: dialect.Postgres, InboxTable: "outbox_inbox",
-		PoisonPublisher: ps, PoisonTopic: "poison", MaxAttempts: 1,
-		RetryInitialInterval: time.Millisecond, RetryMaxInterval: 2 * time.Millisecond,
-		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), TracerProvider: tracenoop.NewTracerProvider(),
-	}); err != nil {
+	cfg := h.Config(dialect.Postgres)
+	cfg.RetryMaxInterval = 2 * time.Millisecond
+	cfg.TracerProvider = tracenoop.NewTracerProvider()
+	if err := RegisterStore(h.Router, h.PubSub, s, Consumer[struct{}]{Name: "c", Routes: []Route[struct{}]{route}}, cfg); err != nil {
 		t.Fatal(err)
 	}
-	r.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
-		return func(msg *message.Message) ([]*message.Message, error) {
-			out, err := h(msg)
-			done <- struct{}{}
-			return out, err
-		}
-	})
-	stopped := make(chan struct{})
-	go func() { defer close(stopped); _ = r.Run(context.Background()) }()
-	defer func() { r.Close(); <-stopped }()
-	<-r.Running()
-	msg := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
-	msg.Metadata.Set(outbox.MetadataType, "X")
-	msg.Metadata.Set(outbox.MetadataVersion, "1")
-	if err := ps.Publish("in", msg); err != nil {
-		t.Fatal(err)
-	}
+	finished := h.Finished()
+	h.Run()
+	h.PublishX("in")
 	select {
-	case <-done:
+	case <-finished:
 	case <-time.After(time.Minute):
 		t.Fatal("the delivery did not end")
 	}
-	select {
-	case p := <-poison:
-		p.Ack()
-		poisoned = p.Metadata.Get(middleware.ReasonForPoisonedKey)
-	case <-time.After(50 * time.Millisecond):
-	}
-	return ok.Load(), n.Load(), poisoned, countedOutcomes(t, reader)
-}
-
-func countedOutcomes(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == MetricDeliveries {
-				for _, dp := range sum.DataPoints {
-					o, _ := dp.Attributes.Value("outcome")
-					out[o.AsString()] += dp.Value
-					if c, ok := dp.Attributes.Value("error_class"); ok {
-						out[o.AsString()+"/"+c.AsString()] += dp.Value
-					}
-				}
-			}
-		}
-	}
-	return out
+	poisoned, _ = h.PoisonedWithin(50 * time.Millisecond)
+	return ok.Load(), n.Load(), poisoned, h.Outcomes()
 }
 
 // A deadlock or serialization failure, in the handler's statements or at
@@ -265,9 +206,7 @@ func TestCancelledStatementIsNacked(t *testing.T) {
 			logger := watermill.NewCaptureLogger()
 			h := &handler[struct{}]{name: "c", store: &scriptStore{}, q: q, routes: map[string]Route[struct{}]{"X": rt}, in: in,
 				dups: &dupRecorder{table: q.DuplicateTable()}, backoff: time.Millisecond, maxBackoff: time.Millisecond, logger: logger}
-			msg := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
-			msg.Metadata.Set(outbox.MetadataType, "X")
-			msg.Metadata.Set(outbox.MetadataVersion, "1")
+			msg := NewXMessage(watermill.NewUUID())
 			msg.SetContext(ctx)
 			err = h.handle(msg)
 			if err == nil || !errors.Is(err, context.Canceled) || !isInfrastructure(err) || !errors.Is(err, fail) {

@@ -86,10 +86,8 @@ func startDupConsumer(t *testing.T, db *sql.DB, d dialect.Dialect) *dupConsumer 
 	}
 	dc.deliver = func(t *testing.T, eventID, key string) {
 		t.Helper()
-		m := message.NewMessage(eventID, []byte(`{}`))
-		m.Metadata.Set(outbox.MetadataType, "X")
+		m := inbox.NewXMessage(eventID)
 		m.Metadata.Set(outbox.MetadataKey, key)
-		m.Metadata.Set(outbox.MetadataVersion, "1")
 		if err := ps.Publish("in", m); err != nil {
 			t.Fatal(err)
 		}

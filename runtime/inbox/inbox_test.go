@@ -24,38 +24,22 @@ import (
 // its middlewares added in the given order, publishes one message and
 // returns how often the handler ran before the message reached "poison".
 func runRouter(t *testing.T, order func(r *message.Router, poison, retry message.HandlerMiddleware)) int64 {
-	logger := watermill.NopLogger{}
-	ps := gochannel.NewGoChannel(gochannel.Config{}, logger)
-	defer ps.Close()
-	poisoned, err := ps.Subscribe(t.Context(), "poison")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := message.NewRouter(message.RouterConfig{}, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	poison, err := middleware.PoisonQueue(ps, "poison")
+	h := NewHarness(t)
+	defer h.Close()
+	poison, err := middleware.PoisonQueue(h.PubSub, harnessPoisonTopic)
 	if err != nil {
 		t.Fatal(err)
 	}
 	retry := middleware.Retry{MaxRetries: 2, InitialInterval: time.Millisecond, MaxInterval: time.Millisecond, Multiplier: 1}.Middleware
 	var calls atomic.Int64
-	r.AddConsumerHandler("h", "in", ps, func(*message.Message) error {
+	h.Router.AddConsumerHandler("h", "in", h.PubSub, func(*message.Message) error {
 		calls.Add(1)
 		return errors.New("always fails")
 	})
-	order(r, poison, retry)
-	go func() { _ = r.Run(context.Background()) }()
-	defer r.Close()
-	<-r.Running()
-	if err := ps.Publish("in", message.NewMessage(watermill.NewUUID(), nil)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case m := <-poisoned:
-		m.Ack()
-	case <-time.After(time.Minute):
+	order(h.Router, poison, retry)
+	h.Run()
+	h.Publish("in", message.NewMessage(watermill.NewUUID(), nil))
+	if _, ok := h.PoisonedWithin(time.Minute); !ok {
 		t.Fatal("nothing poisoned")
 	}
 	return calls.Load()

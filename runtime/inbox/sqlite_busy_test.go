@@ -7,12 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
-	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	_ "modernc.org/sqlite"
 
 	"github.com/outboxgen/outboxgen/internal/testdb"
@@ -52,18 +46,8 @@ func TestSQLiteBusyIsNotCountedTowardMaxAttempts(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	logger := watermill.NopLogger{}
-	ps := gochannel.NewGoChannel(gochannel.Config{}, logger)
-	defer ps.Close()
-	poisoned, err := ps.Subscribe(ctx, "poison")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := message.NewRouter(message.RouterConfig{}, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reader := sdkmetric.NewManualReader()
+	h := inbox.NewHarness(t)
+	defer h.Close()
 	handled := make(chan string, 1)
 	type event struct{}
 	c := inbox.Consumer[*sql.Tx]{Name: "c", Routes: []inbox.Route[*sql.Tx]{
@@ -73,39 +57,22 @@ func TestSQLiteBusyIsNotCountedTowardMaxAttempts(t *testing.T) {
 				return nil
 			}),
 	}}
-	if err := inbox.Register(r, ps, db, c, inbox.Config{InboxTable: "outbox_inbox",
-		Dialect:              dialect.SQLite,
-		PoisonPublisher:      ps,
-		PoisonTopic:          "poison",
-		MaxAttempts:          1,
-		RetryInitialInterval: time.Millisecond,
-		RetryMaxInterval:     5 * time.Millisecond,
-		MeterProvider:        sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
-	}); err != nil {
+	if err := inbox.Register(h.Router, h.PubSub, db, c, h.Config(dialect.SQLite)); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = r.Run(context.Background()) }()
-	defer func() { r.Close(); <-done }()
-	<-r.Running()
+	h.Run()
 
-	msg := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
-	msg.Metadata.Set(outbox.MetadataType, "X")
-	msg.Metadata.Set(outbox.MetadataVersion, "1")
-	if err := ps.Publish("in", msg); err != nil {
-		t.Fatal(err)
-	}
+	msg := h.PublishX("in")
 
 	// Wait until the delivery has hit the lock several times (more than
 	// MaxAttempts), failing at once if it is poisoned instead.
 	timeout := time.After(2 * time.Minute)
-	for outcomes(t, reader)[inbox.OutcomeBusy] < 3 {
+	for h.Outcomes()[inbox.OutcomeBusy] < 3 {
 		select {
-		case p := <-poisoned:
-			p.Ack()
-			t.Fatalf("a valid message was poisoned while the database was locked: %s", p.Metadata.Get(middleware.ReasonForPoisonedKey))
+		case p := <-h.Poisoned:
+			t.Fatalf("a valid message was poisoned while the database was locked: %s", inbox.AckPoisoned(p))
 		case <-timeout:
-			t.Fatalf("outcomes %v: the delivery did not retry the locked database", outcomes(t, reader))
+			t.Fatalf("outcomes %v: the delivery did not retry the locked database", h.Outcomes())
 		case <-time.After(time.Millisecond):
 		}
 	}
@@ -117,9 +84,8 @@ func TestSQLiteBusyIsNotCountedTowardMaxAttempts(t *testing.T) {
 		if id != msg.UUID {
 			t.Errorf("handled %s, want %s", id, msg.UUID)
 		}
-	case p := <-poisoned:
-		p.Ack()
-		t.Fatalf("poisoned: %s", p.Metadata.Get(middleware.ReasonForPoisonedKey))
+	case p := <-h.Poisoned:
+		t.Fatalf("poisoned: %s", inbox.AckPoisoned(p))
 	case <-timeout:
 		t.Fatal("the delivery did not go through once the lock was released")
 	}
@@ -136,29 +102,8 @@ func TestSQLiteBusyIsNotCountedTowardMaxAttempts(t *testing.T) {
 		default:
 		}
 	}
-	o := outcomes(t, reader)
+	o := h.Outcomes()
 	if o[inbox.OutcomeFailed] != 0 || o[inbox.OutcomePermanent] != 0 || o[inbox.OutcomeBusy] < 3 {
 		t.Errorf("outcomes %v, want busy attempts only, no failed or permanent one", o)
 	}
-}
-
-// outcomes sums outboxgen.inbox.deliveries by outcome.
-func outcomes(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "outboxgen.inbox.deliveries" {
-				for _, dp := range sum.DataPoints {
-					v, _ := dp.Attributes.Value("outcome")
-					out[v.AsString()] += dp.Value
-				}
-			}
-		}
-	}
-	return out
 }
