@@ -5,11 +5,8 @@ package pgxdriver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
@@ -51,12 +48,12 @@ func (x *Driver) DeleteSent(ctx context.Context, olderThan time.Duration, limit 
 	if limit < 1 {
 		return 0, fmt.Errorf("pgxdriver: delete sent: limit is %d: use at least 1", limit)
 	}
-	bound, ok, err := x.sentBound(ctx, q, olderThan)
+	bound, ok, err := x.SentBound(ctx, olderThan)
 	if err != nil || !ok {
-		return 0, wrapErr("pgxdriver: delete sent: bound", err)
+		return 0, err
 	}
 	query, args := q.DeleteSent(olderThan, bound, limit)
-	return x.opsExec(ctx, "delete sent", query, args)
+	return x.JanitorExec(ctx, "delete sent", query, args)
 }
 
 // ArchiveSent moves at most limit sent rows whose sent_at is older than
@@ -74,15 +71,15 @@ func (x *Driver) ArchiveSent(ctx context.Context, archive string, olderThan time
 	if err := q.CheckArchive(archive); err != nil {
 		return 0, fmt.Errorf("pgxdriver: archive sent: %w", err)
 	}
-	bound, ok, err := x.sentBound(ctx, q, olderThan)
+	bound, ok, err := x.SentBound(ctx, olderThan)
 	if err != nil || !ok {
-		return 0, wrapErr("pgxdriver: archive sent: bound", err)
+		return 0, err
 	}
 	query, args, err := q.ArchiveMove(archive, olderThan, bound, limit)
 	if err != nil {
 		return 0, fmt.Errorf("pgxdriver: archive sent: %w", err)
 	}
-	return x.opsExec(ctx, "archive sent", query, args)
+	return x.JanitorExec(ctx, "archive sent", query, args)
 }
 
 // DeleteInbox deletes at most limit inbox rows processed longer ago than
@@ -96,39 +93,5 @@ func (x *Driver) DeleteInbox(ctx context.Context, olderThan time.Duration, limit
 		return 0, fmt.Errorf("pgxdriver: delete inbox: limit is %d: use at least 1", limit)
 	}
 	query, args := q.DeleteInbox(olderThan, limit)
-	return x.opsExec(ctx, "delete inbox", query, args)
-}
-
-func (x *Driver) opsExec(ctx context.Context, what, query string, args []any) (int64, error) {
-	tag, err := x.pool.Exec(ctx, query, args...)
-	if err != nil {
-		return 0, fmt.Errorf("pgxdriver: %s: %w", what, err)
-	}
-	return tag.RowsAffected(), nil
-}
-
-// sentBound runs dialect.SentBound: the last id DeleteSent and
-// ArchiveSent may read.
-func (x *Driver) sentBound(ctx context.Context, q *dialect.OpsQueries, olderThan time.Duration) (int64, bool, error) {
-	return dialect.SentBound(func() (lo, hi int64, err error) {
-		query, args := q.IDRange()
-		err = x.pool.QueryRow(ctx, query, args...).Scan(&lo, &hi)
-		return lo, hi, err
-	}, func(from int64) (id int64, old, found bool, err error) {
-		query, args := q.BoundProbe(olderThan, from)
-		var o int
-		err = x.pool.QueryRow(ctx, query, args...).Scan(&id, &o)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return 0, false, false, nil
-		}
-		return id, o == 1, err == nil, err
-	})
-}
-
-// wrapErr wraps err with what, or returns nil.
-func wrapErr(what string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("%s: %w", what, err)
+	return x.JanitorExec(ctx, "delete inbox", query, args)
 }

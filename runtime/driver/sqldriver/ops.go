@@ -6,7 +6,6 @@ package sqldriver
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -50,12 +49,12 @@ func (x *Driver) DeleteSent(ctx context.Context, olderThan time.Duration, limit 
 	if limit < 1 {
 		return 0, fmt.Errorf("sqldriver: delete sent: limit is %d: use at least 1", limit)
 	}
-	bound, ok, err := x.sentBound(ctx, q, olderThan)
+	bound, ok, err := x.SentBound(ctx, olderThan)
 	if err != nil || !ok {
-		return 0, wrapErr("sqldriver: delete sent: bound", err)
+		return 0, err
 	}
 	query, args := q.DeleteSent(olderThan, bound, limit)
-	return x.opsExec(ctx, "delete sent", query, args)
+	return x.JanitorExec(ctx, "delete sent", query, args)
 }
 
 // DeleteInbox deletes at most limit inbox rows processed longer ago than
@@ -69,74 +68,7 @@ func (x *Driver) DeleteInbox(ctx context.Context, olderThan time.Duration, limit
 		return 0, fmt.Errorf("sqldriver: delete inbox: limit is %d: use at least 1", limit)
 	}
 	query, args := q.DeleteInbox(olderThan, limit)
-	return x.opsExec(ctx, "delete inbox", query, args)
-}
-
-// opsExec runs a janitor's statement. On MySQL it runs in a READ
-// COMMITTED transaction: at the server's default (REPEATABLE READ) a
-// DELETE ... ORDER BY LIMIT takes next-key locks on every row it reads,
-// and the gap after the newest row blocks every insert of a pending row
-// (the service's own transactions) and the relay's marking until it
-// commits.
-func (x *Driver) opsExec(ctx context.Context, what, query string, args []any) (int64, error) {
-	if x.d != dialect.MySQL {
-		res, err := x.db.ExecContext(ctx, query, args...)
-		if err != nil {
-			return 0, fmt.Errorf("sqldriver: %s: %w", what, err)
-		}
-		return rowsAffected(what, res)
-	}
-	tx, err := x.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return 0, fmt.Errorf("sqldriver: %s: begin: %w", what, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	res, err := tx.ExecContext(ctx, query, args...)
-	if err != nil {
-		return 0, fmt.Errorf("sqldriver: %s: %w", what, err)
-	}
-	n, err := rowsAffected(what, res)
-	if err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("sqldriver: %s: commit: %w", what, err)
-	}
-	return n, nil
-}
-
-func rowsAffected(what string, res sql.Result) (int64, error) {
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("sqldriver: %s: rows affected: %w", what, err)
-	}
-	return n, nil
-}
-
-// sentBound runs dialect.SentBound: the last id DeleteSent and
-// ArchiveSent may read.
-func (x *Driver) sentBound(ctx context.Context, q *dialect.OpsQueries, olderThan time.Duration) (int64, bool, error) {
-	return dialect.SentBound(func() (lo, hi int64, err error) {
-		query, args := q.IDRange()
-		err = x.db.QueryRowContext(ctx, query, args...).Scan(&lo, &hi)
-		return lo, hi, err
-	}, func(from int64) (id int64, old, found bool, err error) {
-		query, args := q.BoundProbe(olderThan, from)
-		var o int
-		err = x.db.QueryRowContext(ctx, query, args...).Scan(&id, &o)
-		if errors.Is(err, sql.ErrNoRows) {
-			return 0, false, false, nil
-		}
-		return id, o == 1, err == nil, err
-	})
-}
-
-// wrapErr wraps err with what, or returns nil.
-func wrapErr(what string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("%s: %w", what, err)
+	return x.JanitorExec(ctx, "delete inbox", query, args)
 }
 
 // ArchiveSent moves at most limit sent rows whose sent_at is older than
@@ -154,16 +86,16 @@ func (x *Driver) ArchiveSent(ctx context.Context, archive string, olderThan time
 	if err := q.CheckArchive(archive); err != nil {
 		return 0, fmt.Errorf("sqldriver: archive sent: %w", err)
 	}
-	bound, ok, err := x.sentBound(ctx, q, olderThan)
+	bound, ok, err := x.SentBound(ctx, olderThan)
 	if err != nil || !ok {
-		return 0, wrapErr("sqldriver: archive sent: bound", err)
+		return 0, err
 	}
 	if q.ArchiveInOneStatement() {
 		query, args, err := q.ArchiveMove(archive, olderThan, bound, limit)
 		if err != nil {
 			return 0, fmt.Errorf("sqldriver: archive sent: %w", err)
 		}
-		return x.opsExec(ctx, "archive sent", query, args)
+		return x.JanitorExec(ctx, "archive sent", query, args)
 	}
 	query, args, err := q.ArchivePick(archive, olderThan, bound, limit)
 	if err != nil {

@@ -661,9 +661,49 @@ func (a *Admin) RecentDuplicates(ctx context.Context, consumer string, limit int
 // DeleteInboxDuplicates implements driver.Driver.
 func (a *Admin) DeleteInboxDuplicates(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
 	q, args := a.Ops.DeleteInboxDuplicates(olderThan, limit)
-	n, err := a.Q.Exec(ctx, q, args...)
+	return a.JanitorExec(ctx, "delete inbox duplicates", q, args)
+}
+
+// SentBound returns the highest id the janitor's batches (DeleteSent,
+// ArchiveSent) may read for retention olderThan: dialect.SentBound on the
+// driver's handle. ok is false when no row is old enough.
+func (a *Admin) SentBound(ctx context.Context, olderThan time.Duration) (bound int64, ok bool, err error) {
+	bound, ok, err = dialect.SentBound(func() (lo, hi int64, err error) {
+		q, args := a.Ops.IDRange()
+		err = a.one(ctx, q, args, &lo, &hi)
+		return lo, hi, err
+	}, func(from int64) (id int64, old, found bool, err error) {
+		q, args := a.Ops.BoundProbe(olderThan, from)
+		var o int
+		err = a.one(ctx, q, args, &id, &o)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, false, false, nil
+		}
+		return id, o == 1, err == nil, err
+	})
 	if err != nil {
-		return n, a.errf("delete inbox duplicates", err)
+		return 0, false, a.errf("janitor bound", err)
+	}
+	return bound, ok, nil
+}
+
+// JanitorExec runs one of the janitor's batch statements and returns the
+// rows it changed. On MySQL it runs in a READ COMMITTED transaction (InTx,
+// as the relay's): at the server's default, REPEATABLE READ, a DELETE ...
+// ORDER BY LIMIT takes next-key locks on every row it reads, and the gap
+// after the newest row holds up every insert of a pending row (the
+// service's own transactions) and the relay's marking until it commits.
+func (a *Admin) JanitorExec(ctx context.Context, what, query string, args []any) (n int64, err error) {
+	if a.Ops.Dialect() == dialect.MySQL {
+		err = a.Q.InTx(ctx, func(tx Querier) error {
+			n, err = tx.Exec(ctx, query, args...)
+			return err
+		})
+	} else {
+		n, err = a.Q.Exec(ctx, query, args...)
+	}
+	if err != nil {
+		return 0, a.errf(what, err)
 	}
 	return n, nil
 }
