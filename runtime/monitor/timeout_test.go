@@ -147,25 +147,51 @@ func TestCheckTimeoutConfig(t *testing.T) {
 	}
 }
 
-// A check queued behind a lock (a source that blocks until its context
-// is done) fails at CheckTimeout, saying so and what to look at; the
-// failures raise check_failing once no check has succeeded for 2×Interval,
-// and the next good check resolves it.
-func TestCheckTimesOutBehindALock(t *testing.T) {
-	src := newHangingSource(true, driver.Stats{Failed: 1})
+// hangingMonitor returns a monitor (Interval 1m, CheckTimeout 20ms, on a
+// fake clock) of a hanging source (honour: it returns when its context
+// ends) after one good check, with the recorder of its alerts.
+func hangingMonitor(t *testing.T, honour bool) (*hangingSource, *recorder, *monitor.Monitor, *fakeClock) {
+	t.Helper()
+	src := newHangingSource(honour, driver.Stats{Failed: 1})
 	t.Cleanup(src.unblock)
 	rec := newRecorder()
 	m, err := monitor.New(src, monitor.Config{Logger: quiet, Interval: time.Minute, CheckTimeout: 20 * time.Millisecond, OnAlert: rec.onAlert, OnResolve: rec.onResolve})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	t.Cleanup(func() { m.Close() })
 	clock := newFakeClock()
 	m.SetClock(clock.Now)
-
 	if err := boundedTick(t, m); err != nil {
 		t.Fatal(err)
 	}
+	return src, rec, m, clock
+}
+
+// untilGood ticks m a minute apart until a check succeeds (the call that
+// hung is returning meanwhile), failing with stuck after hangGuard.
+func untilGood(t *testing.T, m *monitor.Monitor, clock *fakeClock, stuck string) {
+	t.Helper()
+	deadline := time.Now().Add(hangGuard)
+	for {
+		clock.Add(time.Minute)
+		if boundedTick(t, m) == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(stuck)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A check queued behind a lock (a source that blocks until its context
+// is done) fails at CheckTimeout, saying so and what to look at; the
+// failures raise check_failing once no check has succeeded for 2×Interval,
+// and the next good check resolves it.
+func TestCheckTimesOutBehindALock(t *testing.T) {
+	src, rec, m, clock := hangingMonitor(t, true)
+	var err error
 	clock.Add(time.Minute)
 	err = boundedTick(t, m)
 	wantTimeout(t, err, "monitor: read outbox stats: the check did not finish within 20ms")
@@ -188,17 +214,7 @@ func TestCheckTimesOutBehindALock(t *testing.T) {
 
 	// The lock is released: the next check succeeds and resolves it.
 	src.unblock()
-	deadline := time.Now().Add(hangGuard)
-	for {
-		clock.Add(time.Minute)
-		if boundedTick(t, m) == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("checks still fail after the lock was released")
-		}
-		time.Sleep(time.Millisecond) // the last timed-out call is returning
-	}
+	untilGood(t, m, clock, "checks still fail after the lock was released")
 	if _, r := rec.counts(); !equalCounts(r, map[monitor.Kind]int{monitor.CheckFailing: 1}) {
 		t.Errorf("resolves %v, want check_failing once", r)
 	}
@@ -209,20 +225,8 @@ func TestCheckTimesOutBehindALock(t *testing.T) {
 // no further statement is sent while the first one hangs, check_failing
 // still fires on schedule, and checks resume once the call returns.
 func TestCheckIgnoringContextIsNotStacked(t *testing.T) {
-	src := newHangingSource(false, driver.Stats{Failed: 1})
-	t.Cleanup(src.unblock)
-	rec := newRecorder()
-	m, err := monitor.New(src, monitor.Config{Logger: quiet, Interval: time.Minute, CheckTimeout: 20 * time.Millisecond, OnAlert: rec.onAlert, OnResolve: rec.onResolve})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	clock := newFakeClock()
-	m.SetClock(clock.Now)
-
-	if err := boundedTick(t, m); err != nil {
-		t.Fatal(err)
-	}
+	src, rec, m, clock := hangingMonitor(t, false)
+	var err error
 	clock.Add(time.Minute)
 	wantTimeout(t, boundedTick(t, m), "the check did not finish within 20ms")
 	clock.Add(time.Minute + time.Second)
@@ -241,17 +245,7 @@ func TestCheckIgnoringContextIsNotStacked(t *testing.T) {
 	}
 
 	src.unblock()
-	deadline := time.Now().Add(hangGuard)
-	for {
-		clock.Add(time.Minute)
-		if boundedTick(t, m) == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("checks still refused after the hanging call returned")
-		}
-		time.Sleep(time.Millisecond) // the abandoned call is returning
-	}
+	untilGood(t, m, clock, "checks still refused after the hanging call returned")
 	if _, r := rec.counts(); !equalCounts(r, map[monitor.Kind]int{monitor.CheckFailing: 1}) {
 		t.Errorf("resolves %v, want check_failing once", r)
 	}
