@@ -12,15 +12,7 @@ import (
 // as with `ulimit -f 10`) leaves every file as it was, with no temporary
 // file behind, and says that nothing changed.
 func TestWriteFileTooLarge(t *testing.T) {
-	proj, _ := project(t, testSpec)
-	if err := generate(parse(t, proj)); err != nil {
-		t.Fatal(err)
-	}
-	respec(t, proj, testSpec2)
-	files, err := Files(parse(t, proj), DevelVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
+	proj, before, files := changeSpec(t)
 	// The limit lets the smallest changed file through, not the largest.
 	var small, large int
 	for _, f := range files {
@@ -37,9 +29,6 @@ func TestWriteFileTooLarge(t *testing.T) {
 	if small == large {
 		t.Fatalf("events.go and writers.go are both %d bytes", small)
 	}
-	backdate(t, proj)
-	before := snapshot(t, proj)
-
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
 		t.Skipf("getrlimit: %v", err)
