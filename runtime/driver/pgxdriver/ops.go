@@ -8,24 +8,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/driver/internal/driverutil"
 )
-
-func (x *Driver) opsQueries() (*dialect.OpsQueries, error) {
-	// Cheap (no SQL is built up front); the names were checked by New.
-	return dialect.NewOpsQueries(dialect.Postgres, x.tables.Outbox, x.tables.Inbox)
-}
 
 // Stats counts pending, stale (pending and created longer than staleAfter
 // ago), failed and expired-lease rows, and the age of the oldest pending
 // row, in one statement; every age is measured by the database clock.
 func (x *Driver) Stats(ctx context.Context, staleAfter time.Duration) (driver.Stats, error) {
-	q, err := x.opsQueries()
-	if err != nil {
-		return driver.Stats{}, fmt.Errorf("pgxdriver: stats: %w", err)
-	}
+	q := x.Ops
 	query, args := q.Stats(staleAfter)
 	var st driver.Stats
 	var age float64
@@ -41,10 +32,7 @@ func (x *Driver) Stats(ctx context.Context, staleAfter time.Duration) (driver.St
 // past the last one created before the cutoff (dialect.SentBound). FAILED
 // and pending rows are never deleted.
 func (x *Driver) DeleteSent(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	q, err := x.opsQueries()
-	if err != nil {
-		return 0, fmt.Errorf("pgxdriver: delete sent: %w", err)
-	}
+	q := x.Ops
 	if limit < 1 {
 		return 0, fmt.Errorf("pgxdriver: delete sent: limit is %d: use at least 1", limit)
 	}
@@ -61,10 +49,7 @@ func (x *Driver) DeleteSent(ctx context.Context, olderThan time.Duration, limit 
 // statement (a DELETE ... RETURNING feeding an INSERT): every row moved is
 // in the archive and gone from the outbox, or nothing changed.
 func (x *Driver) ArchiveSent(ctx context.Context, archive string, olderThan time.Duration, limit int) (int64, error) {
-	q, err := x.opsQueries()
-	if err != nil {
-		return 0, fmt.Errorf("pgxdriver: archive sent: %w", err)
-	}
+	q := x.Ops
 	if limit < 1 {
 		return 0, fmt.Errorf("pgxdriver: archive sent: limit is %d: use at least 1", limit)
 	}
@@ -85,10 +70,7 @@ func (x *Driver) ArchiveSent(ctx context.Context, archive string, olderThan time
 // DeleteInbox deletes at most limit inbox rows processed longer ago than
 // olderThan, oldest first, in one short statement.
 func (x *Driver) DeleteInbox(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	q, err := x.opsQueries()
-	if err != nil {
-		return 0, fmt.Errorf("pgxdriver: delete inbox: %w", err)
-	}
+	q := x.Ops
 	if limit < 1 {
 		return 0, fmt.Errorf("pgxdriver: delete inbox: limit is %d: use at least 1", limit)
 	}
