@@ -17,6 +17,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
@@ -99,7 +100,7 @@ func TestConflictsAreRetriedInPlace(t *testing.T) {
 	deadlock := fmt.Errorf("points: update balance: %w", pgErr("40P01", "deadlock detected"))
 	serialization := fmt.Errorf("points: %w", pgErr("40001", "could not serialize access due to concurrent update"))
 	myDeadlock := myErr(1213, "Deadlock found when trying to get lock; try restarting transaction")
-	many := make([]error, 2*conflictTries+1)
+	many := make([]error, 2*dberr.ConflictTries+1)
 	for i := range many {
 		many[i] = serialization
 	}
@@ -227,7 +228,7 @@ func TestCancelledStatementIsNacked(t *testing.T) {
 // The pause before running a conflicted transaction again is a few
 // random milliseconds, longer with each try.
 func TestConflictPause(t *testing.T) {
-	for try := 1; try < conflictTries; try++ {
+	for try := 1; try < dberr.ConflictTries; try++ {
 		for range 100 {
 			if p := conflictPause(try); p < time.Duration(try)*2*time.Millisecond || p >= time.Duration(try)*10*time.Millisecond {
 				t.Fatalf("conflictPause(%d) = %v, want %v..%v", try, p, time.Duration(try)*2*time.Millisecond, time.Duration(try)*10*time.Millisecond)

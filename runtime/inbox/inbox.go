@@ -103,7 +103,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -699,21 +698,15 @@ func (h *handler[T]) handleMessage(msg *message.Message) (err error) {
 	return err
 }
 
-// conflictTries is how often runConflicts runs a delivery's transaction
-// while the database rolls it back as a deadlock victim or serialization
-// failure, before the conflict is handled as an infrastructure failure.
-const conflictTries = 5
-
 // conflictPause is the pause before running a delivery's transaction
-// again after its try-th conflict: a few random milliseconds, longer each
-// time, so that the transactions that collided do not collide again in
-// step. A variable for the tests.
+// again after its try-th conflict (dberr.ConflictPause: 2 to 10 ms, times
+// try). A variable for the tests.
 var conflictPause = func(try int) time.Duration {
-	return time.Duration(try) * (2*time.Millisecond + rand.N(8*time.Millisecond))
+	return dberr.ConflictPause(try, 2*time.Millisecond)
 }
 
 // runConflicts runs the delivery (run), and runs it again, up to
-// conflictTries times in all, while it fails as a deadlock victim or
+// dberr.ConflictTries times in all, while it fails as a deadlock victim or
 // serialization failure (dberr.Conflict: PostgreSQL 40P01, 40001;
 // MySQL/MariaDB 1213, 1020), whether the inbox's statements, the
 // handler's or the commit hit it. The database rolled the transaction
@@ -727,7 +720,7 @@ var conflictPause = func(try int) time.Duration {
 func (h *handler[T]) runConflicts(ctx context.Context, rt Route[T], payload []byte, m outbox.Meta, start *time.Time) (outcome string, err error) {
 	for try := 1; ; try++ {
 		outcome, err = h.run(ctx, rt, payload, m)
-		if err == nil || try >= conflictTries || errors.Is(err, ErrPermanent) || !dberr.Conflict(err) || ctx.Err() != nil {
+		if err == nil || try >= dberr.ConflictTries || errors.Is(err, ErrPermanent) || !dberr.Conflict(err) || ctx.Err() != nil {
 			return outcome, err
 		}
 		pause := conflictPause(try)

@@ -15,8 +15,10 @@ package dberr
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"strings"
+	"time"
 )
 
 // Class is what kind of database error an error is.
@@ -203,6 +205,18 @@ func Explain(err error, n Need) error {
 		return err
 	}
 	return &Error{Class: c, Advice: advice, Err: err}
+}
+
+// ConflictTries is how many times a transaction the database rolls back
+// as a Conflict is run in all before the conflict is given up on (the
+// drivers' claims and operator actions, the inbox's deliveries).
+const ConflictTries = 5
+
+// ConflictPause is the pause before running a transaction again after its
+// try-th Conflict: try × (unit + a random 0 to 4 units), longer each time,
+// so that the transactions that collided do not collide again in step.
+func ConflictPause(try int, unit time.Duration) time.Duration {
+	return time.Duration(try) * (unit + rand.N(4*unit))
 }
 
 // Conflict reports whether err is a deadlock or a serialization failure

@@ -6,7 +6,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -349,10 +348,9 @@ func dialectIdent(d dialect.Dialect) string {
 	return "SQLite"
 }
 
-// ConflictTries is how many times the drivers run a transaction the
-// database rolled back as a deadlock victim (RetryConflicts): the claim on
-// MySQL, the requeue and the deletion of FAILED rows.
-const ConflictTries = 5
+// ConflictTries is dberr.ConflictTries: how many times the drivers run
+// a transaction the database rolls back as a conflict.
+const ConflictTries = dberr.ConflictTries
 
 // RetryConflicts runs tx up to tries times while it fails as a deadlock
 // victim or serialization failure (dberr.Conflict): the database rolled
@@ -366,7 +364,7 @@ func RetryConflicts(ctx context.Context, tries int, tx func() error) error {
 		if err == nil || attempt >= tries || !dberr.Conflict(err) || ctx.Err() != nil {
 			return err
 		}
-		t := time.NewTimer(time.Duration(attempt) * (time.Millisecond + rand.N(4*time.Millisecond)))
+		t := time.NewTimer(dberr.ConflictPause(attempt, time.Millisecond))
 		select {
 		case <-ctx.Done():
 			t.Stop()
