@@ -192,7 +192,8 @@ func TestCancelledStatementIsNacked(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			in, err := newInstruments(Config{MeterProvider: sdkmetric.NewMeterProvider(), TracerProvider: tracenoop.NewTracerProvider()}, nil)
+			reader := sdkmetric.NewManualReader()
+			in, err := newInstruments(Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), TracerProvider: tracenoop.NewTracerProvider()}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -221,7 +222,47 @@ func TestCancelledStatementIsNacked(t *testing.T) {
 					t.Errorf("a stop was logged as a database failure: %s %v", l.Msg, l.Err)
 				}
 			}
+			if got := outcomes(t, reader); got[OutcomeStopped] != 1 || got[OutcomeFailed] != 0 || got[OutcomeInfrastructure] != 0 {
+				t.Errorf("counted %v: want the attempt counted as %q only", got, OutcomeStopped)
+			}
 		})
+	}
+}
+
+// A delivery waiting out a database failure when the router stops is
+// given back (nacked, not poisoned): the failed attempt is counted as
+// infrastructure, the delivery once more as stopped.
+func TestStopWhileWaitingIsNacked(t *testing.T) {
+	q, err := dialect.NewInboxQueries(dialect.Postgres, "outbox_inbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := sdkmetric.NewManualReader()
+	in, err := newInstruments(Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), TracerProvider: tracenoop.NewTracerProvider()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unreachable := pgErr("57P03", "the database system is starting up")
+	var calls atomic.Int64
+	rt := On("X", "in", func([]byte, int) (int, error) { return 1, nil }, func(context.Context, struct{}, int, outbox.Meta) error {
+		calls.Add(1)
+		return fmt.Errorf("points: %w", unreachable)
+	})
+	h := &handler[struct{}]{name: "c", store: &scriptStore{}, q: q, routes: map[string]Route[struct{}]{"X": rt}, in: in,
+		dups: &dupRecorder{table: q.DuplicateTable()}, backoff: time.Hour, maxBackoff: time.Hour, logger: watermill.NewCaptureLogger()}
+	ctx, cancel := context.WithCancel(context.Background())
+	msg := NewXMessage(watermill.NewUUID())
+	msg.SetContext(ctx)
+	time.AfterFunc(50*time.Millisecond, cancel) // the router stops during the hour's wait
+	err = h.handle(msg)
+	if err == nil || !isInfrastructure(err) || !errors.Is(err, unreachable) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v: want the database failure and context.Canceled, nacked (not poisoned)", err)
+	}
+	if calls.Load() != 1 {
+		t.Errorf("handler ran %d times, want once", calls.Load())
+	}
+	if got := outcomes(t, reader); got[OutcomeInfrastructure] != 1 || got[OutcomeStopped] != 1 || got[OutcomeFailed] != 0 {
+		t.Errorf("counted %v: want one %q attempt and the delivery %q", got, OutcomeInfrastructure, OutcomeStopped)
 	}
 }
 

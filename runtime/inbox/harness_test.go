@@ -158,9 +158,16 @@ func AckPoisoned(p *message.Message) string {
 // outcome and, for those with an error class, by "<outcome>/<error_class>".
 func (h *Harness) Outcomes() map[string]int64 {
 	h.t.Helper()
+	return outcomes(h.t, h.Reader)
+}
+
+// outcomes reads what MetricDeliveries counted from reader, by outcome
+// (and outcome/error_class).
+func outcomes(t testing.TB, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
 	var rm metricdata.ResourceMetrics
-	if err := h.Reader.Collect(context.Background(), &rm); err != nil {
-		h.t.Fatal(err)
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
 	}
 	out := map[string]int64{}
 	for _, sm := range rm.ScopeMetrics {

@@ -77,7 +77,8 @@
 // put down to the stop, whatever the driver reports it as (a cancelled
 // PostgreSQL statement is 57014, like a statement_timeout): the message
 // is nacked, not retried, not logged as a database failure, never
-// poisoned.
+// poisoned, and counted with outcome "stopped" (as is a delivery given
+// back while it waited out a database failure).
 //
 // Duplicates: a duplicate delivery is recorded in the inbox's duplicate
 // table (<inbox>_duplicate: per consumer and event, how many times, first
@@ -621,6 +622,12 @@ const (
 	// run again at once (after a few random milliseconds), up to 5 times,
 	// without counting toward MaxAttempts; logged at INFO.
 	OutcomeConflict = "conflict"
+	// OutcomeStopped is a delivery given back (nacked) because the
+	// router was stopping or the message's context ended: its attempt
+	// was cut short, or it was waiting out a database failure. Neither
+	// poisoned nor counted toward MaxAttempts; the broker delivers it
+	// again later.
+	OutcomeStopped = "stopped"
 )
 
 func (h *handler[T]) count(ctx context.Context, eventType, outcome string, attrs ...attribute.KeyValue) {
@@ -668,7 +675,7 @@ func (h *handler[T]) handleMessage(msg *message.Message) (err error) {
 			// database's: nack (never poison, no retry) and let the
 			// broker redeliver later.
 			err = &infraError{err: fmt.Errorf("%w (stopped: %w)", err, ctx.Err())}
-			h.settle(ctx, start, m.Type, m.CreatedAt, OutcomeFailed, err)
+			h.settle(ctx, start, m.Type, m.CreatedAt, OutcomeStopped, err)
 			return err
 		}
 		class := dberr.Infrastructure(err)
@@ -681,8 +688,12 @@ func (h *handler[T]) handleMessage(msg *message.Message) (err error) {
 		h.infrastructure(ctx, m, class, wait, err)
 		if werr := sleep(ctx, wait); werr != nil {
 			// Shutting down: nack (never poison) and let the broker
-			// redeliver later.
-			return &infraError{err: fmt.Errorf("%w (stopped waiting: %w)", err, werr)}
+			// redeliver later. The attempt was counted already (as
+			// infrastructure); this tells the delivery's span and the
+			// counter that it was given back.
+			err = &infraError{err: fmt.Errorf("%w (stopped waiting: %w)", err, werr)}
+			h.stopped(ctx, m, err)
+			return err
 		}
 		start = time.Now() // the handler duration is one attempt's, not the waits'
 		outcome, err = h.runConflicts(ctx, rt, msg.Payload, m, &start)

@@ -139,6 +139,16 @@ func (in *instruments) count(ctx context.Context, consumer, eventType, outcome s
 	}, attrs...)...))
 }
 
+// stopped counts a delivery given back while it waited between attempts
+// (OutcomeStopped) and tells its span, without an attempt's duration: the
+// attempt before the wait was counted on its own.
+func (h *handler[T]) stopped(ctx context.Context, m outbox.Meta, err error) {
+	h.count(ctx, m.Type, OutcomeStopped)
+	if d, _ := ctx.Value(deliveryKey{}).(*delivery); d != nil {
+		d.eventType, d.outcome, d.err = m.Type, OutcomeStopped, err
+	}
+}
+
 // settle counts one attempt at a delivery with its outcome, records its
 // duration (and, when processed, the end-to-end lag), and tells the
 // delivery's span: a failed attempt is recorded on it as an error event.
