@@ -35,8 +35,10 @@ var (
 	flagBigPart = flag.Int("bigdrain", 200_000, "row 2: rows drained of the big backlog (0: all)")
 	flagHeld    = flag.String("held", "5000,20000,50000", "row 3: pending rows held behind the FAILED heads (comma-separated)")
 	flagMyRows  = flag.Int("myrows", 50_000, "row 5: MariaDB backlog")
-	flagSlowRow = flag.Int("slowrows", 20_000, "row 6: backlog of the 1 ms publish latency drains")
+	flagSlowRow = flag.Int("slowrows", 50_000, "row 6: backlog of the relay's 1 ms publish latency drains")
+	flagWmSlow  = flag.Int("wmslowrows", 20_000, "row 6: backlog of watermill's 1 ms publish latency drain (it runs at ~750 rows/s)")
 	flagScale   = flag.Int("scaleout", 4, "row 6: relay instances of the scale-out run")
+	flagScaleK  = flag.Int("scalekeys", 100_000, "row 6: keys of the second scale-out backlog (0: none)")
 
 	flagChaosFor      = flag.Duration("chaos-for", 10*time.Second, "row 4: how long the writers write")
 	flagChaosRate     = flag.Int("chaos-rate", 0, "row 4: events/s of all writers together (0: as fast as they can)")
@@ -131,8 +133,17 @@ func steps(srv *servers) []step {
 	out = append(out,
 		relayStep("pg1ms", "relay", "postgres", *flagSlowRow, relayRun{instances: 1, delay: slowBy}),
 		relayStep("pg1ms", "relayN", "postgres", *flagSlowRow, relayRun{instances: max(*flagScale, 1), delay: slowBy}),
-		wmStep("pg1ms", "postgres", *flagSlowRow, slowBy),
+		// The same instances without publish latency: what they reach on
+		// this machine at all.
+		relayStep("pg1ms", "relayN0", "postgres", *flagSlowRow, relayRun{instances: max(*flagScale, 1)}),
+		wmStep("pg1ms", "postgres", *flagWmSlow, slowBy),
 	)
+	if *flagScaleK > 0 {
+		out = append(out,
+			relayStep("pg1msK", "relay", "postgres", *flagSlowRow, relayRun{instances: 1, delay: slowBy, keys: *flagScaleK}),
+			relayStep("pg1msK", "relayN", "postgres", *flagSlowRow, relayRun{instances: max(*flagScale, 1), delay: slowBy, keys: *flagScaleK}),
+		)
+	}
 	return out
 }
 
@@ -240,6 +251,14 @@ func fillBacklog(b *testing.B, db *sql.DB, d string, n int) {
 // builds the same in SQL).
 func payloadJSON(i int) []byte {
 	return fmt.Appendf(nil, `{"order_id":"order-%d","amount":%d,"currency":"EUR"}`, i, i%1000)
+}
+
+// withKeys makes the backlogs filled until the returned function runs
+// have k keys (it sets -keys back).
+func withKeys(k int) func() {
+	old := *flagKeys
+	*flagKeys = k
+	return func() { *flagKeys = old }
 }
 
 func keyOf(i int) string { return fmt.Sprintf("order-%d", i%max(*flagKeys, 1)) }
@@ -641,17 +660,24 @@ func scaleTable(rs results, started time.Time, took time.Duration, load, pgDesc,
 		rs.x("my.relay", "my.a2"), rs.x("my.relay", "my.a1"), rs.x("my.relay", "my.watermill"), rs.rate("my.watermill"),
 		joinVerdicts(rs.check("my.relay", "my.a2", 0.85, false), rs.check("my.relay", "my.watermill", 2, false)))
 	// 6.
-	w("| 6 | 1 ms publish latency, defaults (PostgreSQL %s backlog): relay vs watermill Forwarder | %s | (row 1) | (row 1) | %s watermill (%s) | keep ≥ 5× | %s |\n",
-		count(*flagSlowRow), rs.rate("pg1ms.relay"), rs.x("pg1ms.relay", "pg1ms.watermill"), rs.rate("pg1ms.watermill"),
+	n := max(*flagScale, 1)
+	w("| 6 | 1 ms publish latency, defaults (PostgreSQL %s backlog; watermill's %s): relay vs watermill Forwarder | %s | (row 1) | (row 1) | %s watermill (%s) | keep ≥ 5× | %s |\n",
+		count(*flagSlowRow), count(*flagWmSlow), rs.rate("pg1ms.relay"), rs.x("pg1ms.relay", "pg1ms.watermill"), rs.rate("pg1ms.watermill"),
 		rs.check("pg1ms.relay", "pg1ms.watermill", 5, false))
-	w("| 6 | same, scale-out: %d relay instances vs 1 | %s | (row 1) | (row 1) | %s one instance | ≥ 3.5× | %s |\n",
-		max(*flagScale, 1), rs.rate("pg1ms.relayN"), rs.x("pg1ms.relayN", "pg1ms.relay"), rs.check("pg1ms.relayN", "pg1ms.relay", 3.5, false))
+	w("| 6 | same, scale-out: %d relay instances vs 1 | %s | (row 1) | (row 1) | %s one instance; %s the same %d instances without publish latency (%s) | ≥ 3.5× | %s |\n",
+		n, rs.rate("pg1ms.relayN"), rs.x("pg1ms.relayN", "pg1ms.relay"), rs.x("pg1ms.relayN", "pg1ms.relayN0"), n, rs.rate("pg1ms.relayN0"),
+		rs.check("pg1ms.relayN", "pg1ms.relay", 3.5, false))
+	if *flagScaleK > 0 {
+		w("| 6 | same, scale-out over a backlog of %s keys: %d relay instances vs 1 (%s) | %s | (row 1) | (row 1) | %s one instance | (≥ 3.5×) | %s |\n",
+			count(*flagScaleK), n, rs.rate("pg1msK.relay"), rs.rate("pg1msK.relayN"), rs.x("pg1msK.relayN", "pg1msK.relay"),
+			rs.check("pg1msK.relayN", "pg1msK.relay", 3.5, false))
+	}
 
 	w("\nClaim times are the relay's own driver.Claim calls that leased rows, timed around the driver (mean per call over the drain; a Claim that also records earlier results, ClaimParams.Record, counts whole; row 1 drains %s → 0 pending rows, row 2 %s → %s). ",
 		count(*flagRows), count(*flagBigRows), count(*flagBigRows-min(*flagBigPart, *flagBigRows)))
 	w("Row 3: a relay ran over the H rows first (as it would have since the heads failed), then drains %s new rows of 1,000 other keys; clean = H = 0. ", count(drainable))
 	w("Row 4: drain rate = rows sent after the writers stopped / time until none is pending (at most %s); delivered = (rows written − rows pending when the writers stop) / the writing time, the rate the relays kept up with while slow publishes happened. The drain cannot be fast with slow publishes: a key whose next publish takes %s waits that long, so the fewer rows the relays left behind, the lower the drain rate. ", *flagChaosDrainMax, *flagChaosDelay)
-	w("Row 6: the %d instances are relay.Relay values in one process with distinct InstanceIDs, each with its own driver on one connection pool; every Publish sleeps 1 ms first. ", max(*flagScale, 1))
+	w("Row 6: the %d instances are relay.Relay values in one process with distinct InstanceIDs, each with its own driver on one connection pool; every Publish sleeps 1 ms first; \"without publish latency\" is the same instances, backlog and machine with Publish not sleeping, the most they reach here. ", n)
 	w("\"(row 1)\": the ceilings of those PostgreSQL rows are row 1's.\n")
 	return sb.String()
 }

@@ -19,8 +19,12 @@
 //     same run without slow publishes;
 //  5. MariaDB, -myrows (50k) backlog: the relay against a1, a2 and
 //     watermill's Forwarder (watermill-sql's MySQL adapters);
-//  6. 1 ms publish latency, -slowrows (20k) backlog: the relay against
-//     watermill's Forwarder, and -scaleout (4) relays against one.
+//  6. 1 ms publish latency, -slowrows (50k) backlog: the relay against
+//     watermill's Forwarder (on a -wmslowrows, 20k, backlog: it drains
+//     about 750 rows/s), and -scaleout (4) relays against one, beside the
+//     same relays without publish latency (what they reach on the machine
+//     at all); then the scale-out again over a backlog of -scalekeys
+//     (100k) keys, where the keys in flight do not limit the claims.
 //
 // The ceilings run one client, batches of 100, nothing published, and
 // read the columns the relay reads:
@@ -55,7 +59,7 @@
 //	    -rounds 1 -rows 20000 -bigrows 200000 -bigdrain 20000 -held 1000,5000 \
 //	    -myrows 10000 -slowrows 5000 -chaos-for 5s
 //
-// Other flags: -keys, -scaleout, -chaos-rate, -chaos-per-tx,
+// Other flags: -keys, -scaleout, -scalekeys, -wmslowrows, -chaos-rate, -chaos-per-tx,
 // -chaos-drain-max, -durable, -pg-fillfactor N (the PostgreSQL outbox
 // tables' fillfactor; see BenchmarkFillfactor), -table FILE (also write
 // the table there).

@@ -183,6 +183,7 @@ type relayRun struct {
 	instances int           // relay.Relay values, distinct InstanceIDs (1: one)
 	delay     time.Duration // added to every Publish
 	limit     int           // stop after this many rows were received (0: all)
+	keys      int           // distinct keys of the backlog (0: -keys)
 }
 
 type relayResult struct {
@@ -253,6 +254,9 @@ func benchDriver(b *testing.B, db *sql.DB, d string) driver.Driver {
 func runRelay(b *testing.B, srv *servers, d string, n int, rr relayRun) relayResult {
 	db := freshOutbox(b, d)
 	srv.fill(b)
+	if rr.keys > 0 {
+		defer withKeys(rr.keys)()
+	}
 	fillBacklog(b, db, d, n)
 	want := n
 	if rr.limit > 0 && rr.limit < n {

@@ -38,11 +38,6 @@ func BenchmarkFewKeys(b *testing.B) {
 	}
 	srv := openServers(b)
 	b.Cleanup(func() { srv.restore(b) })
-	keys := func(k int) func() {
-		old := *flagKeys
-		*flagKeys = k
-		return func() { *flagKeys = old }
-	}
 	for _, d := range []string{"postgres", "mysql"} {
 		for _, f := range strings.Split(*flagFewKeys, ",") {
 			var k int
@@ -50,7 +45,7 @@ func BenchmarkFewKeys(b *testing.B) {
 				b.Fatalf("-fewkeys: %q is not a number of keys", f)
 			}
 			b.Run(fmt.Sprintf("keys/%s/%d", d, k), func(b *testing.B) {
-				defer keys(k)()
+				defer withKeys(k)()
 				for range b.N {
 					r := runRelay(b, srv, d, *flagFewRows, relayRun{instances: 1})
 					b.ReportMetric(r.rate, "rows/s")
