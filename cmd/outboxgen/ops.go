@@ -946,9 +946,9 @@ var inboxPinMax = 100000
 
 // confirmedForget is inbox forget -all with a typed confirmation: it
 // counts the consumer's inbox rows, asks, and then forgets those rows and
-// no others. admin.ForgetInbox has no Expect (nor an upper bound on
-// processed_at or event id), so the rows are pinned by the event ids read
-// at the count: ForgetInbox then forgets the rows of those event ids that
+// no others. The rows are pinned by the event ids read at the count
+// (up to inboxPinMax, where admin.InboxSelection.Expect takes at most
+// admin.MaxRefs): ForgetInbox then forgets the rows of those event ids that
 // are still there (rows deleted meanwhile, by the janitor or another
 // operator, count as not forgotten), never an event the consumer handled
 // while the operator typed. A consumer with more than inboxPinMax rows is

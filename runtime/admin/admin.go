@@ -322,7 +322,8 @@ type Result struct {
 	// made due again in the same transaction.
 	Released int64 `json:"released,omitempty"`
 	// Digest, with Selection.OneTransaction, is Digest of the selected
-	// ids: pass it back in Selection.Expect to act on exactly these.
+	// ids (ForgetInbox with InboxSelection.OneTransaction: DigestEventIDs
+	// of their event ids): pass it back in Expect to act on exactly these.
 	Digest string `json:"digest,omitempty"`
 	// RecentlySent counts, for a replay, the selected rows sent less than
 	// RecentWindow ago (by this machine's clock): a broker that drops
@@ -607,15 +608,46 @@ type InboxSelection struct {
 	Since, Until time.Duration
 	All          bool
 	DryRun       bool
+	// OneTransaction forgets every selected row in one transaction: the
+	// event ids are collected first (at most MaxRefs; a bigger selection
+	// is refused with an error saying to narrow it), then deleted
+	// together. Result.Digest is DigestEventIDs of them. Without it,
+	// ForgetInbox works in batches of at most BatchSize, each its own
+	// statement.
+	OneTransaction bool
+	// Expect, with OneTransaction, is what a confirmation counted (a
+	// DryRun's Result.Matched and Result.Digest): ForgetInbox collects
+	// the event ids again and forgets nothing, returning a
+	// *SelectionChangedError, unless they are exactly the ones counted
+	// (an event handled, or a row deleted by the janitor, since then).
+	Expect *Expect
+}
+
+// DigestEventIDs returns the hex SHA-256 of event ids, sorted, each
+// followed by a newline: Result.Digest of a ForgetInbox, and what its
+// Expect.Digest holds.
+func DigestEventIDs(ids []string) string {
+	s := slices.Clone(ids)
+	slices.Sort(s)
+	h := sha256.New()
+	for _, id := range s {
+		h.Write([]byte(id))
+		h.Write([]byte{'\n'})
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // ForgetInbox deletes a consumer's inbox rows, so that the consumer
 // handles those events again when they are delivered again (by Replay).
-// It works in batches of at most BatchSize, each one statement.
+// It works in batches of at most BatchSize, each one statement, or
+// with OneTransaction in one transaction.
 func (a *Admin) ForgetInbox(ctx context.Context, sel InboxSelection) (Result, error) {
 	res := Result{Action: "forget", DryRun: sel.DryRun}
 	if sel.Consumer == "" {
 		return res, errors.New("name the consumer whose inbox rows to forget")
+	}
+	if sel.Expect != nil && !sel.OneTransaction {
+		return res, errors.New("InboxSelection.Expect needs OneTransaction: a batched forget cannot act on exactly the rows confirmed")
 	}
 	if len(sel.EventIDs) > MaxRefs {
 		return res, fmt.Errorf("%d event ids: name at most %d at once, or use a filter", len(sel.EventIDs), MaxRefs)
@@ -640,6 +672,7 @@ func (a *Admin) ForgetInbox(ctx context.Context, sel InboxSelection) (Result, er
 		return a.drv.FindInbox(sctx, driver.InboxFilter{Consumer: sel.Consumer, AfterEventID: after, EventIDs: ids,
 			Types: sel.Types, Keys: sel.Keys, MaxAge: sel.Since, MinAge: sel.Until, Limit: BatchSize})
 	}
+	var collected []string // OneTransaction: every selected event id
 	forget := func(rows []driver.InboxRow) error {
 		res.Matched += int64(len(rows))
 		ids := make([]string, len(rows))
@@ -648,6 +681,13 @@ func (a *Admin) ForgetInbox(ctx context.Context, sel InboxSelection) (Result, er
 			keys[r.Key] = true
 		}
 		res.Keys = len(keys)
+		if sel.OneTransaction {
+			if res.Matched > MaxRefs {
+				return fmt.Errorf("forget: more than %d inbox rows of consumer %q match: narrow the selection (event ids, type, key, -since/-until), or forget in batches (without OneTransaction)", MaxRefs, sel.Consumer)
+			}
+			collected = append(collected, ids...)
+			return nil
+		}
 		if sel.DryRun || len(ids) == 0 {
 			return nil
 		}
@@ -685,7 +725,24 @@ func (a *Admin) ForgetInbox(ctx context.Context, sel InboxSelection) (Result, er
 			}
 		}
 	}
-	return res, nil
+	if !sel.OneTransaction {
+		return res, nil
+	}
+	res.Digest = DigestEventIDs(collected)
+	if x := sel.Expect; x != nil && (x.Count != res.Matched || x.Digest != res.Digest) {
+		return res, &SelectionChangedError{Then: x.Count, Now: res.Matched}
+	}
+	if sel.DryRun || len(collected) == 0 {
+		return res, nil
+	}
+	sctx, cancel := a.stmt(ctx)
+	n, err := a.drv.ForgetInbox(sctx, sel.Consumer, collected)
+	cancel()
+	res.Changed = n
+	if n > 0 {
+		res.Batches = 1
+	}
+	return res, err
 }
 
 // Bounds of the console's queries.

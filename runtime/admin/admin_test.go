@@ -66,6 +66,15 @@ func each(t *testing.T, f func(t *testing.T, e env)) {
 		testdb.ApplySchema(t, db, "postgres", templates.DefaultTables)
 		f(t, newEnv(t, db, dialect.Postgres))
 	})
+	t.Run("mysql", func(t *testing.T) {
+		if os.Getenv(testdb.MySQLEnv) == "" {
+			t.Skip(testdb.MySQLEnv + " not set")
+		}
+		t.Parallel()
+		db := testdb.Open(t, "mysql")
+		testdb.ApplySchema(t, db, "mysql", templates.DefaultTables)
+		f(t, newEnv(t, db, dialect.MySQL))
+	})
 }
 
 func newEnv(t *testing.T, db *sql.DB, d dialect.Dialect) env {
@@ -363,6 +372,71 @@ func TestForgetInbox(t *testing.T) {
 		}
 		if n := count("c2"); n != 1100 {
 			t.Errorf("c2 holds %d rows, want all 1100 (another consumer)", n)
+		}
+	})
+}
+
+// InboxSelection.OneTransaction and Expect: a forget confirmed by a dry
+// run's count and digest forgets exactly those rows, in one transaction
+// (more than one statement's worth here), and forgets nothing once the
+// selection changed.
+func TestForgetInboxExpect(t *testing.T) {
+	each(t, func(t *testing.T, e env) {
+		ctx := context.Background()
+		table := e.drv.Tables().Inbox
+		insert := func(c, eid string) {
+			t.Helper()
+			if _, err := e.db.Exec("INSERT INTO "+table+" (consumer, event_id, biz_type, biz_id) VALUES ("+
+				e.d.Placeholder(1)+", "+e.d.Placeholder(2)+", 'A', 'k')", c, eid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var eids []string
+		for i := range 1100 {
+			eid := fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
+			eids = append(eids, eid)
+			insert("c1", eid)
+		}
+		insert("c2", eids[0])
+		count := func(c string) int64 {
+			return drivertest.OpsCount(t, e.db, table, "consumer = '"+c+"'")
+		}
+		all := admin.InboxSelection{Consumer: "c1", All: true, OneTransaction: true}
+
+		if _, err := e.a.ForgetInbox(ctx, admin.InboxSelection{Consumer: "c1", All: true, Expect: &admin.Expect{Count: 1}}); err == nil {
+			t.Error("Expect without OneTransaction was accepted")
+		}
+		dry := all
+		dry.DryRun = true
+		res, err := e.a.ForgetInbox(ctx, dry)
+		if err != nil || res.Matched != 1100 || res.Changed != 0 || res.Digest != admin.DigestEventIDs(eids) {
+			t.Fatalf("dry run = %+v, %v; want 1100 matched, the digest of their event ids", res, err)
+		}
+		// The consumer handles another event before the operator confirms.
+		insert("c1", "00000000-0000-4000-8000-999999999999")
+		stale := all
+		stale.Expect = &admin.Expect{Count: res.Matched, Digest: res.Digest}
+		if res, err := e.a.ForgetInbox(ctx, stale); !errors.Is(err, admin.ErrSelectionChanged) || res.Changed != 0 {
+			t.Fatalf("ForgetInbox with a stale Expect = %+v, %v; want ErrSelectionChanged and nothing forgotten", res, err)
+		}
+		if n := count("c1"); n != 1101 {
+			t.Fatalf("c1 holds %d rows after a refused forget, want 1101", n)
+		}
+		res, err = e.a.ForgetInbox(ctx, dry)
+		if err != nil || res.Matched != 1101 {
+			t.Fatalf("second dry run = %+v, %v", res, err)
+		}
+		confirmed := all
+		confirmed.Expect = &admin.Expect{Count: res.Matched, Digest: res.Digest}
+		res, err = e.a.ForgetInbox(ctx, confirmed)
+		if err != nil || res.Matched != 1101 || res.Changed != 1101 || res.Batches != 1 {
+			t.Fatalf("confirmed ForgetInbox = %+v, %v; want 1101 forgotten in one transaction", res, err)
+		}
+		if n := count("c1"); n != 0 {
+			t.Errorf("c1 holds %d rows, want 0", n)
+		}
+		if n := count("c2"); n != 1 {
+			t.Errorf("c2 holds %d rows, want its 1 (another consumer)", n)
 		}
 	})
 }

@@ -592,8 +592,8 @@ type Driver interface {
 	Replay(ctx context.Context, ids []int64) (int64, error)
 	// FindInbox returns the inbox rows f selects, in event id order.
 	FindInbox(ctx context.Context, f InboxFilter) ([]InboxRow, error)
-	// ForgetInbox deletes consumer's inbox rows of eventIDs and returns
-	// how many it deleted.
+	// ForgetInbox deletes consumer's inbox rows of eventIDs, in one
+	// transaction, and returns how many it deleted.
 	ForgetInbox(ctx context.Context, consumer string, eventIDs []string) (int64, error)
 
 	// Leases returns the relay instances holding leases on pending rows,

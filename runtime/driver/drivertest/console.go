@@ -30,6 +30,7 @@ func runConsole(t *testing.T, open func(t *testing.T) Env) {
 	t.Run("AtomicRequeue", func(t *testing.T) { consoleTestAtomic(t, open(t), "requeue") })
 	t.Run("AtomicReplay", func(t *testing.T) { consoleTestAtomic(t, open(t), "replay") })
 	t.Run("AtomicDeleteFailed", func(t *testing.T) { consoleTestAtomic(t, open(t), "delete") })
+	t.Run("AtomicForgetInbox", func(t *testing.T) { consoleTestAtomicForget(t, open(t)) })
 }
 
 func consoleTestLeases(t *testing.T, env Env) {
@@ -450,5 +451,64 @@ func consoleTestAtomic(t *testing.T, env Env, action string) {
 	}
 	if left := OpsCount(t, env.DB, table, where); left != 0 {
 		t.Errorf("%d rows still %s after %s", left, where, action)
+	}
+}
+
+// consoleTestAtomicForget is consoleTestAtomic for ForgetInbox: one call
+// over more event ids than one statement takes forgets all of them or,
+// when the second chunk fails, none.
+func consoleTestAtomicForget(t *testing.T, env Env) {
+	d, table := env.Driver.Dialect(), env.Driver.Tables().Inbox
+	n := dialect.MaxInList + 200
+	eids := make([]string, n)
+	for i := range eids {
+		eids[i] = fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
+	}
+	for i := 0; i < n; i += 100 {
+		vals := make([]string, 0, 100)
+		for _, e := range eids[i:min(i+100, n)] {
+			vals = append(vals, "('c', '"+e+"')")
+		}
+		opsExec(t, env.DB, "INSERT INTO "+table+" (consumer, event_id) VALUES "+strings.Join(vals, ", "))
+	}
+	victim := eids[dialect.MaxInList+50]
+	count := func() int64 { return OpsCount(t, env.DB, table, "consumer = 'c'") }
+
+	ctx := context.Background()
+	if d == dialect.SQLite {
+		opsExec(t, env.DB, fmt.Sprintf("CREATE TRIGGER drivertest_fail BEFORE DELETE ON %s WHEN OLD.event_id = '%s' BEGIN SELECT RAISE(ABORT, 'drivertest: row refuses'); END", table, victim))
+		_, err := env.Driver.ForgetInbox(ctx, "c", eids)
+		if err == nil || !strings.Contains(err.Error(), "refuses") {
+			t.Fatalf("ForgetInbox with a failing row in the second chunk: %v, want the trigger's error", err)
+		}
+		opsExec(t, env.DB, "DROP TRIGGER drivertest_fail")
+	} else {
+		lock, err := env.DB.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lock.Rollback() //nolint:errcheck
+		if _, err := lock.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET biz_type = biz_type WHERE consumer = 'c' AND event_id = '%s'", table, victim)); err != nil {
+			t.Fatal(err)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = env.Driver.ForgetInbox(cctx, "c", eids)
+		cancel()
+		if err == nil {
+			t.Fatalf("ForgetInbox while event %s (second chunk) is locked: no error", victim)
+		}
+		if err := lock.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := count(); got != int64(n) {
+		t.Fatalf("ForgetInbox failed in its second chunk but forgot rows: %d of %d left", got, n)
+	}
+	got, err := env.Driver.ForgetInbox(ctx, "c", eids)
+	if err != nil || got != int64(n) {
+		t.Fatalf("ForgetInbox of %d event ids = %d, %v; want all", n, got, err)
+	}
+	if left := count(); left != 0 {
+		t.Errorf("%d inbox rows left after ForgetInbox", left)
 	}
 }

@@ -473,21 +473,32 @@ func (a *Admin) FindInbox(ctx context.Context, f driver.InboxFilter) ([]driver.I
 	return out, nil
 }
 
-// ForgetInbox implements driver.Driver.
+// ForgetInbox implements driver.Driver: one statement per
+// dialect.MaxInList event ids, all in one transaction.
 func (a *Admin) ForgetInbox(ctx context.Context, consumer string, eventIDs []string) (int64, error) {
 	if consumer == "" {
 		return 0, a.errf("forget inbox rows", errors.New("no consumer named"))
 	}
+	if len(eventIDs) == 0 {
+		return 0, nil
+	}
 	var total int64
-	for len(eventIDs) > 0 {
-		n := min(len(eventIDs), dialect.MaxInList)
-		q, args := a.Queries.ForgetInbox(consumer, eventIDs[:n])
-		c, err := a.Q.Exec(ctx, q, args...)
-		total += c
-		if err != nil {
-			return total, a.errf("forget inbox rows", err)
+	err := a.Q.InTx(ctx, func(tx Querier) error {
+		total = 0
+		for ids := eventIDs; len(ids) > 0; {
+			n := min(len(ids), dialect.MaxInList)
+			q, args := a.Queries.ForgetInbox(consumer, ids[:n])
+			c, err := tx.Exec(ctx, q, args...)
+			if err != nil {
+				return err
+			}
+			total += c
+			ids = ids[n:]
 		}
-		eventIDs = eventIDs[n:]
+		return nil
+	})
+	if err != nil {
+		return 0, a.errf("forget inbox rows", err)
 	}
 	return total, nil
 }
