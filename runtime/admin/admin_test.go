@@ -57,24 +57,20 @@ func each(t *testing.T, f func(t *testing.T, e env)) {
 		t.Parallel()
 		f(t, newEnv(t, openSQLite(t), dialect.SQLite))
 	})
-	t.Run("postgres", func(t *testing.T) {
-		if os.Getenv(testdb.PostgresEnv) == "" {
-			t.Skip(testdb.PostgresEnv + " not set")
-		}
-		t.Parallel()
-		db := testdb.Open(t, "postgres")
-		testdb.ApplySchema(t, db, "postgres", templates.DefaultTables)
-		f(t, newEnv(t, db, dialect.Postgres))
-	})
-	t.Run("mysql", func(t *testing.T) {
-		if os.Getenv(testdb.MySQLEnv) == "" {
-			t.Skip(testdb.MySQLEnv + " not set")
-		}
-		t.Parallel()
-		db := testdb.Open(t, "mysql")
-		testdb.ApplySchema(t, db, "mysql", templates.DefaultTables)
-		f(t, newEnv(t, db, dialect.MySQL))
-	})
+	for _, srv := range []struct {
+		d   dialect.Dialect
+		env string
+	}{{dialect.Postgres, testdb.PostgresEnv}, {dialect.MySQL, testdb.MySQLEnv}} {
+		t.Run(string(srv.d), func(t *testing.T) {
+			if os.Getenv(srv.env) == "" {
+				t.Skip(srv.env + " not set")
+			}
+			t.Parallel()
+			db := testdb.Open(t, string(srv.d))
+			testdb.ApplySchema(t, db, string(srv.d), templates.DefaultTables)
+			f(t, newEnv(t, db, srv.d))
+		})
+	}
 }
 
 func newEnv(t *testing.T, db *sql.DB, d dialect.Dialect) env {

@@ -188,15 +188,6 @@ func TestCancelledStatementIsNacked(t *testing.T) {
 		errors.New("invalid connection"),
 	} {
 		t.Run(fail.Error(), func(t *testing.T) {
-			q, err := dialect.NewInboxQueries(dialect.Postgres, "outbox_inbox")
-			if err != nil {
-				t.Fatal(err)
-			}
-			reader := sdkmetric.NewManualReader()
-			in, err := newInstruments(Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), TracerProvider: tracenoop.NewTracerProvider()}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
 			ctx, cancel := context.WithCancel(context.Background())
 			var calls atomic.Int64
 			rt := On("X", "in", func([]byte, int) (int, error) { return 1, nil }, func(ctx context.Context, _ struct{}, _ int, _ outbox.Meta) error {
@@ -206,11 +197,10 @@ func TestCancelledStatementIsNacked(t *testing.T) {
 				return fmt.Errorf("points: %w", fail)
 			})
 			logger := watermill.NewCaptureLogger()
-			h := &handler[struct{}]{name: "c", store: &scriptStore{}, q: q, routes: map[string]Route[struct{}]{"X": rt}, in: in,
-				dups: &dupRecorder{table: q.DuplicateTable()}, backoff: time.Millisecond, maxBackoff: time.Millisecond, logger: logger}
+			h, reader := scriptHandler(t, rt, time.Millisecond, logger)
 			msg := NewXMessage(watermill.NewUUID())
 			msg.SetContext(ctx)
-			err = h.handle(msg)
+			err := h.handle(msg)
 			if err == nil || !errors.Is(err, context.Canceled) || !isInfrastructure(err) || !errors.Is(err, fail) {
 				t.Fatalf("error %v: want it to wrap the failure and context.Canceled, and to be nacked (not poisoned, not retried by watermill)", err)
 			}
@@ -229,10 +219,11 @@ func TestCancelledStatementIsNacked(t *testing.T) {
 	}
 }
 
-// A delivery waiting out a database failure when the router stops is
-// given back (nacked, not poisoned): the failed attempt is counted as
-// infrastructure, the delivery once more as stopped.
-func TestStopWhileWaitingIsNacked(t *testing.T) {
+// scriptHandler is a handler of route rt on a scriptStore (PostgreSQL's
+// inbox queries), waiting backoff between attempts, whose counts reader
+// collects.
+func scriptHandler(t *testing.T, rt Route[struct{}], backoff time.Duration, logger watermill.LoggerAdapter) (*handler[struct{}], *sdkmetric.ManualReader) {
+	t.Helper()
 	q, err := dialect.NewInboxQueries(dialect.Postgres, "outbox_inbox")
 	if err != nil {
 		t.Fatal(err)
@@ -242,19 +233,26 @@ func TestStopWhileWaitingIsNacked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return &handler[struct{}]{name: "c", store: &scriptStore{}, q: q, routes: map[string]Route[struct{}]{"X": rt}, in: in,
+		dups: &dupRecorder{table: q.DuplicateTable()}, backoff: backoff, maxBackoff: backoff, logger: logger}, reader
+}
+
+// A delivery waiting out a database failure when the router stops is
+// given back (nacked, not poisoned): the failed attempt is counted as
+// infrastructure, the delivery once more as stopped.
+func TestStopWhileWaitingIsNacked(t *testing.T) {
 	unreachable := pgErr("57P03", "the database system is starting up")
 	var calls atomic.Int64
 	rt := On("X", "in", func([]byte, int) (int, error) { return 1, nil }, func(context.Context, struct{}, int, outbox.Meta) error {
 		calls.Add(1)
 		return fmt.Errorf("points: %w", unreachable)
 	})
-	h := &handler[struct{}]{name: "c", store: &scriptStore{}, q: q, routes: map[string]Route[struct{}]{"X": rt}, in: in,
-		dups: &dupRecorder{table: q.DuplicateTable()}, backoff: time.Hour, maxBackoff: time.Hour, logger: watermill.NewCaptureLogger()}
+	h, reader := scriptHandler(t, rt, time.Hour, watermill.NewCaptureLogger())
 	ctx, cancel := context.WithCancel(context.Background())
 	msg := NewXMessage(watermill.NewUUID())
 	msg.SetContext(ctx)
 	time.AfterFunc(50*time.Millisecond, cancel) // the router stops during the hour's wait
-	err = h.handle(msg)
+	err := h.handle(msg)
 	if err == nil || !isInfrastructure(err) || !errors.Is(err, unreachable) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("error %v: want the database failure and context.Canceled, nacked (not poisoned)", err)
 	}

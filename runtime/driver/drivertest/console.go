@@ -410,37 +410,15 @@ func consoleTestAtomic(t *testing.T, env Env, action string) {
 		return n, err
 	}
 
-	ctx := context.Background()
-	if d == dialect.SQLite {
-		op := "UPDATE"
-		if action == "delete" {
-			op = "DELETE"
-		}
-		opsExec(t, env.DB, fmt.Sprintf("CREATE TRIGGER drivertest_fail BEFORE %s ON %s WHEN OLD.id = %d BEGIN SELECT RAISE(ABORT, 'drivertest: row %d refuses'); END", op, table, victim, victim))
-		_, err := call(ctx)
-		if err == nil || !strings.Contains(err.Error(), "refuses") {
-			t.Fatalf("%s with a failing row in the second chunk: %v, want the trigger's error", action, err)
-		}
-		opsExec(t, env.DB, "DROP TRIGGER drivertest_fail")
-	} else {
-		lock, err := env.DB.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lock.Rollback() //nolint:errcheck
-		if _, err := lock.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET topic = topic WHERE id = %d", table, victim)); err != nil {
-			t.Fatal(err)
-		}
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err = call(cctx)
-		cancel()
-		if err == nil {
-			t.Fatalf("%s while row %d (second chunk) is locked: no error", action, victim)
-		}
-		if err := lock.Rollback(); err != nil {
-			t.Fatal(err)
-		}
+	op := "UPDATE"
+	if action == "delete" {
+		op = "DELETE"
 	}
+	failVictim(t, env, action, op, table, func(r string) string { return fmt.Sprintf("%sid = %d", r, victim) }, "topic = topic", func(ctx context.Context) error {
+		_, err := call(ctx)
+		return err
+	})
+	ctx := context.Background()
 	if got := OpsRows(t, env.DB, table, ids); !reflect.DeepEqual(got, before) {
 		t.Fatalf("%s failed in its second chunk but changed rows: %d of %d still %s", action, OpsCount(t, env.DB, table, where), n, where)
 	}
@@ -458,7 +436,7 @@ func consoleTestAtomic(t *testing.T, env Env, action string) {
 // over more event ids than one statement takes forgets all of them or,
 // when the second chunk fails, none.
 func consoleTestAtomicForget(t *testing.T, env Env) {
-	d, table := env.Driver.Dialect(), env.Driver.Tables().Inbox
+	table := env.Driver.Tables().Inbox
 	n := dialect.MaxInList + 200
 	eids := make([]string, n)
 	for i := range eids {
@@ -474,33 +452,11 @@ func consoleTestAtomicForget(t *testing.T, env Env) {
 	victim := eids[dialect.MaxInList+50]
 	count := func() int64 { return OpsCount(t, env.DB, table, "consumer = 'c'") }
 
-	ctx := context.Background()
-	if d == dialect.SQLite {
-		opsExec(t, env.DB, fmt.Sprintf("CREATE TRIGGER drivertest_fail BEFORE DELETE ON %s WHEN OLD.event_id = '%s' BEGIN SELECT RAISE(ABORT, 'drivertest: row refuses'); END", table, victim))
+	failVictim(t, env, "ForgetInbox", "DELETE", table, func(r string) string { return r + "consumer = 'c' AND " + r + "event_id = '" + victim + "'" }, "biz_type = biz_type", func(ctx context.Context) error {
 		_, err := env.Driver.ForgetInbox(ctx, "c", eids)
-		if err == nil || !strings.Contains(err.Error(), "refuses") {
-			t.Fatalf("ForgetInbox with a failing row in the second chunk: %v, want the trigger's error", err)
-		}
-		opsExec(t, env.DB, "DROP TRIGGER drivertest_fail")
-	} else {
-		lock, err := env.DB.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lock.Rollback() //nolint:errcheck
-		if _, err := lock.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET biz_type = biz_type WHERE consumer = 'c' AND event_id = '%s'", table, victim)); err != nil {
-			t.Fatal(err)
-		}
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err = env.Driver.ForgetInbox(cctx, "c", eids)
-		cancel()
-		if err == nil {
-			t.Fatalf("ForgetInbox while event %s (second chunk) is locked: no error", victim)
-		}
-		if err := lock.Rollback(); err != nil {
-			t.Fatal(err)
-		}
-	}
+		return err
+	})
+	ctx := context.Background()
 	if got := count(); got != int64(n) {
 		t.Fatalf("ForgetInbox failed in its second chunk but forgot rows: %d of %d left", got, n)
 	}
@@ -510,5 +466,42 @@ func consoleTestAtomicForget(t *testing.T, env Env) {
 	}
 	if left := count(); left != 0 {
 		t.Errorf("%d inbox rows left after ForgetInbox", left)
+	}
+}
+
+// failVictim runs call while the row of table that where selects (in the
+// call's second chunk; where("OLD.") names its columns in a trigger)
+// makes it fail, and checks that it failed. SQLite
+// (one writer at a time): a trigger fails op on the row. PostgreSQL and
+// MySQL: another transaction holds the row locked (an UPDATE setting
+// noop) and the call's context ends while it waits.
+func failVictim(t *testing.T, env Env, what, op, table string, where func(row string) string, noop string, call func(context.Context) error) {
+	t.Helper()
+	ctx := context.Background()
+	if env.Driver.Dialect() == dialect.SQLite {
+		opsExec(t, env.DB, fmt.Sprintf("CREATE TRIGGER drivertest_fail BEFORE %s ON %s WHEN %s BEGIN SELECT RAISE(ABORT, 'drivertest: the row refuses'); END", op, table, where("OLD.")))
+		err := call(ctx)
+		if err == nil || !strings.Contains(err.Error(), "refuses") {
+			t.Fatalf("%s with a failing row in the second chunk: %v, want the trigger's error", what, err)
+		}
+		opsExec(t, env.DB, "DROP TRIGGER drivertest_fail")
+		return
+	}
+	lock, err := env.DB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback() //nolint:errcheck
+	if _, err := lock.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET %s WHERE %s", table, noop, where(""))); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err = call(cctx)
+	cancel()
+	if err == nil {
+		t.Fatalf("%s while a row of its second chunk (%s) is locked: no error", what, where(""))
+	}
+	if err := lock.Rollback(); err != nil {
+		t.Fatal(err)
 	}
 }
