@@ -119,7 +119,8 @@ func steps(srv *servers) []step {
 			}
 			return map[string]float64{p + "written": float64(r.written), p + "pending": float64(r.pendingAtEnd), p + "drain_s": r.drain.Seconds(),
 				p + "rate": r.rate, p + "drained": drained, p + "slow_publishes": float64(r.slow),
-				p + "delivered": float64(r.written-r.pendingAtEnd) / flagChaosFor.Seconds()}
+				p + "delivered": float64(r.written-r.pendingAtEnd) / flagChaosFor.Seconds(),
+				p + "behind_slow": float64(r.behindSlow), p + "floor_s": r.floor.Seconds(), p + "rate_bound": rateBound(r), p + "tail_s": r.tail.Seconds()}
 		}})
 	}
 	// 5. MariaDB, -myrows backlog.
@@ -145,6 +146,17 @@ func steps(srv *servers) []step {
 		)
 	}
 	return out
+}
+
+// rateBound is the highest drain rate a relay that keeps per-key order
+// could reach in chaos run r: every row pending when the writers stopped,
+// over the time the last slow publish then under way still took (0:
+// none was under way).
+func rateBound(r chaosResult) float64 {
+	if r.floor <= 0 {
+		return 0
+	}
+	return float64(r.pendingAtEnd) / r.floor.Seconds()
 }
 
 func heldSizes() []int {
@@ -648,10 +660,18 @@ func scaleTable(rs results, started time.Time, took time.Duration, load, pgDesc,
 		}
 		return s
 	}
-	w("| 4 | %.1f %% of publishes take %s (PostgreSQL; %d relays, PollInterval 100 ms; %d writers, %d events/tx, %s, for %s, then stop) | %s rows written (%s without), %s pending at writer stop (%s without), drain %s (%s without) | (row 1) | (row 1) | drain rate %s vs %s without = %s; delivered while the writers write %s vs %s without = %s | drain rate ≥ 0.8× the run without slow publishes | %s (delivered: %s) |\n",
+	floor, tail := "—", "—"
+	if v, ok := rs.med("chaos.slow.floor_s"); ok {
+		floor = fmt.Sprintf("%.1f s", v)
+	}
+	if v, ok := rs.med("chaos.slow.tail_s"); ok {
+		tail = fmt.Sprintf("%.2f s", v)
+	}
+	w("| 4 | %.1f %% of publishes take %s (PostgreSQL; %d relays, PollInterval 100 ms; %d writers, %d events/tx, %s, for %s, then stop) | %s rows written (%s without), %s pending at writer stop (%s without; %s of them behind a slow publish of their key), drain %s (%s without) | (row 1) | (row 1) | drain rate %s vs %s without = %s (per-key order allows at most %s = %s: the last slow publish under way at writer stop still took %s; the drain ended %s after the last slow publish returned); delivered while the writers write %s vs %s without = %s | drain rate ≥ 0.8× the run without slow publishes | %s (delivered: %s) |\n",
 		*flagChaosSlow*100, *flagChaosDelay, chaosRelays, chaosWriters, max(*flagChaosPerTx, 1), rate, *flagChaosFor,
-		pend("chaos.slow.written"), pend("chaos.clean.written"), pend("chaos.slow.pending"), pend("chaos.clean.pending"), drainS("chaos.slow."), drainS("chaos.clean."),
+		pend("chaos.slow.written"), pend("chaos.clean.written"), pend("chaos.slow.pending"), pend("chaos.clean.pending"), pend("chaos.slow.behind_slow"), drainS("chaos.slow."), drainS("chaos.clean."),
 		rs.rate("chaos.slow.rate"), rs.rate("chaos.clean.rate"), rs.x("chaos.slow.rate", "chaos.clean.rate"),
+		rs.rate("chaos.slow.rate_bound"), rs.x("chaos.slow.rate_bound", "chaos.clean.rate"), floor, tail,
 		rs.rate("chaos.slow.delivered"), rs.rate("chaos.clean.delivered"), rs.x("chaos.slow.delivered", "chaos.clean.delivered"),
 		rs.check("chaos.slow.rate", "chaos.clean.rate", 0.8, false), rs.check("chaos.slow.delivered", "chaos.clean.delivered", 0.8, false))
 	// 5.
@@ -676,7 +696,7 @@ func scaleTable(rs results, started time.Time, took time.Duration, load, pgDesc,
 	w("\nClaim times are the relay's own driver.Claim calls that leased rows, timed around the driver (mean per call over the drain; a Claim that also records earlier results, ClaimParams.Record, counts whole; row 1 drains %s → 0 pending rows, row 2 %s → %s). ",
 		count(*flagRows), count(*flagBigRows), count(*flagBigRows-min(*flagBigPart, *flagBigRows)))
 	w("Row 3: a relay ran over the H rows first (as it would have since the heads failed), then drains %s new rows of 1,000 other keys; clean = H = 0. ", count(drainable))
-	w("Row 4: drain rate = rows sent after the writers stopped / time until none is pending (at most %s); delivered = (rows written − rows pending when the writers stop) / the writing time, the rate the relays kept up with while slow publishes happened. The drain cannot be fast with slow publishes: a key whose next publish takes %s waits that long, so the fewer rows the relays left behind, the lower the drain rate. ", *flagChaosDrainMax, *flagChaosDelay)
+	w("Row 4: drain rate = rows sent after the writers stopped / time until none is pending (at most %s); delivered = (rows written − rows pending when the writers stop) / the writing time, the rate the relays kept up with while slow publishes happened. The drain cannot be fast with slow publishes: a key whose next publish takes %s waits that long, so the fewer rows the relays left behind, the lower the drain rate; \"at most\" is every row pending at writer stop over the time the last slow publish then under way still took (a bound: publishes that turn slow after the stop lengthen the drain further). ", *flagChaosDrainMax, *flagChaosDelay)
 	w("Row 6: the %d instances are relay.Relay values in one process with distinct InstanceIDs, each with its own driver on one connection pool; every Publish sleeps 1 ms first; \"without publish latency\" is the same instances, backlog and machine with Publish not sleeping, the most they reach here. ", n)
 	w("\"(row 1)\": the ceilings of those PostgreSQL rows are row 1's.\n")
 	return sb.String()

@@ -10,10 +10,15 @@ package bench
 // -chaos-delay (3 s) instead of nothing; the same run without slow
 // publishes is the reference. Reported: rows pending when the writers
 // stop, how long the drain after that takes (at most -chaos-drain-max) and
-// its rate: rows sent after the writers stopped / drain time.
+// its rate: rows sent after the writers stopped / drain time; and what
+// per-key order allows any relay: the pending rows whose key had a slow
+// publish under way at writer stop, how long the last of those publishes
+// still took (no drain ends sooner), and how long the drain lasted after
+// the last slow publish returned.
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -43,14 +48,73 @@ type chaosPublisher struct {
 	frac  float64
 	delay time.Duration
 	slow  *atomic.Int64
+	busy  *slowKeys
 }
 
 func (p chaosPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if p.frac > 0 && rand.Float64() < p.frac*float64(len(msgs)) {
 		p.slow.Add(1)
+		key := ""
+		if len(msgs) > 0 {
+			key = msgs[0].Metadata.Get(outbox.MetadataKey)
+		}
+		done := p.busy.start(key, time.Now().Add(p.delay))
 		time.Sleep(p.delay)
+		done()
 	}
 	return p.Publisher.Publish(topic, msgs...)
+}
+
+// slowKeys are the keys with a slow publish under way, and when each of
+// those publishes ends.
+type slowKeys struct {
+	mu   sync.Mutex
+	n    int
+	ends map[int]slowPublish
+	last time.Time // when the last slow publish that ended returned
+}
+
+type slowPublish struct {
+	key string
+	end time.Time
+}
+
+func (s *slowKeys) start(key string, end time.Time) (done func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ends == nil {
+		s.ends = map[int]slowPublish{}
+	}
+	s.n++
+	id := s.n
+	s.ends[id] = slowPublish{key, end}
+	return func() {
+		s.mu.Lock()
+		delete(s.ends, id)
+		s.last = time.Now()
+		s.mu.Unlock()
+	}
+}
+
+// lastEnd returns when the last slow publish that ended returned.
+func (s *slowKeys) lastEnd() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
+// now returns the keys with a slow publish under way and when the last of
+// those publishes ends (zero: none).
+func (s *slowKeys) now() (keys []string, last time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.ends {
+		keys = append(keys, p.key)
+		if p.end.After(last) {
+			last = p.end
+		}
+	}
+	return keys, last
 }
 
 type chaosResult struct {
@@ -60,6 +124,15 @@ type chaosResult struct {
 	drained      bool          // false: the cap was reached
 	rate         float64       // rows sent during drain / drain
 	slow         int64         // slow publishes
+	// When the writers stopped: the pending rows whose key had a slow
+	// publish under way (per-key order keeps them pending until it
+	// ends), and how long the last slow publish then under way still
+	// took: no relay that keeps per-key order drains faster.
+	behindSlow int
+	floor      time.Duration
+	// tail is how long the drain lasted after the last slow publish
+	// returned (the whole drain when none returned during it).
+	tail time.Duration
 }
 
 func runChaos(b *testing.B, srv *servers, slow bool) chaosResult {
@@ -68,7 +141,8 @@ func runChaos(b *testing.B, srv *servers, slow bool) chaosResult {
 	pubs := gochannel.NewGoChannel(gochannel.Config{}, nil) // no subscriber: publishes are dropped
 	b.Cleanup(func() { pubs.Close() })
 	var slowCount atomic.Int64
-	pub := chaosPublisher{Publisher: pubs, delay: *flagChaosDelay, slow: &slowCount}
+	busy := &slowKeys{}
+	pub := chaosPublisher{Publisher: pubs, delay: *flagChaosDelay, slow: &slowCount, busy: busy}
 	if slow {
 		pub.frac = *flagChaosSlow
 	}
@@ -145,7 +219,12 @@ func runChaos(b *testing.B, srv *servers, slow bool) chaosResult {
 		b.Fatalf("writer: %v", werr)
 	}
 	stopped := time.Now()
+	keys, last := busy.now()
 	res := chaosResult{written: int(written.Load()), pendingAtEnd: pending(b, db)}
+	if !last.IsZero() {
+		res.floor = last.Sub(stopped)
+		res.behindSlow = pendingOfKeys(b, db, keys)
+	}
 	left := res.pendingAtEnd
 	deadline := stopped.Add(*flagChaosDrainMax)
 	for left > 0 && time.Now().Before(deadline) {
@@ -154,6 +233,10 @@ func runChaos(b *testing.B, srv *servers, slow bool) chaosResult {
 	}
 	res.drain = time.Since(stopped)
 	res.drained = left == 0
+	res.tail = res.drain
+	if end := busy.lastEnd(); end.After(stopped) {
+		res.tail = stopped.Add(res.drain).Sub(end)
+	}
 	if res.drain > 0 {
 		res.rate = float64(res.pendingAtEnd-left) / res.drain.Seconds()
 	}
@@ -165,4 +248,13 @@ func runChaos(b *testing.B, srv *servers, slow bool) chaosResult {
 		}
 	}
 	return res
+}
+
+// pendingOfKeys counts the pending rows of keys.
+func pendingOfKeys(b *testing.B, db *sql.DB, keys []string) int {
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM outbox_event WHERE status = 0 AND biz_id = ANY($1)", keys).Scan(&n); err != nil {
+		b.Fatalf("count pending rows of keys: %v", err)
+	}
+	return n
 }

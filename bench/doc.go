@@ -16,7 +16,11 @@
 //     fraction -chaos-slow (0.5 %) of the publishes taking -chaos-delay
 //     (3 s): rows pending when the writers stop, the drain rate after
 //     that, and the rate delivered while the writers write, against the
-//     same run without slow publishes;
+//     same run without slow publishes; beside them, what per-key order
+//     allows: the pending rows behind a slow publish of their key at
+//     writer stop, the drain rate bound (every pending row over the time
+//     the last slow publish then under way still took), and how long the
+//     drain lasted after the last slow publish returned;
 //  5. MariaDB, -myrows (50k) backlog: the relay against a1, a2 and
 //     watermill's Forwarder (watermill-sql's MySQL adapters);
 //  6. 1 ms publish latency, -slowrows (50k) backlog: the relay against
