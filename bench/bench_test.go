@@ -119,7 +119,7 @@ func steps(srv *servers) []step {
 			}
 			return map[string]float64{p + "written": float64(r.written), p + "pending": float64(r.pendingAtEnd), p + "drain_s": r.drain.Seconds(),
 				p + "rate": r.rate, p + "drained": drained, p + "slow_publishes": float64(r.slow),
-				p + "delivered": float64(r.written-r.pendingAtEnd) / flagChaosFor.Seconds(),
+				p + "delivered":   float64(r.written-r.pendingAtEnd) / flagChaosFor.Seconds(),
 				p + "behind_slow": float64(r.behindSlow), p + "floor_s": r.floor.Seconds(), p + "rate_bound": rateBound(r), p + "tail_s": r.tail.Seconds()}
 		}})
 	}
