@@ -434,6 +434,22 @@ func TestForgetInboxExpect(t *testing.T) {
 		if n := count("c2"); n != 1 {
 			t.Errorf("c2 holds %d rows, want its 1 (another consumer)", n)
 		}
+		// More than MaxRefs rows: refused, nothing forgotten.
+		for i := 0; i <= admin.MaxRefs; i += 500 {
+			var vals []string
+			for j := i; j < min(i+500, admin.MaxRefs+1); j++ {
+				vals = append(vals, fmt.Sprintf("('big', '00000000-0000-4000-8000-%012d', 'A', 'k')", j))
+			}
+			if _, err := e.db.Exec("INSERT INTO " + table + " (consumer, event_id, biz_type, biz_id) VALUES " + strings.Join(vals, ", ")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if res, err := e.a.ForgetInbox(ctx, admin.InboxSelection{Consumer: "big", All: true, OneTransaction: true}); err == nil || !strings.Contains(err.Error(), "narrow") || res.Changed != 0 {
+			t.Errorf("ForgetInbox of %d rows in one transaction = %+v, %v; want it refused with a hint to narrow the selection", admin.MaxRefs+1, res, err)
+		}
+		if n := count("big"); n != admin.MaxRefs+1 {
+			t.Errorf("big holds %d rows after a refused forget, want %d", n, admin.MaxRefs+1)
+		}
 	})
 }
 
