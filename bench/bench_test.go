@@ -117,10 +117,16 @@ func steps(srv *servers) []step {
 			if r.drained {
 				drained = 1
 			}
-			return map[string]float64{p + "written": float64(r.written), p + "pending": float64(r.pendingAtEnd), p + "drain_s": r.drain.Seconds(),
+			out := map[string]float64{p + "written": float64(r.written), p + "pending": float64(r.pendingAtEnd), p + "drain_s": r.drain.Seconds(),
 				p + "rate": r.rate, p + "drained": drained, p + "slow_publishes": float64(r.slow),
-				p + "delivered":   float64(r.written-r.pendingAtEnd) / flagChaosFor.Seconds(),
-				p + "behind_slow": float64(r.behindSlow), p + "floor_s": r.floor.Seconds(), p + "rate_bound": rateBound(r), p + "tail_s": r.tail.Seconds()}
+				p + "delivered": float64(r.written-r.pendingAtEnd) / flagChaosFor.Seconds(), p + "tail_s": r.tail.Seconds()}
+			if r.floor > 0 {
+				// A slow publish was under way at writer stop: what per-key
+				// order allows (a round without one has no bound: "—").
+				out[p+"behind_slow"], out[p+"floor_s"] = float64(r.behindSlow), r.floor.Seconds()
+				out[p+"rate_bound"] = float64(r.pendingAtEnd) / r.floor.Seconds()
+			}
+			return out
 		}})
 	}
 	// 5. MariaDB, -myrows backlog.
@@ -146,17 +152,6 @@ func steps(srv *servers) []step {
 		)
 	}
 	return out
-}
-
-// rateBound is the highest drain rate a relay that keeps per-key order
-// could reach in chaos run r: every row pending when the writers stopped,
-// over the time the last slow publish then under way still took (0:
-// none was under way).
-func rateBound(r chaosResult) float64 {
-	if r.floor <= 0 {
-		return 0
-	}
-	return float64(r.pendingAtEnd) / r.floor.Seconds()
 }
 
 func heldSizes() []int {

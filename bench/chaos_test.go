@@ -68,10 +68,10 @@ func (p chaosPublisher) Publish(topic string, msgs ...*message.Message) error {
 // slowKeys are the keys with a slow publish under way, and when each of
 // those publishes ends.
 type slowKeys struct {
-	mu   sync.Mutex
-	n    int
-	ends map[int]slowPublish
-	last time.Time // when the last slow publish that ended returned
+	mu       sync.Mutex
+	n        int
+	ends     map[int]slowPublish
+	returned time.Time // when the last slow publish that ended returned
 }
 
 type slowPublish struct {
@@ -91,7 +91,7 @@ func (s *slowKeys) start(key string, end time.Time) (done func()) {
 	return func() {
 		s.mu.Lock()
 		delete(s.ends, id)
-		s.last = time.Now()
+		s.returned = time.Now()
 		s.mu.Unlock()
 	}
 }
@@ -100,7 +100,7 @@ func (s *slowKeys) start(key string, end time.Time) (done func()) {
 func (s *slowKeys) lastEnd() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.last
+	return s.returned
 }
 
 // now returns the keys with a slow publish under way and when the last of

@@ -237,6 +237,17 @@ func scriptHandler(t *testing.T, rt Route[struct{}], backoff time.Duration, logg
 		dups: &dupRecorder{table: q.DuplicateTable()}, backoff: backoff, maxBackoff: backoff, logger: logger}, reader
 }
 
+// cancelOnError is a logger that calls cancel on its first ERROR line.
+type cancelOnError struct {
+	watermill.LoggerAdapter
+	cancel context.CancelFunc
+}
+
+func (l cancelOnError) Error(msg string, err error, fields watermill.LogFields) {
+	l.cancel()
+	l.LoggerAdapter.Error(msg, err, fields)
+}
+
 // A delivery waiting out a database failure when the router stops is
 // given back (nacked, not poisoned): the failed attempt is counted as
 // infrastructure, the delivery once more as stopped.
@@ -247,11 +258,12 @@ func TestStopWhileWaitingIsNacked(t *testing.T) {
 		calls.Add(1)
 		return fmt.Errorf("points: %w", unreachable)
 	})
-	h, reader := scriptHandler(t, rt, time.Hour, watermill.NewCaptureLogger())
 	ctx, cancel := context.WithCancel(context.Background())
+	// The router stops as the hour's wait begins: the handler logs the
+	// failure at ERROR just before it waits.
+	h, reader := scriptHandler(t, rt, time.Hour, cancelOnError{watermill.NewCaptureLogger(), cancel})
 	msg := NewXMessage(watermill.NewUUID())
 	msg.SetContext(ctx)
-	time.AfterFunc(50*time.Millisecond, cancel) // the router stops during the hour's wait
 	err := h.handle(msg)
 	if err == nil || !isInfrastructure(err) || !errors.Is(err, unreachable) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("error %v: want the database failure and context.Canceled, nacked (not poisoned)", err)
