@@ -12,9 +12,9 @@ package bench
 // stop, how long the drain after that takes (at most -chaos-drain-max) and
 // its rate: rows sent after the writers stopped / drain time; and what
 // per-key order allows any relay: the pending rows whose key had a slow
-// publish under way at writer stop, how long the last of those publishes
-// still took (no drain ends sooner), and how long the drain lasted after
-// the last slow publish returned.
+// publish under way at writer stop, the longest chain of slow publishes
+// one key still had to wait out after the stop (no drain ends sooner),
+// and how long the drain lasted after the last slow publish returned.
 
 import (
 	"context"
@@ -66,17 +66,18 @@ func (p chaosPublisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 // slowKeys are the keys with a slow publish under way, and when each of
-// those publishes ends.
+// those publishes ends; and every slow publish so far.
 type slowKeys struct {
 	mu       sync.Mutex
 	n        int
 	ends     map[int]slowPublish
+	all      []slowPublish
 	returned time.Time // when the last slow publish that ended returned
 }
 
 type slowPublish struct {
-	key string
-	end time.Time
+	key        string
+	start, end time.Time
 }
 
 func (s *slowKeys) start(key string, end time.Time) (done func()) {
@@ -87,7 +88,9 @@ func (s *slowKeys) start(key string, end time.Time) (done func()) {
 	}
 	s.n++
 	id := s.n
-	s.ends[id] = slowPublish{key, end}
+	p := slowPublish{key, time.Now(), end}
+	s.ends[id] = p
+	s.all = append(s.all, p)
 	return func() {
 		s.mu.Lock()
 		delete(s.ends, id)
@@ -103,18 +106,39 @@ func (s *slowKeys) lastEnd() time.Time {
 	return s.returned
 }
 
-// now returns the keys with a slow publish under way and when the last of
-// those publishes ends (zero: none).
-func (s *slowKeys) now() (keys []string, last time.Time) {
+// now returns the keys with a slow publish under way.
+func (s *slowKeys) now() (keys []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range s.ends {
 		keys = append(keys, p.key)
-		if p.end.After(last) {
-			last = p.end
+	}
+	return keys
+}
+
+// chain returns the longest time one key had to wait out slow publishes
+// from t on: the rest of its slow publish under way at t, plus every slow
+// publish of it that started later. Per-key order runs a key's publishes
+// one after the other, so no relay that keeps it, given these slow
+// publishes, drains the rows pending at t sooner. (A slow publish lasts
+// end - start; a fast one is counted as taking no time.)
+func (s *slowKeys) chain(t time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	per := map[string]time.Duration{}
+	for _, p := range s.all {
+		switch {
+		case !p.start.Before(t):
+			per[p.key] += p.end.Sub(p.start)
+		case p.end.After(t):
+			per[p.key] += p.end.Sub(t)
 		}
 	}
-	return keys, last
+	var longest time.Duration
+	for _, d := range per {
+		longest = max(longest, d)
+	}
+	return longest
 }
 
 type chaosResult struct {
@@ -125,11 +149,12 @@ type chaosResult struct {
 	rate         float64       // rows sent during drain / drain
 	slow         int64         // slow publishes
 	// When the writers stopped: the pending rows whose key had a slow
-	// publish under way (per-key order keeps them pending until it
-	// ends), and how long the last slow publish then under way still
-	// took: no relay that keeps per-key order drains faster.
+	// publish under way (per-key order keeps them pending until it ends).
 	behindSlow int
-	floor      time.Duration
+	// chain is the longest time one key had to wait out slow publishes
+	// after the writers stopped (slowKeys.chain): the drain's lower bound
+	// for any relay that keeps per-key order, given these slow publishes.
+	chain time.Duration
 	// tail is how long the drain lasted after the last slow publish
 	// returned (the whole drain when none returned during it).
 	tail time.Duration
@@ -219,10 +244,9 @@ func runChaos(b *testing.B, srv *servers, slow bool) chaosResult {
 		b.Fatalf("writer: %v", werr)
 	}
 	stopped := time.Now()
-	keys, last := busy.now()
+	keys := busy.now()
 	res := chaosResult{written: int(written.Load()), pendingAtEnd: pending(b, db)}
-	if !last.IsZero() {
-		res.floor = last.Sub(stopped)
+	if len(keys) > 0 {
 		res.behindSlow = pendingOfKeys(b, db, keys)
 	}
 	left := res.pendingAtEnd
@@ -240,6 +264,7 @@ func runChaos(b *testing.B, srv *servers, slow bool) chaosResult {
 	if res.drain > 0 {
 		res.rate = float64(res.pendingAtEnd-left) / res.drain.Seconds()
 	}
+	res.chain = busy.chain(stopped)
 	res.slow = slowCount.Load()
 	cancel()
 	for range chaosRelays {

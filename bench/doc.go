@@ -18,9 +18,11 @@
 //     that, and the rate delivered while the writers write, against the
 //     same run without slow publishes; beside them, what per-key order
 //     allows: the pending rows behind a slow publish of their key at
-//     writer stop, the drain rate bound (every pending row over the time
-//     the last slow publish then under way still took), and how long the
-//     drain lasted after the last slow publish returned;
+//     writer stop, the drain rate bound (every pending row over the
+//     longest time one key had to wait out slow publishes after the
+//     stop: the rest of the one under way, plus those that started
+//     later), and how long the drain lasted after the last slow publish
+//     returned;
 //  5. MariaDB, -myrows (50k) backlog: the relay against a1, a2 and
 //     watermill's Forwarder (watermill-sql's MySQL adapters);
 //  6. 1 ms publish latency, -slowrows (50k) backlog: the relay against

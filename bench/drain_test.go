@@ -191,16 +191,22 @@ type relayResult struct {
 	claimMean float64 // ms per Claim call that leased rows
 	claimMax  float64 // ms, the slowest of them
 	claims    int
+	rows      float64 // rows leased per such call
+	asked     float64 // rows asked for per such call
+	extends   int     // ExtendLease calls
 }
 
 // timedDriver times the Claim calls of the relay (calls that leased no
 // row are not counted: they are the idle polls).
 type timedDriver struct {
 	driver.Driver
-	mu    sync.Mutex
-	n     int
-	total time.Duration
-	max   time.Duration
+	mu     sync.Mutex
+	n      int
+	total  time.Duration
+	max    time.Duration
+	rows   int // rows those calls leased
+	asked  int // rows they asked for (ClaimParams.Limit)
+	extend int // ExtendLease calls (the heartbeat)
 }
 
 func (t *timedDriver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
@@ -212,9 +218,18 @@ func (t *timedDriver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver
 		t.n++
 		t.total += d
 		t.max = max(t.max, d)
+		t.rows += len(rows)
+		t.asked += p.Limit
 		t.mu.Unlock()
 	}
 	return rows, err
+}
+
+func (t *timedDriver) ExtendLease(ctx context.Context, owner string, ids []int64, lease time.Duration) (int64, error) {
+	t.mu.Lock()
+	t.extend++
+	t.mu.Unlock()
+	return t.Driver.ExtendLease(ctx, owner, ids, lease)
 }
 
 // benchDriver is the relay's driver on db: pgxdriver over a pool of its
@@ -293,14 +308,20 @@ func runRelay(b *testing.B, srv *servers, d string, n int, rr relayRun) relayRes
 	}
 	res := relayResult{rate: float64(want) / dur.Seconds()}
 	var total, mx time.Duration
+	var rows, asked int
 	for _, td := range timed {
 		res.claims += td.n
 		total += td.total
 		mx = max(mx, td.max)
+		rows += td.rows
+		asked += td.asked
+		res.extends += td.extend
 	}
 	if res.claims > 0 {
 		res.claimMean = float64(total.Microseconds()) / 1000 / float64(res.claims)
 		res.claimMax = float64(mx.Microseconds()) / 1000
+		res.rows = float64(rows) / float64(res.claims)
+		res.asked = float64(asked) / float64(res.claims)
 	}
 	return res
 }
