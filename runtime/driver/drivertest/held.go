@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/driver/internal/driverutil"
 )
 
 var heldTests = []struct {
@@ -165,20 +166,9 @@ func testRequeueDuringClaim(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback() //nolint:errcheck
-	query, args := q.Requeue(ids[:1])
-	if _, err := tx.ExecContext(e.ctx, query, args...); err != nil {
-		t.Fatal(err)
-	}
-	// The statements of Driver.RequeueAndRelease.
-	if query, args := q.LockKeys(ids[:1]); query != "" {
-		rows, err := tx.QueryContext(e.ctx, query, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows.Close()
-	}
-	query, args = q.ReleaseHeld(ids[:1])
-	if _, err := tx.ExecContext(e.ctx, query, args...); err != nil {
+	// The statements of Driver.RequeueAndRelease, in a transaction left
+	// open while a claim runs.
+	if _, _, err := driverutil.RequeueInTx(e.ctx, driverutil.TxQuerier(tx), q, ids[:1]); err != nil {
 		t.Fatal(err)
 	}
 	wantIDs(t, "claim during the requeue", e.claim(t, claimP("r1", 1)), nil)

@@ -135,7 +135,7 @@ func (q dbQuerier) Query(ctx context.Context, query string, args ...any) (driver
 	if err != nil {
 		return nil, err
 	}
-	return sqlRows{rows}, nil
+	return driverutil.SQLRows{Rows: rows}, nil
 }
 
 func (q dbQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
@@ -153,7 +153,7 @@ func (q dbQuerier) InTx(ctx context.Context, f func(driverutil.Querier) error) e
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if err := f(txQuerier{tx}); err != nil {
+	if err := f(driverutil.TxQuerier(tx)); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -161,30 +161,3 @@ func (q dbQuerier) InTx(ctx context.Context, f func(driverutil.Querier) error) e
 	}
 	return nil
 }
-
-// txQuerier adapts *sql.Tx to driverutil.Querier.
-type txQuerier struct{ tx *sql.Tx }
-
-func (q txQuerier) Query(ctx context.Context, query string, args ...any) (driverutil.Rows, error) {
-	rows, err := q.tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	return sqlRows{rows}, nil
-}
-
-func (q txQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	res, err := q.tx.ExecContext(ctx, query, args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
-// InTx runs f in the transaction already open: transactions do not nest.
-func (q txQuerier) InTx(_ context.Context, f func(driverutil.Querier) error) error { return f(q) }
-
-// sqlRows adapts *sql.Rows (whose Close returns an error) to driverutil.Rows.
-type sqlRows struct{ *sql.Rows }
-
-func (r sqlRows) Close() { _ = r.Rows.Close() }

@@ -319,18 +319,26 @@ func (a *Admin) RequeueAndRelease(ctx context.Context, ids []int64) (requeued, r
 }
 
 func (a *Admin) requeueAndRelease(ctx context.Context, q *dialect.RelayQueries, ids []int64) (requeued, released int64, err error) {
-	err = a.Q.InTx(ctx, func(tx Querier) error {
-		n, err := execChunks(ctx, tx, ids, q.Requeue)
-		if err != nil {
-			return err
-		}
-		released, err = releaseHeld(ctx, tx, q, ids)
-		if err != nil {
-			return err
-		}
-		requeued = n
-		return nil
+	err = a.Q.InTx(ctx, func(tx Querier) (err error) {
+		requeued, released, err = RequeueInTx(ctx, tx, q, ids)
+		return err
 	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return requeued, released, nil
+}
+
+// RequeueInTx runs the statements of Admin.RequeueAndRelease in tx: the
+// requeue of every chunk of ids, then the release of the rows held behind
+// them (releaseHeld). Exported for drivertest, which runs them in a
+// transaction it keeps open while a claim meets their locks.
+func RequeueInTx(ctx context.Context, tx Querier, q *dialect.RelayQueries, ids []int64) (requeued, released int64, err error) {
+	requeued, err = execChunks(ctx, tx, ids, q.Requeue)
+	if err != nil {
+		return 0, 0, err
+	}
+	released, err = releaseHeld(ctx, tx, q, ids)
 	if err != nil {
 		return 0, 0, err
 	}
