@@ -20,6 +20,12 @@ func TestSlowKeysChain(t *testing.T) {
 	if got, want := s.chain(at(10)), 4*time.Second; got != want {
 		t.Errorf("chain = %v, want %v (key b: 1 s left + 3 s)", got, want)
 	}
+	// A publish of b again while its first is under way (a row whose
+	// lease lapsed) overlaps it: counted once.
+	s.all = append(s.all, slowPublish{"b", at(12), at(15)})
+	if got, want := s.chain(at(10)), 5*time.Second; got != want {
+		t.Errorf("chain with overlapping publishes = %v, want %v (key b: 10 s to 15 s)", got, want)
+	}
 	if got := s.chain(at(20)); got != 0 {
 		t.Errorf("chain after every slow publish = %v, want 0", got)
 	}
