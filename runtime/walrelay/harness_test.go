@@ -328,6 +328,7 @@ func runRelay(t testing.TB, r *walrelay.Relay) (stop func()) {
 func newRelay(t testing.TB, pool *pgxpool.Pool, pub message.Publisher, mod func(*walrelay.Config)) *walrelay.Relay {
 	t.Helper()
 	cfg := walrelay.Config{
+		Slot:             testSlot(pool),
 		Publisher:        pub,
 		StatusInterval:   100 * time.Millisecond,
 		TakeoverInterval: 200 * time.Millisecond,
@@ -345,6 +346,13 @@ func newRelay(t testing.TB, pool *pgxpool.Pool, pub message.Publisher, mod func(
 		t.Fatal(err)
 	}
 	return r
+}
+
+// testSlot names the relays' slot after the test's database: slots are
+// the server's, not the database's, and one left by a run killed on its
+// timeout must not stand in the way of the next run.
+func testSlot(pool *pgxpool.Pool) string {
+	return walrelay.DefaultSlot(pool.Config().ConnConfig.Database)
 }
 
 type testWriter struct{ t testing.TB }
@@ -402,7 +410,7 @@ func childRelay(dsn, natsURL string) int {
 		log.Error("child: nats", "error", err)
 		return 2
 	}
-	r, err := walrelay.New(pool, schema(), walrelay.Config{Publisher: pub, StatusInterval: 50 * time.Millisecond, InstanceID: "child", Logger: log})
+	r, err := walrelay.New(pool, schema(), walrelay.Config{Slot: testSlot(pool), Publisher: pub, StatusInterval: 50 * time.Millisecond, InstanceID: "child", Logger: log})
 	if err != nil {
 		log.Error("child: relay", "error", err)
 		return 2

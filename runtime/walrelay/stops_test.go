@@ -61,6 +61,38 @@ func messageLSN(t *testing.T, err error) pglogrepl.LSN {
 	return lsn
 }
 
+// walInsertLSN returns the server's current WAL insert position: taken
+// after a transaction commits, it is past the transaction's commit record.
+func walInsertLSN(t *testing.T, pool *pgxpool.Pool) pglogrepl.LSN {
+	t.Helper()
+	var s string
+	if err := pool.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	lsn, err := pglogrepl.ParseLSN(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lsn
+}
+
+// checkConfirmedBefore fails the test unless the slot confirmed a position
+// (the event before the message) and stopped short of the commit of the
+// message's transaction, which ends before after.
+//
+// The message's own LSN (at) is no bound: pgoutput gives a message the
+// end of its record, and a keepalive may confirm the server's WAL end
+// past it while the message's transaction has not committed. Decoding
+// skips only a transaction whose commit record starts before the
+// confirmed position, so anything short of the commit keeps the message;
+// the restarted relay stopping at it again is what proves it.
+func checkConfirmedBefore(t *testing.T, pool *pgxpool.Pool, slot string, at, after pglogrepl.LSN) {
+	t.Helper()
+	if c := slotConfirmed(t, pool, slot); c == 0 || c >= after {
+		t.Errorf("the slot confirmed %s; want it past the event before and short of the commit of the message (at %s) that ends before %s", c, at, after)
+	}
+}
+
 // slotConfirmed waits for the slot to be released and returns its
 // confirmed position.
 func slotConfirmed(t *testing.T, pool *pgxpool.Pool, slot string) pglogrepl.LSN {
@@ -101,6 +133,7 @@ func TestTooLargeMessageStopsBeforeIt(t *testing.T) {
 	}
 	write(t, pool, w, false, payload{Key: "s", N: 1})
 	write(t, pool, w, false, payload{Key: "s", N: 2, Tag: strings.Repeat("x", 2000)})
+	afterLarge := walInsertLSN(t, pool)
 	write(t, pool, w, false, payload{Key: "s", N: 3})
 
 	err := runFor(t, r1, 30*time.Second)
@@ -113,11 +146,7 @@ func TestTooLargeMessageStopsBeforeIt(t *testing.T) {
 		}
 	}
 	at := messageLSN(t, err)
-	// A message's LSN is where its record starts, and the event before
-	// it may end right there: confirming at is still before it.
-	if c := slotConfirmed(t, pool, r1.Slot()); c == 0 || c > at {
-		t.Errorf("the slot confirmed %s; want it past the event before and before the message at %s", c, at)
-	}
+	checkConfirmedBefore(t, pool, r1.Slot(), at, afterLarge)
 	if st := r1.Status(); st.Malformed != 0 || malformed.Load() != 0 || st.Published != 1 {
 		t.Errorf("status %+v, %d OnMalformed calls: want s/1 published and nothing malformed", st, malformed.Load())
 	}
@@ -132,6 +161,9 @@ func TestTooLargeMessageStopsBeforeIt(t *testing.T) {
 	runRelay(t, r3)
 	waitFor(t, 30*time.Second, "the large event and the one after it", func() bool { return distinct(b.messages(t)) >= 3 })
 	checkOrder(t, b.messages(t), map[string]int{"s": 3})
+	// The broker has them a moment before the relay counts them; then
+	// nothing more may come.
+	waitFor(t, 10*time.Second, "the relay to count 2 published events", func() bool { return r3.Status().Published >= 2 })
 	time.Sleep(200 * time.Millisecond)
 	if st := r3.Status(); st.Published != 2 {
 		t.Errorf("the relay with the default limit published %d events, want 2 (s/1 was confirmed before the stop)", st.Published)
@@ -143,31 +175,80 @@ func TestTooLargeMessageStopsBeforeIt(t *testing.T) {
 // writers: Run stops before it, saying to upgrade, and a restarted relay
 // stops at it again; it is not counted as malformed.
 func TestNewerEnvelopeStopsBeforeIt(t *testing.T) {
+	t.Run("written before the relay runs", func(t *testing.T) { testNewerEnvelope(t, false) })
+	// The relay streams while the message's transaction stays open and
+	// others commit: keepalives carry the server's WAL end past the
+	// message before its commit, and the relay may confirm that far.
+	t.Run("held open while the relay streams", func(t *testing.T) { testNewerEnvelope(t, true) })
+}
+
+func testNewerEnvelope(t *testing.T, hold bool) {
 	pool := logicalPool(t)
 	b := startNATS(t)
 	w := walWriter(t)
+	ctx := context.Background()
 	var malformed atomic.Int64
 	mod := func(c *walrelay.Config) { c.OnMalformed = func(walrelay.Malformed) { malformed.Add(1) } }
 	r1 := newRelay(t, pool, b.pub, mod)
-	if err := r1.Setup(context.Background()); err != nil {
+	if err := r1.Setup(ctx); err != nil {
 		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	run := func() { go func() { done <- r1.Run(runCtx) }() }
+	if hold {
+		run()
+		waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r1.Status().Streaming })
 	}
 	write(t, pool, w, false, payload{Key: "v", N: 1})
-	prefix := outbox.WALPrefix(testdb.Tables.Outbox)
-	if _, err := pool.Exec(context.Background(), `SELECT pg_logical_emit_message(true, $1, decode('03', 'hex') || 'a future envelope'::bytea)`, prefix); err != nil {
+	if hold {
+		waitFor(t, 30*time.Second, "v/1", func() bool { return distinct(b.messages(t)) >= 1 })
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	prefix := outbox.WALPrefix(testdb.Tables.Outbox)
+	if _, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, decode('03', 'hex') || 'a future envelope'::bytea)`, prefix); err != nil {
+		t.Fatal(err)
+	}
+	if hold {
+		// Others commit (an xid and nothing else: no change to stream)
+		// until the relay confirms a position past the message's record.
+		pastMessage := walInsertLSN(t, pool)
+		passed := false
+		for deadline := time.Now().Add(3 * time.Second); !passed && time.Now().Before(deadline); {
+			if _, err := pool.Exec(ctx, "SELECT txid_current()"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
+			passed = r1.Status().Confirmed > pastMessage
+		}
+		t.Logf("the relay confirmed %s while the message (its record ends before %s) waited for its commit; past it: %v", r1.Status().Confirmed, pastMessage, passed)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	afterMessage := walInsertLSN(t, pool)
 	write(t, pool, w, false, payload{Key: "v", N: 2})
+	if !hold {
+		run()
+	}
 
-	err := runFor(t, r1, 30*time.Second)
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		cancel()
+		<-done
+		t.Fatal("Run did not stop by itself within 30s")
+	}
 	if !errors.Is(err, outbox.ErrWALEnvelopeVersion) || !strings.Contains(err.Error(), "upgrade the relay") || !strings.Contains(err.Error(), "was not skipped") {
 		t.Fatalf("Run: %v; want the envelope version error saying to upgrade", err)
 	}
 	at := messageLSN(t, err)
-	// Equal is before the message: see TestTooLargeMessageStopsBeforeIt.
-	if c := slotConfirmed(t, pool, r1.Slot()); c > at {
-		t.Errorf("the slot confirmed %s, past the message at %s", c, at)
-	}
+	checkConfirmedBefore(t, pool, r1.Slot(), at, afterMessage)
 	err = runFor(t, newRelay(t, pool, b.pub, mod), 30*time.Second)
 	if !errors.Is(err, outbox.ErrWALEnvelopeVersion) || messageLSN(t, err) != at {
 		t.Fatalf("a restarted relay: %v; want it to stop at the same message, %s", err, at)
@@ -205,10 +286,16 @@ func TestMissingSlotAfterStreamingIsFatal(t *testing.T) {
 	waitFor(t, 30*time.Second, "3 events", func() bool { return distinct(b.messages(t)) >= 3 })
 	// A standby, which never streams: it saw the slot, so it must not be
 	// the one to recreate it either.
-	standby := newRelay(t, pool, b.pub, func(c *walrelay.Config) { c.InstanceID = "standby" })
+	var standbyLogs syncbuf.Buffer
+	standby := newRelay(t, pool, b.pub, func(c *walrelay.Config) {
+		c.InstanceID = "standby"
+		c.Logger = slog.New(slog.NewTextHandler(&standbyLogs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
 	standbyDone := make(chan error, 1)
 	go func() { standbyDone <- standby.Run(ctx) }()
-	time.Sleep(time.Second) // a few TakeoverIntervals: it found the slot active
+	waitFor(t, 30*time.Second, "the standby to find the slot active", func() bool {
+		return strings.Contains(standbyLogs.String(), "another instance streams from the slot: standing by")
+	})
 
 	// A DBA drops the slot: end the walsender holding it, drop it before
 	// a relay takes it again.
@@ -248,10 +335,10 @@ func TestMissingSlotAfterStreamingIsFatal(t *testing.T) {
 	select {
 	case err := <-standbyDone:
 		if err == nil || !strings.Contains(err.Error(), "is missing") {
-			t.Errorf("the standby's Run: %v, want the missing slot's error", err)
+			t.Errorf("the standby's Run: %v, want the missing slot's error; its log:\n%s", err, standbyLogs.String())
 		}
 	case <-time.After(20 * time.Second):
-		t.Errorf("the standby did not stop on the missing slot")
+		t.Errorf("the standby did not stop on the missing slot; its log:\n%s", standbyLogs.String())
 	}
 	if s, err := walrelay.SlotStatus(context.Background(), pool, r.Slot()); err != nil || s.Exists {
 		t.Errorf("slot %+v (%v): a relay recreated it", s, err)

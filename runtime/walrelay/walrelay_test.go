@@ -182,6 +182,9 @@ func TestRestartResumes(t *testing.T) {
 	r2 := newRelay(t, pool, b.pub, nil)
 	runRelay(t, r2)
 	waitFor(t, 30*time.Second, "80 events", func() bool { return distinct(b.messages(t)) >= 80 })
+	// The broker has them a moment before the relay counts them; then
+	// nothing more may come.
+	waitFor(t, 10*time.Second, "the relay to count 40 published events", func() bool { return r2.Status().Published >= 40 })
 	time.Sleep(300 * time.Millisecond)
 	if st := r2.Status(); st.Published != 40 {
 		t.Errorf("the restarted relay published %d events, want the 40 written while it was down (the others were confirmed)", st.Published)
@@ -595,14 +598,14 @@ func TestSIGKILLMidStream(t *testing.T) {
 	// of its creation, and events committed before it is ready may never
 	// be streamed (a CI run lost the first of them that way).
 	waitFor(t, 30*time.Second, "the child relay to hold the slot", func() bool {
-		s, err := walrelay.SlotStatus(context.Background(), pool, "outboxgen_"+testdb.Tables.Outbox)
+		s, err := walrelay.SlotStatus(context.Background(), pool, testSlot(pool))
 		return err == nil && s.Active && !s.Creating
 	})
 	standby := newRelay(t, pool, b.pub, func(c *walrelay.Config) { c.InstanceID = "standby" })
 	runRelay(t, standby)
 	t.Cleanup(func() {
 		if t.Failed() {
-			s, err := walrelay.SlotStatus(context.Background(), pool, "outboxgen_"+testdb.Tables.Outbox)
+			s, err := walrelay.SlotStatus(context.Background(), pool, testSlot(pool))
 			t.Logf("the standby: %+v; the slot: %+v (%v); %d distinct events at the broker", standby.Status(), s, err, distinct(b.messages(t)))
 		}
 	})
@@ -739,20 +742,24 @@ func TestPostgresCrash(t *testing.T) {
 		total += n
 	}
 	mu.Unlock()
-	waitFor(t, 60*time.Second, "every committed event", func() bool {
-		return distinct(b.messages(t)) >= total
-	})
 	// Events whose COMMIT failed at the crash may have committed (the
 	// writer cannot know): a key's next n was then taken again by the
-	// following event, so compare only up to the committed count with
-	// the unsure ones left out.
-	var msgs []got
-	for _, m := range b.messages(t) {
-		if !unsure[m.EventID] {
-			msgs = append(msgs, m)
+	// following event, so wait for and compare only the committed ones,
+	// the unsure ones left out (an unsure event that committed would
+	// otherwise stand in for a committed one still missing).
+	sure := func() []got {
+		var msgs []got
+		for _, m := range b.messages(t) {
+			if !unsure[m.EventID] {
+				msgs = append(msgs, m)
+			}
 		}
+		return msgs
 	}
-	checkOrder(t, msgs, want)
+	waitFor(t, 60*time.Second, "every committed event", func() bool {
+		return distinct(sure()) >= total
+	})
+	checkOrder(t, sure(), want)
 	t.Logf("%d committed events across the crash, %d with an unknown commit outcome", total, len(unsure))
 }
 
@@ -772,30 +779,43 @@ func TestMetrics(t *testing.T) {
 		write(t, pool, w, false, payload{Key: "x", N: i})
 	}
 	waitFor(t, 30*time.Second, "5 events", func() bool { return distinct(b.messages(t)) >= 5 })
-	time.Sleep(300 * time.Millisecond) // a lag sample
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	found := map[string]float64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					found[m.Name] += float64(p.Value)
-				}
-			case metricdata.Gauge[int64]:
-				for _, p := range d.DataPoints {
-					found[m.Name] = float64(p.Value)
-				}
-			case metricdata.Gauge[float64]:
-				for _, p := range d.DataPoints {
-					found[m.Name] = p.Value
+	collect := func() map[string]float64 {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		found := map[string]float64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				switch d := m.Data.(type) {
+				case metricdata.Sum[int64]:
+					for _, p := range d.DataPoints {
+						found[m.Name] += float64(p.Value)
+					}
+				case metricdata.Gauge[int64]:
+					for _, p := range d.DataPoints {
+						found[m.Name] = float64(p.Value)
+					}
+				case metricdata.Gauge[float64]:
+					for _, p := range d.DataPoints {
+						found[m.Name] = p.Value
+					}
 				}
 			}
 		}
+		return found
 	}
+	// The counter trails the broker by a moment, and the lag gauges
+	// appear with the first slot sample.
+	var found map[string]float64
+	waitFor(t, 10*time.Second, "5 published and a lag sample", func() bool {
+		found = collect()
+		_, bytes := found[walrelay.MetricSlotLagBytes]
+		_, secs := found[walrelay.MetricSlotLagSeconds]
+		return found["outboxgen.relay.published"] >= 5 && bytes && secs
+	})
+	time.Sleep(200 * time.Millisecond) // and no more
+	found = collect()
 	if found["outboxgen.relay.published"] != 5 {
 		t.Errorf("outboxgen.relay.published = %v, want 5 (%v)", found["outboxgen.relay.published"], found)
 	}
