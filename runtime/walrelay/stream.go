@@ -232,9 +232,12 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 		if err != nil {
 			return fmt.Errorf("walrelay: parse keepalive: %w", err)
 		}
-		// Everything before ServerWALEnd was sent: with nothing unsettled,
-		// it is all done, and confirming it lets PostgreSQL recycle the WAL
-		// of other databases and of transactions without events.
+		// Every transaction that committed before ServerWALEnd was sent:
+		// with nothing unsettled, it is all done, and confirming it lets
+		// PostgreSQL recycle the WAL of other databases and of
+		// transactions without events. One still open there is not lost:
+		// decoding skips only transactions whose commit record starts
+		// before the confirmed position, and its commit comes later.
 		if len(s.fifo) == 0 && s.cur == nil && k.ServerWALEnd > s.confirmed {
 			s.confirmed = k.ServerWALEnd
 		}
