@@ -30,18 +30,29 @@ import (
 // error; the test fails when it does not return.
 func runFor(t *testing.T, r *walrelay.Relay, d time.Duration) error {
 	t.Helper()
+	return startRun(t, r)(d)
+}
+
+// startRun starts r.Run; the returned func waits up to d for Run to return
+// by itself and returns its error, failing the test when it does not.
+// A test that ends before it waits stops Run first.
+func startRun(t *testing.T, r *walrelay.Relay) (wait func(d time.Duration) error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(d):
-		cancel()
-		<-done
-		t.Fatalf("Run did not stop by itself within %s", d)
-		return nil
+	done := make(chan struct{})
+	var err error
+	go func() { err = r.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return func(d time.Duration) error {
+		t.Helper()
+		select {
+		case <-done:
+			return err
+		case <-time.After(d):
+			cancel()
+			<-done
+			t.Fatalf("Run did not stop by itself within %s", d)
+			return nil
+		}
 	}
 }
 
@@ -193,12 +204,9 @@ func testNewerEnvelope(t *testing.T, hold bool) {
 	if err := r1.Setup(ctx); err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	run := func() { go func() { done <- r1.Run(runCtx) }() }
+	var wait func(time.Duration) error
 	if hold {
-		run()
+		wait = startRun(t, r1)
 		waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r1.Status().Streaming })
 	}
 	write(t, pool, w, false, payload{Key: "v", N: 1})
@@ -238,16 +246,10 @@ func testNewerEnvelope(t *testing.T, hold bool) {
 	afterMessage := walInsertLSN(t, pool)
 	write(t, pool, w, false, payload{Key: "v", N: 2})
 	if !hold {
-		run()
+		wait = startRun(t, r1)
 	}
 
-	select {
-	case err = <-done:
-	case <-time.After(30 * time.Second):
-		cancel()
-		<-done
-		t.Fatal("Run did not stop by itself within 30s")
-	}
+	err = wait(30 * time.Second)
 	if !errors.Is(err, outbox.ErrWALEnvelopeVersion) || !strings.Contains(err.Error(), "upgrade the relay") || !strings.Contains(err.Error(), "was not skipped") {
 		t.Fatalf("Run: %v; want the envelope version error saying to upgrade", err)
 	}
