@@ -126,13 +126,7 @@ func TestBatchedPublishKeepsOrderAndAccounting(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The insert position, not pg_current_wal_lsn (the write position):
-	// with synchronous_commit off (the test databases), the commit record
-	// may not be written yet when Commit returns.
-	var head pglogrepl.LSN
-	if err := pool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&head); err != nil {
-		t.Fatal(err)
-	}
+	head := walInsertLSN(t, pool)
 	total := keys*rounds + 1
 
 	runRelay(t, r)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats-server/v2/server"
@@ -252,6 +253,29 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// settled waits for count to reach n, then a moment more, and returns it
+// then: a count above n means more came than should have. (The broker
+// has an event a moment before the relay counts it.)
+func settled(t testing.TB, what string, n int64, count func() int64) int64 {
+	t.Helper()
+	waitFor(t, 10*time.Second, what, func() bool { return count() >= n })
+	time.Sleep(200 * time.Millisecond)
+	return count()
+}
+
+// walInsertLSN returns the server's WAL insert position: read after a
+// commit, it is past the commit's record. (Not pg_current_wal_lsn, the
+// write position: with synchronous_commit off, as on the test databases,
+// the commit record may not be written yet when Commit returns.)
+func walInsertLSN(t testing.TB, pool *pgxpool.Pool) pglogrepl.LSN {
+	t.Helper()
+	var lsn pglogrepl.LSN
+	if err := pool.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	return lsn
 }
 
 // checkOrder checks that, keeping each event's first delivery, every key's

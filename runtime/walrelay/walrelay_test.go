@@ -93,13 +93,7 @@ func TestCommittedInOrderRollbackNever(t *testing.T) {
 		last[m.Key] = s
 	}
 	// The confirmed position passes the last commit and reaches the slot.
-	// The insert position, not pg_current_wal_lsn (the write position):
-	// with synchronous_commit off (the test databases), the commit record
-	// may not be written yet when Commit returns.
-	var head pglogrepl.LSN
-	if err := pool.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&head); err != nil {
-		t.Fatal(err)
-	}
+	head := walInsertLSN(t, pool)
 	waitFor(t, 10*time.Second, "the slot's confirmed_flush_lsn to pass the last commit", func() bool {
 		s, err := walrelay.SlotStatus(context.Background(), pool, r.Slot())
 		if err != nil {
@@ -182,12 +176,8 @@ func TestRestartResumes(t *testing.T) {
 	r2 := newRelay(t, pool, b.pub, nil)
 	runRelay(t, r2)
 	waitFor(t, 30*time.Second, "80 events", func() bool { return distinct(b.messages(t)) >= 80 })
-	// The broker has them a moment before the relay counts them; then
-	// nothing more may come.
-	waitFor(t, 10*time.Second, "the relay to count 40 published events", func() bool { return r2.Status().Published >= 40 })
-	time.Sleep(300 * time.Millisecond)
-	if st := r2.Status(); st.Published != 40 {
-		t.Errorf("the restarted relay published %d events, want the 40 written while it was down (the others were confirmed)", st.Published)
+	if n := settled(t, "the relay to count 40 published events", 40, func() int64 { return r2.Status().Published }); n != 40 {
+		t.Errorf("the restarted relay published %d events, want the 40 written while it was down (the others were confirmed)", n)
 	}
 	checkOrder(t, b.messages(t), want)
 	waitFor(t, 10*time.Second, "CheckSlot to pass", func() bool {
@@ -779,43 +769,17 @@ func TestMetrics(t *testing.T) {
 		write(t, pool, w, false, payload{Key: "x", N: i})
 	}
 	waitFor(t, 30*time.Second, "5 events", func() bool { return distinct(b.messages(t)) >= 5 })
-	collect := func() map[string]float64 {
-		var rm metricdata.ResourceMetrics
-		if err := reader.Collect(context.Background(), &rm); err != nil {
-			t.Fatal(err)
-		}
-		found := map[string]float64{}
-		for _, sm := range rm.ScopeMetrics {
-			for _, m := range sm.Metrics {
-				switch d := m.Data.(type) {
-				case metricdata.Sum[int64]:
-					for _, p := range d.DataPoints {
-						found[m.Name] += float64(p.Value)
-					}
-				case metricdata.Gauge[int64]:
-					for _, p := range d.DataPoints {
-						found[m.Name] = float64(p.Value)
-					}
-				case metricdata.Gauge[float64]:
-					for _, p := range d.DataPoints {
-						found[m.Name] = p.Value
-					}
-				}
-			}
-		}
-		return found
-	}
 	// The counter trails the broker by a moment, and the lag gauges
 	// appear with the first slot sample.
 	var found map[string]float64
 	waitFor(t, 10*time.Second, "5 published and a lag sample", func() bool {
-		found = collect()
+		found = metricValues(t, reader)
 		_, bytes := found[walrelay.MetricSlotLagBytes]
 		_, secs := found[walrelay.MetricSlotLagSeconds]
 		return found["outboxgen.relay.published"] >= 5 && bytes && secs
 	})
 	time.Sleep(200 * time.Millisecond) // and no more
-	found = collect()
+	found = metricValues(t, reader)
 	if found["outboxgen.relay.published"] != 5 {
 		t.Errorf("outboxgen.relay.published = %v, want 5 (%v)", found["outboxgen.relay.published"], found)
 	}
@@ -828,6 +792,36 @@ func TestMetrics(t *testing.T) {
 	if v, ok := found[walrelay.MetricSlotLagSeconds]; !ok || v < 0 {
 		t.Errorf("%s missing or negative: %v", walrelay.MetricSlotLagSeconds, found)
 	}
+}
+
+// metricValues reads reader's metrics by name: counters summed over their
+// points, gauges at their last point.
+func metricValues(t *testing.T, reader *sdkmetric.ManualReader) map[string]float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]float64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					found[m.Name] += float64(p.Value)
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					found[m.Name] = float64(p.Value)
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					found[m.Name] = p.Value
+				}
+			}
+		}
+	}
+	return found
 }
 
 // TestCommitOrderWithoutLock: two transactions write events of one key
