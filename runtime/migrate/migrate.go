@@ -454,7 +454,11 @@ func Up(ctx context.Context, db *sql.DB, d dialect.Dialect, tables outbox.Tables
 		return r, err
 	}
 	r.VersionTable, r.Latest = q.Table(), c.set.Latest().Version
-	conn, err := db.Conn(ctx)
+	var conn *sql.Conn
+	err = whileBusy(ctx, d, func() (err error) {
+		conn, err = db.Conn(ctx)
+		return err
+	})
 	if err != nil {
 		return r, fmt.Errorf("migrate: %w", err)
 	}
@@ -540,23 +544,35 @@ func begin(ctx context.Context, conn *sql.Conn, d dialect.Dialect) (*tx, error) 
 	case dialect.SQLite:
 		// Waits for other writers (busy_timeout), and retries when the
 		// connection has none.
-		for {
+		err := whileBusy(ctx, d, func() error {
 			_, err := conn.ExecContext(ctx, dialect.BeginImmediate)
-			if err == nil {
-				t.raw = true
-				return t, nil
-			}
-			if !strings.Contains(err.Error(), "database is locked") && !strings.Contains(err.Error(), "SQLITE_BUSY") {
-				return nil, err
-			}
-			select {
-			case <-ctx.Done():
-				return nil, fmt.Errorf("%w (waiting for another writer: %v)", ctx.Err(), err)
-			case <-time.After(20 * time.Millisecond):
-			}
+			return err
+		})
+		if err != nil {
+			return nil, err
 		}
+		t.raw = true
 	}
 	return t, nil
+}
+
+// whileBusy runs f again while it fails with SQLITE_BUSY, until ctx ends.
+// Besides a BEGIN IMMEDIATE on a connection without busy_timeout, a new
+// connection's PRAGMA journal_mode(WAL) fails so at once, without the
+// busy handler, while another converts a fresh file (several instances
+// migrating at start-up).
+func whileBusy(ctx context.Context, d dialect.Dialect, f func() error) error {
+	for {
+		err := f()
+		if err == nil || d != dialect.SQLite || dberr.Infrastructure(err) != dberr.InfraBusy {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (waiting for another writer: %v)", ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func (t *tx) q() querier {
