@@ -184,9 +184,10 @@ func testRequeueDuringClaim(t *testing.T, e *env) {
 // testRequeueWaitsForClaim: a claim that holds a row behind a held row of
 // the key, and commits while a requeue of the key's FAILED head waits for
 // its locks: the requeue must release the row the claim held too, or it
-// stays out of claims for a whole hold. The claim runs in a transaction
-// left open, so that the requeue meets it: PostgreSQL's one statement
-// (which share-locks the held row), MySQL's lock and hold statements.
+// stays out of claims for a whole hold. The driver's claim runs in a
+// transaction left open, so that the requeue meets it: PostgreSQL's one
+// statement (which share-locks the held row), MySQL's steps
+// (driverutil.ClaimInTx: lock, per-key check, hold).
 func testRequeueWaitsForClaim(t *testing.T, e *env) {
 	if e.d == dialect.SQLite {
 		t.Skip("sqlite: one writer, a claim and a requeue cannot overlap")
@@ -218,21 +219,22 @@ func testRequeueWaitsForClaim(t *testing.T, e *env) {
 		}
 		return n > 0
 	}
+	// The driver's claim, in tx: PostgreSQL's one statement, the steps
+	// of MySQL's.
+	p := claimP("r1", 10)
 	if e.d == dialect.Postgres {
 		if err := tx.QueryRowContext(e.ctx, "SELECT pg_backend_pid()").Scan(&claimPID); err != nil {
 			t.Fatal(err)
 		}
-		exec(q.Claim("r1", time.Minute, 10, time.Hour, time.Second))
+		exec(driverutil.Claim(q, p))
 	} else {
-		// The claim's transaction as sqldriver runs it, once it found
-		// the row blocked (ClaimBlocked, read without locks).
-		query, args := q.ClaimLock(ids[2:], 10)
-		rows, err := tx.QueryContext(e.ctx, query, args...)
+		rows, held, err := driverutil.ClaimInTx(e.ctx, driverutil.TxQuerier(tx), q, p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rows.Close()
-		exec(q.ClaimHold("2999-01-01 00:00:00.000000", ids[2:]))
+		if len(rows) != 0 || held != 1 {
+			t.Fatalf("the claim leased %v and held %d rows, want none leased and one held (the row behind the held one)", rowIDs(rows), held)
+		}
 		// MariaDB's information_schema.INNODB_TRX leaves out a
 		// transaction waiting in a locking read; the monitor's list of
 		// transactions shows it (not its LATEST DETECTED DEADLOCK

@@ -94,7 +94,7 @@ func (x *Driver) ArchiveSent(ctx context.Context, archive string, olderThan time
 		return 0, fmt.Errorf("sqldriver: archive sent: begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	ids, err := opsQueryIDs(ctx, tx, query, args)
+	ids, err := driverutil.QueryIDs(ctx, driverutil.TxQuerier(tx), query, args)
 	if err != nil {
 		return 0, fmt.Errorf("sqldriver: archive sent: pick: %w", err)
 	}
@@ -121,27 +121,6 @@ func (x *Driver) ArchiveSent(ctx context.Context, archive string, olderThan time
 		return 0, fmt.Errorf("sqldriver: archive sent: commit: %w", err)
 	}
 	return int64(len(ids)), nil
-}
-
-// opsQueryIDs runs query, which returns one id column, in tx.
-func opsQueryIDs(ctx context.Context, tx *sql.Tx, query string, args []any) ([]int64, error) {
-	rs, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rs.Close()
-	var ids []int64
-	for rs.Next() {
-		var id int64
-		if err := rs.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	if err := rs.Err(); err != nil {
-		return nil, err
-	}
-	return ids, rs.Close()
 }
 
 // opsExecExactly runs a statement that must change want rows; any other count

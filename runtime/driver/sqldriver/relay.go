@@ -8,7 +8,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
@@ -19,13 +18,15 @@ import (
 var _ driver.Driver = (*Driver)(nil)
 
 // Claim leases up to p.Limit claimable rows to p.Owner and returns them in
-// id order. PostgreSQL and SQLite claim in one statement; MySQL/MariaDB
-// (no UPDATE ... RETURNING) in one short READ COMMITTED transaction: read
-// the window's ids without locks, lock them by id (SKIP LOCKED; the
-// locking window fills the rest when other claims hold too many of them),
-// drop the rows whose older same-key rows another instance holds, lease
-// the rest, commit. With p.Record, the
-// results are written first in the same transaction: one commit.
+// id order. PostgreSQL claims in one statement; MySQL/MariaDB (no
+// UPDATE ... RETURNING) and SQLite in one short transaction of several
+// statements (driverutil.ClaimInTx): lock the window (MySQL, READ
+// COMMITTED: read its ids without locks, lock them by id with SKIP
+// LOCKED, the locking window filling the rest when other claims hold too
+// many of them), drop the rows whose older same-key rows another instance
+// holds, lease the rest, commit.
+// With p.Record, the results are written first in the same transaction:
+// one commit.
 func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
 	if err := driverutil.CheckClaim("sqldriver", p); err != nil {
 		return nil, err
@@ -85,7 +86,9 @@ func (x *Driver) claimTx(ctx context.Context, q *dialect.RelayQueries, p driver.
 	var moved int
 	var pos driver.ScanPos
 	if q.ClaimInTransaction() {
-		rows, moved, err = claimSteps(ctx, tx, q, p, query, args)
+		if rows, moved, err = driverutil.ClaimInTx(ctx, driverutil.TxQuerier(tx), q, p); err != nil {
+			err = fmt.Errorf("sqldriver: %w", err)
+		}
 	} else {
 		var rs *sql.Rows
 		if rs, err = tx.QueryContext(ctx, query, args...); err != nil {
@@ -122,144 +125,6 @@ func (x *Driver) beginRelayTx(ctx context.Context) (*sql.Tx, error) {
 		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
 	return x.db.BeginTx(ctx, opts)
-}
-
-// claimSteps claims in tx on MySQL/MariaDB and SQLite: lock the window,
-// find the rows that must wait (ClaimBlocked), hold or move those, lease
-// the rest. It returns the leased rows (in due order) and how many rows it
-// held or moved.
-func claimSteps(ctx context.Context, tx *sql.Tx, q *dialect.RelayQueries, p driver.ClaimParams, query string, args []any) ([]driver.Row, int, error) {
-	rows, probes, err := claimWindow(ctx, tx, q, p, query, args)
-	if err != nil || len(rows) == 0 {
-		return nil, 0, err
-	}
-	ids := make([]int64, len(rows))
-	for i, r := range rows {
-		ids[i] = r.ID
-	}
-	if probes != nil && dialect.FreeToLease(probes) {
-		return claimLease(ctx, tx, q, p, rows, ids, 0)
-	}
-	query, args = q.ClaimBlocked(ids, driverutil.HoldOf(p))
-	brs, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, 0, fmt.Errorf("sqldriver: claim: per-key check: %w", err)
-	}
-	type hold struct {
-		id    int64
-		until any // as read, bound back as read
-	}
-	blocked := map[int64]bool{}
-	var held []hold
-	for brs.Next() {
-		var h hold
-		if err := brs.Scan(&h.id, &h.until); err != nil {
-			brs.Close()
-			return nil, 0, fmt.Errorf("sqldriver: claim: per-key check: %w", err)
-		}
-		blocked[h.id] = true
-		if h.until != nil {
-			held = append(held, h)
-		}
-	}
-	if err := brs.Close(); err != nil {
-		return nil, 0, fmt.Errorf("sqldriver: claim: per-key check: %w", err)
-	}
-	if err := brs.Err(); err != nil {
-		return nil, 0, fmt.Errorf("sqldriver: claim: per-key check: %w", err)
-	}
-	if len(blocked) > 0 {
-		kept := rows[:0]
-		ids = ids[:0]
-		for _, r := range rows {
-			if !blocked[r.ID] {
-				kept = append(kept, r)
-				ids = append(ids, r.ID)
-			}
-		}
-		rows = kept
-	}
-	// One statement per distinct hold_until (the rows behind FAILED rows
-	// share one: the statement's clock).
-	groups := map[string][]int64{}
-	var order []string
-	until := map[string]any{}
-	for _, h := range held {
-		k := fmt.Sprint(h.until)
-		if _, ok := groups[k]; !ok {
-			order = append(order, k)
-			until[k] = h.until
-		}
-		groups[k] = append(groups[k], h.id)
-	}
-	for _, k := range order {
-		query, args = q.ClaimHold(until[k], groups[k])
-		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
-			return nil, 0, fmt.Errorf("sqldriver: claim: hold: %w", err)
-		}
-	}
-	return claimLease(ctx, tx, q, p, rows, ids, len(held))
-}
-
-// claimLease leases the locked, unblocked rows (ids) in tx and returns
-// them with held, the count of rows the claim held.
-func claimLease(ctx context.Context, tx *sql.Tx, q *dialect.RelayQueries, p driver.ClaimParams, rows []driver.Row, ids []int64, held int) ([]driver.Row, int, error) {
-	if len(rows) > 0 {
-		query, args := q.ClaimLease(p.Owner, p.Lease, ids)
-		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
-			return nil, 0, fmt.Errorf("sqldriver: claim: lease: %w", err)
-		}
-	}
-	return rows, held, nil
-}
-
-// claimWindow locks the claim's window in tx and returns its rows: query
-// (RelayClaim) on its own, or, on MySQL/MariaDB, the candidates read
-// without locks, then locked by id (see RelayQueries.ClaimByCandidates),
-// with what ClaimLock read of their keys (probes; nil from RelayClaim).
-func claimWindow(ctx context.Context, tx *sql.Tx, q *dialect.RelayQueries, p driver.ClaimParams, query string, args []any) ([]driver.Row, []dialect.LockProbe, error) {
-	if !q.ClaimByCandidates() {
-		rs, err := tx.QueryContext(ctx, query, args...)
-		if err != nil {
-			return nil, nil, fmt.Errorf("sqldriver: claim: %w", err)
-		}
-		rows, _, err := scanRows(rs, "", nil, nil)
-		return rows, nil, err
-	}
-	lock := func(ids []int64) ([]driver.Row, []dialect.LockProbe, error) {
-		if len(ids) == 0 {
-			return nil, nil, nil
-		}
-		lq, largs := q.ClaimLock(ids, p.Limit)
-		rs, err := tx.QueryContext(ctx, lq, largs...)
-		if err != nil {
-			return nil, nil, fmt.Errorf("sqldriver: claim: lock: %w", err)
-		}
-		probes := []dialect.LockProbe{}
-		rows, _, err := scanRows(rs, "", &probes, nil)
-		return rows, probes, err
-	}
-	// Twice the limit: rows that claims running beside this one have
-	// locked but not leased yet are candidates too.
-	want := min(2*p.Limit, dialect.MaxInList)
-	cq, cargs := q.ClaimCandidates(want, p.OverdueAfter)
-	ids, err := opsQueryIDs(ctx, tx, cq, cargs)
-	if err != nil {
-		return nil, nil, fmt.Errorf("sqldriver: claim: candidates: %w", err)
-	}
-	rows, probes, err := lock(ids)
-	if err != nil || len(rows) == p.Limit || len(ids) < want {
-		return rows, probes, err
-	}
-	// Other claims hold more than half of the candidates, and more rows
-	// may be due after them: the window read with locks skips what they
-	// hold (and returns this claim's own rows again); rows locked above
-	// and not in it stay locked, unleased, until the commit (and, not
-	// among the rows returned, never count as free: see FreeToLease).
-	if ids, err = opsQueryIDs(ctx, tx, query, args); err != nil {
-		return nil, nil, fmt.Errorf("sqldriver: claim: %w", err)
-	}
-	return lock(ids)
 }
 
 // runStmts runs recording statements in tx and counts what they changed
@@ -312,57 +177,11 @@ func scanClaimRows(rs *sql.Rows, owner string, front bool) ([]driver.Row, int, d
 	if front {
 		at = &pos
 	}
-	rows, moved, err := scanRows(rs, owner, nil, at)
-	return rows, moved, pos, err
-}
-
-// scanRows scans claimed rows (dialect.RelayColumns). With owner set, the
-// statement is a one-statement claim, which also returns lease_owner
-// (dialect.ClaimColumns), and rows whose lease_owner is not owner (held or
-// moved rows) are left out and counted; with front set too, it returns
-// its front (dialect.FrontColumns), into *front.
-// With probes set, it is ClaimLock's (two more columns, dialect.LockProbe), and the
-// probes are appended to *probes.
-func scanRows(rs *sql.Rows, owner string, probes *[]dialect.LockProbe, front *driver.ScanPos) (out []driver.Row, moved int, err error) {
-	defer rs.Close()
-	for rs.Next() {
-		var r driver.Row
-		var created driverutil.Time
-		dest := []any{&r.ID, &r.EventID, &r.Type, &r.Key, &r.Topic, &r.Version, &r.Payload, &r.Headers, &r.RetryCount, &created}
-		var leaseOwner sql.NullString
-		var frontUS, frontID sql.NullInt64
-		if owner != "" {
-			dest = append(dest, &leaseOwner)
-		}
-		if front != nil {
-			dest = append(dest, &frontUS, &frontID)
-		}
-		var probe dialect.LockProbe
-		if probes != nil {
-			dest = append(dest, &probe.KeyFront, &probe.FailedBefore)
-		}
-		if err := rs.Scan(dest...); err != nil {
-			return nil, 0, fmt.Errorf("sqldriver: claim: scan: %w", err)
-		}
-		if frontUS.Valid && frontID.Valid {
-			*front = driver.ScanPos{DueMicros: frontUS.Int64, ID: frontID.Int64}
-		}
-		if owner != "" && leaseOwner.String != owner {
-			moved++ // held, or moved back behind an older row of its key
-			continue
-		}
-		r.EventID = strings.ToLower(r.EventID)
-		r.CreatedAt = created.T
-		out = append(out, r)
-		if probes != nil {
-			probe.ID = r.ID
-			*probes = append(*probes, probe)
-		}
+	rows, moved, err := driverutil.ScanRelayRows(driverutil.SQLRows{Rows: rs}, owner, nil, at)
+	if err != nil {
+		return nil, 0, pos, fmt.Errorf("sqldriver: %w", err)
 	}
-	if err := rs.Err(); err != nil {
-		return nil, 0, fmt.Errorf("sqldriver: claim: %w", err)
-	}
-	return out, moved, nil
+	return rows, moved, pos, nil
 }
 
 func (x *Driver) execIDs(ctx context.Context, what string, ids []int64, build func(q *dialect.RelayQueries, part []int64) (string, []any)) (int64, error) {
