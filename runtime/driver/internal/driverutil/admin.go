@@ -40,6 +40,24 @@ type Querier interface {
 	InTx(ctx context.Context, f func(tx Querier) error) error
 }
 
+// QueryIDs runs query, which returns one id column, in tx.
+func QueryIDs(ctx context.Context, tx Querier, query string, args []any) ([]int64, error) {
+	rs, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var ids []int64
+	for rs.Next() {
+		var id int64
+		if err := rs.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rs.Err()
+}
+
 // Admin implements the operator methods for one driver.
 type Admin struct {
 	// What prefixes errors: "sqldriver" or "pgxdriver".
@@ -423,19 +441,9 @@ func (a *Admin) deleteFailed(ctx context.Context, q *dialect.RelayQueries, ids [
 		var failed []int64
 		err := Chunks(ids, func(c []int64) error {
 			query, args := a.Queries.LockFailed(c)
-			rows, err := tx.Query(ctx, query, args...)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var id int64
-				if err := rows.Scan(&id); err != nil {
-					return err
-				}
-				failed = append(failed, id)
-			}
-			return rows.Err()
+			locked, err := QueryIDs(ctx, tx, query, args)
+			failed = append(failed, locked...)
+			return err
 		})
 		if err != nil {
 			return fmt.Errorf("lock: %w", err)

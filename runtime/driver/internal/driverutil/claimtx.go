@@ -155,24 +155,6 @@ func claimWindow(ctx context.Context, tx Querier, q *dialect.RelayQueries, p dri
 	return lock(ids)
 }
 
-// queryIDs runs query, which returns one id column, in tx.
-func QueryIDs(ctx context.Context, tx Querier, query string, args []any) ([]int64, error) {
-	rs, err := tx.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rs.Close()
-	var ids []int64
-	for rs.Next() {
-		var id int64
-		if err := rs.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rs.Err()
-}
-
 // ScanRelayRows scans claimed rows (dialect.RelayColumns) read through
 // database/sql, and closes rs. With owner set, the statement is a
 // one-statement claim, which also returns lease_owner
