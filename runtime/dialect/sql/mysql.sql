@@ -67,7 +67,15 @@ WHERE c.status = 0
   -- MariaDB read the whole key: 48 ms against 5 ms per claim with 1,000
   -- rows per key; the bound f.id < c.id stays out of the subqueries,
   -- where MariaDB does not read it as a range and, for a c that is its
-  -- key's front, scanned the key.
+  -- key's front, scanned the key. Neither subquery names c.id at all:
+  -- naming only c.biz_id lets MariaDB's subquery cache read each key's
+  -- front once per statement, not once per candidate. That matters when
+  -- a backlog has few keys: until InnoDB's purge catches up, each read
+  -- of a key's front passes the delete-marked index entries of every row
+  -- of the key sent since, each checked against its clustered record.
+  -- With the second subquery comparing f.id < c.id itself, a 30,000-row
+  -- drain of 10 keys spent 8.3 of its 10.8 s in this statement (26.6 ms
+  -- a window, up to 617 ms), and drained 2.2x faster without.
   AND (/* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */COALESCE((
     SELECT f.id
     FROM /* TEMPLATE: outbox */outbox_event f
@@ -76,14 +84,15 @@ WHERE c.status = 0
       /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
     ORDER BY f.id
     LIMIT 1), c.id) = c.id
+    -- The front's id when its lease runs: c is behind it if that is older.
     OR COALESCE((
-    SELECT CASE WHEN f.id < c.id AND f.lease_expires_at >= CURRENT_TIMESTAMP(6) THEN 1 ELSE 0 END
+    SELECT CASE WHEN f.lease_expires_at >= CURRENT_TIMESTAMP(6) THEN f.id END
     FROM /* TEMPLATE: outbox */outbox_event f
     WHERE f.biz_id = c.biz_id
       AND f.status = 0
       /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
     ORDER BY f.id
-    LIMIT 1), 0) = 0)
+    LIMIT 1), c.id) >= c.id)
   /* IF overdue_on */AND c.created_at <= CURRENT_TIMESTAMP(6) - INTERVAL sqlc.arg(overdue) MICROSECOND /* END */
 ORDER BY c.next_retry_time, c.id
 LIMIT /* ARG: max_rows */?

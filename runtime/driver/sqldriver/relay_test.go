@@ -3,6 +3,7 @@ package sqldriver_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -76,5 +77,91 @@ func TestMySQLTimeZone(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// On MariaDB, the claim's window reads each key's front (its oldest
+// pending row) once per statement, not once per candidate: its per-key
+// subqueries name only the candidate's key, so MariaDB's subquery cache
+// serves the candidates of a key after the first. Each such read passes
+// the delete-marked index entries of the key's rows sent since InnoDB's
+// last purge; read per candidate, that made a drain of 10 keys 2.2x
+// slower. ANALYZE counts how often each subquery ran, over two keys of
+// 100 rows, one of them behind a leased front.
+func TestMariaDBWindowReadsKeyFrontsOnce(t *testing.T) {
+	db := testdb.Open(t, "mysql")
+	ctx := context.Background()
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(version, "MariaDB") {
+		t.Skipf("%s: no subquery cache, no ANALYZE FORMAT=JSON", version)
+	}
+	testdb.ApplySchema(t, db, "mysql", templates.DefaultTables)
+	drv, err := sqldriver.New(db, testdb.Schema(dialect.MySQL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"a", "b"}
+	const perKey = 100
+	ins := "INSERT INTO " + testdb.Tables.Outbox + " (event_id, biz_type, biz_id, topic, payload) VALUES (UUID(), 'T', ?, 't', '{}')"
+	for range perKey {
+		for _, k := range keys {
+			if _, err := db.ExecContext(ctx, ins, k); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Lease a's front: a's other rows wait behind a row in flight.
+	rows, err := drv.Claim(ctx, driver.ClaimParams{Owner: "r1", Lease: time.Hour, Limit: 1})
+	if err != nil || len(rows) != 1 || rows[0].Key != "a" {
+		t.Fatalf("claim of a's front: %v %v", rows, err)
+	}
+	q, err := dialect.NewRelayQueries(dialect.MySQL, testdb.Tables.Outbox, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	query, args := q.ClaimCandidates(2*perKey, 0)
+	ids, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for ids.Next() {
+		got++
+	}
+	if err := ids.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got != perKey {
+		t.Fatalf("window: %d candidates, want b's %d rows (a's wait behind its leased front)", got, perKey)
+	}
+
+	var out string
+	if err := db.QueryRowContext(ctx, "ANALYZE FORMAT=JSON "+query, args...).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	var plan struct {
+		QueryBlock struct {
+			Subqueries []struct {
+				Cache struct {
+					Block struct {
+						Loops int `json:"r_loops"`
+					} `json:"query_block"`
+				} `json:"expression_cache"`
+			} `json:"subqueries"`
+		} `json:"query_block"`
+	}
+	if err := json.Unmarshal([]byte(out), &plan); err != nil {
+		t.Fatalf("ANALYZE: %v\n%s", err, out)
+	}
+	if len(plan.QueryBlock.Subqueries) != 2 {
+		t.Fatalf("ANALYZE: want the window's 2 per-key subqueries, each behind the subquery cache:\n%s", out)
+	}
+	for i, sq := range plan.QueryBlock.Subqueries {
+		if n := sq.Cache.Block.Loops; n < 1 || n > len(keys) {
+			t.Errorf("per-key subquery %d ran %d times for %d candidates of %d keys, want once per key:\n%s", i+1, n, 2*perKey-1, len(keys), out)
+		}
 	}
 }
