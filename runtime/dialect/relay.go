@@ -346,7 +346,7 @@ func (q *RelayQueries) ReleaseOrphanHeld() (string, []any) {
 // more ids than it leases, then ClaimLock, which locks up to the limit of
 // them; when ClaimLock locked fewer than the limit and the candidates
 // filled theirs (other claims hold rows of the window), Claim, the same
-// window read with locks (it returns ids here), and ClaimLock of what it
+// window read with locks (it returns Candidates here), and ClaimLock of what it
 // returned take their place. Then ClaimBlocked (unless FreeToLease),
 // ClaimLease and ClaimHold, as in ClaimInTransaction. The rows leased
 // are the same as Claim's but for which of the window's rows: InnoDB's
@@ -354,8 +354,8 @@ func (q *RelayQueries) ReleaseOrphanHeld() (string, []any) {
 // entry left by a row sent since the last purge (see sql/mysql.sql).
 func (q *RelayQueries) ClaimByCandidates() bool { return q.candidates != nil }
 
-// ClaimCandidates returns the window read without locks: the ids of at
-// most limit due, unleased rows in due order, not behind a row of their key
+// ClaimCandidates returns the window read without locks: the ids and keys
+// (Candidate) of at most limit due, unleased rows in due order, not behind a row of their key
 // in flight; with overdueAfter > 0, only rows created at least that long
 // ago (ClaimOverdue). On dialects without ClaimByCandidates it returns
 // "", nil.
@@ -380,26 +380,54 @@ func (q *RelayQueries) ClaimLock(ids []int64, limit int) (string, []any) {
 	return q.lock.render(ids, limit)
 }
 
-// LockProbe is what ClaimLock returned about one locked row's key: its
-// two columns after RelayColumns, key_front (the id of the oldest pending
-// row of the row's key: its own when it is the key's front or its type is
+// A Candidate is a row of a claim's window on MySQL/MariaDB: ClaimCandidates
+// and, on MySQL, Claim return its id and its key.
+type Candidate struct {
+	ID  int64
+	Key string
+}
+
+// LockProbe is what ClaimLock returned about one locked row: its id, its
+// key and its two columns after RelayColumns, outside_front (the id of
+// the oldest pending row of the row's key that is not among the ids
+// ClaimLock was given: its own when there is none, or its type is
 // unordered) and failed_before (1 when an older row of its key is
 // FAILED). Rows locked together are free to lease, without ClaimBlocked,
 // when FreeToLease says so.
 type LockProbe struct {
 	ID           int64
-	KeyFront     int64
+	Key          string
+	OutsideFront int64
 	FailedBefore bool
 }
 
-// FreeToLease reports whether every locked row may be leased as it is:
-// each is the oldest pending row of its key, with no FAILED row before
-// it. When it returns false, the claim runs ClaimBlocked, which tells
-// exactly which rows wait (a row behind an older one locked beside it is
-// free too) and which to hold.
-func FreeToLease(locked []LockProbe) bool {
+// FreeToLease reports whether every row ClaimLock locked of the
+// candidates it was given may be leased as it is: no FAILED row is before
+// it, and every older pending row of its key is locked beside it (none
+// of the key's pending rows outside the candidates is older, and every
+// candidate of its key older than it was locked: one that was not is
+// held by another claim or no longer due, and either way only
+// ClaimBlocked can tell). When it returns false, the claim runs
+// ClaimBlocked, which tells exactly which rows wait and which to hold.
+func FreeToLease(given []Candidate, locked []LockProbe) bool {
+	mine := make(map[int64]bool, len(locked))
 	for _, r := range locked {
-		if r.FailedBefore || r.KeyFront != r.ID {
+		mine[r.ID] = true
+	}
+	var left map[string]int64 // per key, the oldest candidate not locked
+	for _, c := range given {
+		if mine[c.ID] {
+			continue
+		}
+		if left == nil {
+			left = map[string]int64{}
+		}
+		if id, ok := left[c.Key]; !ok || c.ID < id {
+			left[c.Key] = c.ID
+		}
+	}
+	for _, r := range locked {
+		if id, ok := left[r.Key]; r.FailedBefore || r.OutsideFront < r.ID || ok && id < r.ID {
 			return false
 		}
 	}

@@ -128,20 +128,29 @@ func TestTruncateError(t *testing.T) {
 }
 
 func TestFreeToLease(t *testing.T) {
+	c := func(id int64, key string) Candidate { return Candidate{ID: id, Key: key} }
+	l := func(id int64, key string, outside int64) LockProbe {
+		return LockProbe{ID: id, Key: key, OutsideFront: outside}
+	}
 	for _, tc := range []struct {
 		name   string
+		given  []Candidate
 		locked []LockProbe
 		want   bool
 	}{
-		{"nothing locked", nil, true},
-		{"every row its key's front", []LockProbe{{ID: 3, KeyFront: 3}, {ID: 7, KeyFront: 7}}, true},
-		// Row 9 may be free (8 is locked beside it), but only the
-		// per-key statement can tell: 8 and 9 need not be neighbours.
-		{"an older row of the key locked beside it", []LockProbe{{ID: 8, KeyFront: 8}, {ID: 9, KeyFront: 8}}, false},
-		{"behind a row locked elsewhere", []LockProbe{{ID: 5, KeyFront: 2}}, false},
-		{"behind a FAILED row", []LockProbe{{ID: 4, KeyFront: 4, FailedBefore: true}}, false},
+		{"nothing locked", []Candidate{c(3, "a")}, nil, true},
+		{"every row its key's front", []Candidate{c(3, "a"), c(7, "b")}, []LockProbe{l(3, "a", 3), l(7, "b", 7)}, true},
+		{"a newer row of the key outside", []Candidate{c(3, "a")}, []LockProbe{l(3, "a", 9)}, true},
+		{"an older row of the key locked beside it", []Candidate{c(8, "a"), c(9, "a")}, []LockProbe{l(8, "a", 8), l(9, "a", 9)}, true},
+		{"newer candidates of the key not locked", []Candidate{c(8, "a"), c(9, "a"), c(12, "a")}, []LockProbe{l(8, "a", 8), l(9, "a", 9)}, true},
+		{"an older candidate of another key not locked", []Candidate{c(4, "b"), c(8, "a"), c(9, "a")}, []LockProbe{l(8, "a", 8), l(9, "a", 9)}, true},
+		// 4 is held by another claim, or no longer due: only the
+		// per-key statement can tell whether 9 waits for it.
+		{"an older candidate of the key not locked", []Candidate{c(4, "a"), c(8, "b"), c(9, "a")}, []LockProbe{l(8, "b", 8), l(9, "a", 9)}, false},
+		{"behind a row outside the candidates", []Candidate{c(5, "a")}, []LockProbe{l(5, "a", 2)}, false},
+		{"behind a FAILED row", []Candidate{c(4, "a")}, []LockProbe{{ID: 4, Key: "a", OutsideFront: 4, FailedBefore: true}}, false},
 	} {
-		if got := FreeToLease(tc.locked); got != tc.want {
+		if got := FreeToLease(tc.given, tc.locked); got != tc.want {
 			t.Errorf("%s: FreeToLease = %v, want %v", tc.name, got, tc.want)
 		}
 	}

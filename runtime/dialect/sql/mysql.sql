@@ -41,7 +41,8 @@ WHERE event_id = sqlc.arg(event_id);
 -- RelayClaim is rendered twice: without the locking section it reads the
 -- window without locks (ClaimCandidates, twice the limit, then
 -- RelayClaimLock by id); with it, it is the locking window a claim falls
--- back to when other claims hold too many of those candidates. InnoDB: a
+-- back to when other claims hold too many of those candidates. Both
+-- return each candidate's key too (dialect.FreeToLease). InnoDB: a
 -- READ COMMITTED locking read of the due index looks up the clustered
 -- record of every delete-marked entry it passes, and each row sent since
 -- the last purge left one at the index's front: measured on MariaDB 10.11
@@ -49,7 +50,7 @@ WHERE event_id = sqlc.arg(event_id);
 -- until purge ran (up to 16k pages, 7 ms, per claim); read without locks
 -- it stays near 3k pages, and RelayClaimLock reads about 600.
 -- name: RelayClaim :many
-SELECT c.id
+SELECT c.id, c.biz_id
 FROM /* TEMPLATE: outbox */outbox_event c
 WHERE c.status = 0
   AND c.next_retry_time <= CURRENT_TIMESTAMP(6)
@@ -104,15 +105,18 @@ LIMIT /* ARG: max_rows */?
 -- holds are skipped, as in the locking RelayClaim; ORDER BY id lets the
 -- read stop at max_rows, so no extra row stays locked. Each row comes
 -- with two reads RelayClaimBlocked would make, from the front of
--- (biz_id, status, id), taking no locks: key_front, its key's oldest
--- pending row (its own id when it is the front, or its type unordered),
--- and failed_before, whether an older row of its key is FAILED. When
--- every locked row is its key's front and none has a FAILED row before
--- it (the usual case while a backlog drains), the claim leases them
--- without RelayClaimBlocked: one statement less per batch. (The nearest
--- older pending row would tell more, but MariaDB cannot read the bound
--- p.id < c.id of a subquery as a range: it read every pending row of
--- the key, 2,000 rows per claim.)
+-- (biz_id, status, id), taking no locks: outside_front, its key's oldest
+-- pending row that is not among ids (its own id when there is none, or
+-- its type is unordered), and failed_before, whether an older row of its
+-- key is FAILED. When no locked row has a pending row of its key outside
+-- ids before it, none a FAILED one, and every candidate of its key older
+-- than it is locked too (dialect.FreeToLease; the usual case while a
+-- backlog drains, also when a key has several rows in the batch), the
+-- claim leases them without RelayClaimBlocked: one statement less per
+-- batch. Both subqueries name only c.biz_id, so MariaDB's subquery cache
+-- reads them once per key. (The nearest older pending row would tell
+-- more, but MariaDB cannot read the bound p.id < c.id of a subquery as a
+-- range: it read every pending row of the key, 2,000 rows per claim.)
 -- name: RelayClaimLock :many
 SELECT c.id, c.event_id, c.biz_type, c.biz_id, c.topic, c.payload_version, c.payload, c.headers, c.retry_count, c.created_at,
     CASE WHEN /* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */FALSE THEN c.id ELSE COALESCE((
@@ -121,8 +125,9 @@ SELECT c.id, c.event_id, c.biz_type, c.biz_id, c.topic, c.payload_version, c.pay
         WHERE f.biz_id = c.biz_id
           AND f.status = 0
           /* IF unordered */AND f.biz_type NOT IN (sqlc.slice(unordered)) /* END */
+          AND f.id NOT IN (sqlc.slice(ids))
         ORDER BY f.id
-        LIMIT 1), c.id) END AS key_front,
+        LIMIT 1), c.id) END AS outside_front,
     CASE WHEN /* IF unordered */c.biz_type IN (sqlc.slice(unordered)) OR /* END */FALSE THEN 0 ELSE COALESCE((
         SELECT o2.id
         FROM /* TEMPLATE: outbox */outbox_event o2

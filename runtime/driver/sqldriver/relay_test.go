@@ -165,3 +165,65 @@ func TestMariaDBWindowReadsKeyFrontsOnce(t *testing.T) {
 		}
 	}
 }
+
+// On MySQL/MariaDB, RelayClaimLock reads, for each row it locks, its
+// key's oldest pending row outside the candidates it was given, so that
+// a batch with several rows of one key is leased without the per-key
+// statement (dialect.FreeToLease).
+func TestClaimLockProbesOutsideCandidates(t *testing.T) {
+	db := testdb.Open(t, "mysql")
+	testdb.ApplySchema(t, db, "mysql", templates.DefaultTables)
+	ctx := context.Background()
+	ins := "INSERT INTO " + testdb.Tables.Outbox + " (event_id, biz_type, biz_id, topic, payload) VALUES (UUID(), 'T', ?, 't', '{}')"
+	var ids []int64
+	for _, k := range []string{"a", "a", "b", "a"} {
+		res, err := db.ExecContext(ctx, ins, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := res.LastInsertId()
+		ids = append(ids, id)
+	}
+	a1, a2, b1, a3 := ids[0], ids[1], ids[2], ids[3]
+	q, err := dialect.NewRelayQueries(dialect.MySQL, testdb.Tables.Outbox, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	given := []dialect.Candidate{{ID: a1, Key: "a"}, {ID: a2, Key: "a"}, {ID: b1, Key: "b"}}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	query, args := q.ClaimLock([]int64{a1, a2, b1}, 10)
+	rs, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var probes []dialect.LockProbe
+	for rs.Next() {
+		var r driver.Row
+		var created any
+		var p dialect.LockProbe
+		if err := rs.Scan(&r.ID, &r.EventID, &r.Type, &r.Key, &r.Topic, &r.Version, &r.Payload, &r.Headers, &r.RetryCount, &created, &p.OutsideFront, &p.FailedBefore); err != nil {
+			t.Fatal(err)
+		}
+		p.ID, p.Key = r.ID, r.Key
+		probes = append(probes, p)
+	}
+	if err := rs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := []dialect.LockProbe{{ID: a1, Key: "a", OutsideFront: a3}, {ID: a2, Key: "a", OutsideFront: a3}, {ID: b1, Key: "b", OutsideFront: b1}}
+	if len(probes) != len(want) {
+		t.Fatalf("ClaimLock: %+v, want %+v", probes, want)
+	}
+	for i := range want {
+		if probes[i] != want[i] {
+			t.Fatalf("ClaimLock: %+v, want %+v", probes, want)
+		}
+	}
+	if !dialect.FreeToLease(given, probes) {
+		t.Fatalf("FreeToLease(%+v, %+v) = false: a1 and a2 are locked together, a3 is newer", given, probes)
+	}
+}

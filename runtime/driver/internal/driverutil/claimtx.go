@@ -22,7 +22,7 @@ import (
 // rolls it back when nothing was leased or held (that releases the
 // locks). Its errors start with "claim:".
 func ClaimInTx(ctx context.Context, tx Querier, q *dialect.RelayQueries, p driver.ClaimParams) ([]driver.Row, int, error) {
-	rows, probes, err := claimWindow(ctx, tx, q, p)
+	rows, free, err := claimWindow(ctx, tx, q, p)
 	if err != nil || len(rows) == 0 {
 		return nil, 0, err
 	}
@@ -30,7 +30,7 @@ func ClaimInTx(ctx context.Context, tx Querier, q *dialect.RelayQueries, p drive
 	for i, r := range rows {
 		ids[i] = r.ID
 	}
-	if probes != nil && dialect.FreeToLease(probes) {
+	if free {
 		return claimLease(ctx, tx, q, p, rows, ids, 0)
 	}
 	query, args := q.ClaimBlocked(ids, HoldOf(p))
@@ -107,52 +107,77 @@ func claimLease(ctx context.Context, tx Querier, q *dialect.RelayQueries, p driv
 // claimWindow locks the claim's window in tx and returns its rows: the
 // claim statement (RelayClaim) on its own, or, on MySQL/MariaDB, the
 // candidates read without locks, then locked by id (see
-// RelayQueries.ClaimByCandidates), with what ClaimLock read of their keys
-// (probes; nil from RelayClaim).
-func claimWindow(ctx context.Context, tx Querier, q *dialect.RelayQueries, p driver.ClaimParams) ([]driver.Row, []dialect.LockProbe, error) {
+// RelayQueries.ClaimByCandidates). free reports that what ClaimLock read
+// of their keys shows every row free to lease (dialect.FreeToLease);
+// false from RelayClaim.
+func claimWindow(ctx context.Context, tx Querier, q *dialect.RelayQueries, p driver.ClaimParams) (rows []driver.Row, free bool, err error) {
 	query, args := Claim(q, p)
 	if !q.ClaimByCandidates() {
 		rs, err := tx.Query(ctx, query, args...)
 		if err != nil {
-			return nil, nil, fmt.Errorf("claim: %w", err)
+			return nil, false, fmt.Errorf("claim: %w", err)
 		}
 		rows, _, err := ScanRelayRows(rs, "", nil, nil)
-		return rows, nil, err
+		return rows, false, err
 	}
-	lock := func(ids []int64) ([]driver.Row, []dialect.LockProbe, error) {
-		if len(ids) == 0 {
-			return nil, nil, nil
+	lock := func(cands []dialect.Candidate) ([]driver.Row, bool, error) {
+		if len(cands) == 0 {
+			return nil, false, nil
+		}
+		ids := make([]int64, len(cands))
+		for i, c := range cands {
+			ids[i] = c.ID
 		}
 		lq, largs := q.ClaimLock(ids, p.Limit)
 		rs, err := tx.Query(ctx, lq, largs...)
 		if err != nil {
-			return nil, nil, fmt.Errorf("claim: lock: %w", err)
+			return nil, false, fmt.Errorf("claim: lock: %w", err)
 		}
 		probes := []dialect.LockProbe{}
 		rows, _, err := ScanRelayRows(rs, "", &probes, nil)
-		return rows, probes, err
+		return rows, err == nil && dialect.FreeToLease(cands, probes), err
 	}
 	// Twice the limit: rows that claims running beside this one have
 	// locked but not leased yet are candidates too.
 	want := min(2*p.Limit, dialect.MaxInList)
 	cq, cargs := q.ClaimCandidates(want, p.OverdueAfter)
-	ids, err := QueryIDs(ctx, tx, cq, cargs)
+	cands, err := queryCandidates(ctx, tx, cq, cargs)
 	if err != nil {
-		return nil, nil, fmt.Errorf("claim: candidates: %w", err)
+		return nil, false, fmt.Errorf("claim: candidates: %w", err)
 	}
-	rows, probes, err := lock(ids)
-	if err != nil || len(rows) == p.Limit || len(ids) < want {
-		return rows, probes, err
+	rows, free, err = lock(cands)
+	if err != nil || len(rows) == p.Limit || len(cands) < want {
+		return rows, free, err
 	}
 	// Other claims hold more than half of the candidates, and more rows
 	// may be due after them: the window read with locks skips what they
 	// hold (and returns this claim's own rows again); rows locked above
-	// and not in it stay locked, unleased, until the commit (and, not
-	// among the rows returned, never count as free: see FreeToLease).
-	if ids, err = QueryIDs(ctx, tx, query, args); err != nil {
-		return nil, nil, fmt.Errorf("claim: %w", err)
+	// and not in it stay locked, unleased, until the commit (pending and
+	// not among the rows returned, they keep the rows of their keys
+	// behind them from counting as free: see FreeToLease).
+	if cands, err = queryCandidates(ctx, tx, query, args); err != nil {
+		return nil, false, fmt.Errorf("claim: %w", err)
 	}
-	return lock(ids)
+	return lock(cands)
+}
+
+// queryCandidates runs a window statement of MySQL/MariaDB (ClaimCandidates,
+// or Claim), which returns ids and keys, in tx.
+func queryCandidates(ctx context.Context, tx Querier, query string, args []any) ([]dialect.Candidate, error) {
+	rs, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var out []dialect.Candidate
+	for rs.Next() {
+		var c dialect.Candidate
+		if err := rs.Scan(&c.ID, &c.Key); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rs.Err()
 }
 
 // ScanRelayRows scans claimed rows (dialect.RelayColumns) read through
@@ -179,7 +204,7 @@ func ScanRelayRows(rs Rows, owner string, probes *[]dialect.LockProbe, front *dr
 		}
 		var probe dialect.LockProbe
 		if probes != nil {
-			dest = append(dest, &probe.KeyFront, &probe.FailedBefore)
+			dest = append(dest, &probe.OutsideFront, &probe.FailedBefore)
 		}
 		if err := rs.Scan(dest...); err != nil {
 			return nil, 0, fmt.Errorf("claim: scan: %w", err)
@@ -195,7 +220,7 @@ func ScanRelayRows(rs Rows, owner string, probes *[]dialect.LockProbe, front *dr
 		r.CreatedAt = created.T
 		out = append(out, r)
 		if probes != nil {
-			probe.ID = r.ID
+			probe.ID, probe.Key = r.ID, r.Key
 			*probes = append(*probes, probe)
 		}
 	}
