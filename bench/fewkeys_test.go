@@ -22,8 +22,8 @@ var (
 //
 //   - keys/<dialect>/<K>: -fewrows rows of K keys round robin (-fewkeys),
 //     the relay with its defaults, no publish latency: rows per second;
-//   - hot/<delay>: -hotrows rows of one key, then 2 × -hotrows rows of
-//     1,000 other keys (PostgreSQL, one relay, every publish delayed by
+//   - hot/<dialect>/<delay>: -hotrows rows of one key, then 2 × -hotrows
+//     rows of 1,000 other keys (one relay, every publish delayed by
 //     delay): when the other keys were drained, and when the hot one was.
 //     A key is published in order, one row after the other, so the hot
 //     key takes -hotrows × delay at least; the other keys should not wait
@@ -54,29 +54,31 @@ func BenchmarkFewKeys(b *testing.B) {
 			})
 		}
 	}
-	for _, delay := range []time.Duration{0, time.Millisecond} {
-		b.Run(fmt.Sprintf("hot/%v", delay), func(b *testing.B) {
-			for range b.N {
-				others, hot := drainHotKey(b, srv, delay)
-				b.ReportMetric(others.Seconds(), "others_s")
-				b.ReportMetric(hot.Seconds(), "hot_s")
-			}
-		})
+	for _, d := range []string{"postgres", "mysql"} {
+		for _, delay := range []time.Duration{0, time.Millisecond} {
+			b.Run(fmt.Sprintf("hot/%s/%v", d, delay), func(b *testing.B) {
+				for range b.N {
+					others, hot := drainHotKey(b, srv, d, delay)
+					b.ReportMetric(others.Seconds(), "others_s")
+					b.ReportMetric(hot.Seconds(), "hot_s")
+				}
+			})
+		}
 	}
 }
 
-// drainHotKey fills a fresh PostgreSQL outbox with -hotrows rows of key
+// drainHotKey fills a fresh outbox of dialect d with -hotrows rows of key
 // "hot", then twice as many of 1,000 other keys, and drains it with one
 // relay whose publishes each take delay first. It returns when the other
 // keys' rows and the hot key's rows were all sent, from the relay's start.
-func drainHotKey(b *testing.B, srv *servers, delay time.Duration) (others, hot time.Duration) {
-	db := freshOutbox(b, "postgres")
+func drainHotKey(b *testing.B, srv *servers, d string, delay time.Duration) (others, hot time.Duration) {
+	db := freshOutbox(b, d)
 	srv.fill(b)
-	insertRows(b, db, "postgres", *flagHotRows, func(string) string { return "'hot'" })
-	insertRows(b, db, "postgres", 2**flagHotRows, func(g string) string { return concat("postgres", "order-", g+" % 1000") })
-	analyze(b, db, "postgres")
+	insertRows(b, db, d, *flagHotRows, func(string) string { return "'hot'" })
+	insertRows(b, db, d, 2**flagHotRows, func(g string) string { return concat(d, "order-", g+" % 1000") })
+	analyze(b, db, d)
 	s := newSink(b, 3**flagHotRows)
-	r, err := relay.New(benchDriver(b, db, "postgres"), relay.Config{Publisher: s.publisher(delay), InstanceID: "bench-hot", Logger: discard})
+	r, err := relay.New(benchDriver(b, db, d), relay.Config{Publisher: s.publisher(delay), InstanceID: "bench-hot", Logger: discard})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -85,7 +87,7 @@ func drainHotKey(b *testing.B, srv *servers, delay time.Duration) (others, hot t
 	defer stop()
 	for others == 0 || hot == 0 {
 		var o, h int
-		if err := db.QueryRow(`SELECT count(*) FILTER (WHERE biz_id <> 'hot'), count(*) FILTER (WHERE biz_id = 'hot')
+		if err := db.QueryRow(`SELECT COALESCE(SUM(CASE WHEN biz_id <> 'hot' THEN 1 ELSE 0 END), 0), COALESCE(SUM(CASE WHEN biz_id = 'hot' THEN 1 ELSE 0 END), 0)
 FROM outbox_event WHERE status = 0`).Scan(&o, &h); err != nil {
 			b.Fatal(err)
 		}

@@ -247,6 +247,12 @@ type pipeline struct {
 	// found nothing (see saturated); zero: not since a full claim that
 	// recorded nothing.
 	saturatedAt time.Time
+	// leasedClaims counts the claims that returned leased rows (see
+	// claimReturned).
+	leasedClaims int
+	// aloneUntil: until then no claim starts beside another, since one
+	// found nothing beside a claim that leased rows (see claimReturned).
+	aloneUntil time.Time
 	// rescanning: the first claim since the saturated window ended is
 	// under way. It tells whether the rows still wait behind rows in
 	// flight; a claim beside it would read past them all too, at the same
@@ -396,7 +402,7 @@ func (p *pipeline) act() (bool, error) {
 	if p.claiming > 0 {
 		// Beside claims in flight only another claim starts: while a
 		// backlog lasts, and unless a heartbeat waits for them to end.
-		if ok && p.backlog && !p.hbDue && p.claiming < r.opts.ParallelClaims && !p.saturated(now) && !p.rescanning {
+		if ok && p.backlog && !p.hbDue && p.claiming < r.opts.ParallelClaims && !p.saturated(now) && !p.rescanning && !now.Before(p.aloneUntil) {
 			return true, p.claim(limit)
 		}
 		return false, nil
@@ -656,6 +662,7 @@ type claimOutcome struct {
 	fromGen   int  // p.fromGen when it started
 	inFlight  int  // rows of ours in flight beside it: leased, results not carried
 	rescan    bool // the first claim since the saturated window ended (see rescanning)
+	leased    int  // p.leasedClaims when it started
 }
 
 // claim records the pending results and claims up to limit rows in one
@@ -676,6 +683,7 @@ func (p *pipeline) claim(limit int) error {
 		probe:     r.brk.open,
 		wasIdle:   p.running == 0 && p.claiming == 0,
 		claimedAt: time.Now(), // the lease starts no earlier than this
+		leased:    p.leasedClaims,
 	}
 	out.rec, out.of = p.takePending()
 	out.inFlight = len(p.leased) - len(out.of)
@@ -744,11 +752,25 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 		p.done = true
 	}
 	found := len(out.rows) + out.res.Moved
+	if len(out.rows) > 0 {
+		p.leasedClaims++
+	}
 	p.backlog = found >= out.limit
 	now := time.Now()
 	switch {
-	case found == 0 && out.inFlight > 0:
+	case found == 0 && out.inFlight > 0 && p.claiming == 0 && out.leased == p.leasedClaims:
 		p.saturatedAt = now
+	case found == 0 && out.inFlight > 0:
+		// Beside a claim of ours that leased rows (it returned while this
+		// one ran, or still runs), finding nothing says little: the rows
+		// it needed may be the ones that claim locked and leased (SKIP
+		// LOCKED), and the rows behind them looked free to it, so it left
+		// them alone. Taken as saturation, that stopped the other keys'
+		// claims for a rescanEvery whenever a key with a long backlog
+		// leased its next rows (TestEmptyClaimBesideLeasingClaim). Claims
+		// run one at a time for that long instead, at once after a full
+		// one: the next that finds nothing tells.
+		p.aloneUntil = now.Add(rescanEvery)
 	case p.backlog && out.rec == nil, out.rescan && found > 0:
 		// A full claim that recorded nothing, or the first one after a
 		// window that found rows: claims find rows again.
