@@ -14,9 +14,10 @@ package relay
 //
 // Claimed rows are grouped into units (one ordered key's rows, or one
 // unordered row), each published on a goroutine of its own (kept for
-// reuse, see workers); Concurrency slots bound the publishes running, and
-// a publish running eight times the typical one (at most SlowPublish)
-// gives its slot back. Units report to the loop as they finish, and their
+// reuse, see workers); Concurrency slots bound the publishes running (a
+// unit keeps its slot from its first row to its last), and a publish
+// running eight times the typical one (at most SlowPublish) gives its
+// slot back. Units report to the loop as they finish, and their
 // results are recorded with the next claim, in its transaction (one
 // commit), or alone when no claim comes soon enough (recordDelay) or room
 // is short. The loop claims again while fewer than MaxInFlight rows are
