@@ -799,57 +799,56 @@ func (p *orderPub) published() []string {
 // flight go out at a fraction of its publish rate while the other keys
 // waited on it).
 func TestUnitKeepsItsSlot(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
-		row := func(id int64, key string) driver.Row {
-			return driver.Row{ID: id, EventID: uuid.NewString(), Type: "T", Key: key, Topic: "t", Version: 1, Payload: []byte(`{}`)}
-		}
-		hot := []driver.Row{row(1, "hot"), row(2, "hot"), row(3, "hot")}
-		pub := &orderPub{hold: hot[0].EventID, release: make(chan struct{})}
-		opts := testOptions(pub, "slot")
-		r := mustRelay(t, drv, opts)
-		f := &flow{slots: make(chan struct{}, 1), kick: make(chan struct{}, 1), batch: 100, pool: newWorkers()}
-		defer f.pool.stop()
-		f.avg.Store(int64(time.Second)) // slowAfter: SlowPublish, so the held publish stays in its slot
-		ctx := context.Background()
-		var wg sync.WaitGroup
-		publish := func(unit []driver.Row) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var res unitResult
-				r.publishUnit(ctx, nil, f, unit, &res)
-				if len(res.sent) != len(unit) {
-					t.Errorf("unit %s: sent %v of %d rows, release %v", unit[0].Key, res.sent, len(unit), res.release)
-				}
-			}()
-		}
-		publish(hot)
-		waitFor(t, "hot's first publish under way", func() bool { return len(pub.published()) == 1 })
-		var want []string
-		for _, rw := range hot {
-			want = append(want, rw.EventID)
-		}
-		for i := range 5 {
-			k := row(int64(10+i), fmt.Sprintf("k%d", i))
-			want = append(want, k.EventID)
-			publish([]driver.Row{k})
-		}
-		time.Sleep(50 * time.Millisecond) // the other units queue for the slot
-		close(pub.release)
-		wg.Wait()
-		got := pub.published()
-		if len(got) != len(want) || !slices.Equal(got[:3], want[:3]) {
-			key := map[string]string{}
-			for i, id := range want {
-				key[id] = fmt.Sprint(i)
+	_, drv := sqliteRelayDB(t) // no statement runs: publishUnit alone
+	row := func(id int64, key string) driver.Row {
+		return driver.Row{ID: id, EventID: uuid.NewString(), Type: "T", Key: key, Topic: "t", Version: 1, Payload: []byte(`{}`)}
+	}
+	hot := []driver.Row{row(1, "hot"), row(2, "hot"), row(3, "hot")}
+	pub := &orderPub{hold: hot[0].EventID, release: make(chan struct{})}
+	opts := testOptions(pub, "slot")
+	r := mustRelay(t, drv, opts)
+	f := &flow{slots: make(chan struct{}, 1), kick: make(chan struct{}, 1), batch: 100, pool: newWorkers()}
+	defer f.pool.stop()
+	f.avg.Store(int64(time.Second)) // slowAfter: SlowPublish, so the held publish stays in its slot
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	publish := func(unit []driver.Row) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var res unitResult
+			r.publishUnit(ctx, nil, f, unit, &res)
+			if len(res.sent) != len(unit) {
+				t.Errorf("unit %s: sent %v of %d rows, release %v", unit[0].Key, res.sent, len(unit), res.release)
 			}
-			var order []string
-			for _, id := range got {
-				order = append(order, key[id])
-			}
-			t.Fatalf("published rows %v (hot's: 0, 1, 2; the others queued for the slot while 0 published), want hot's first, one after the other", order)
+		}()
+	}
+	publish(hot)
+	waitFor(t, "hot's first publish under way", func() bool { return len(pub.published()) == 1 })
+	var want []string
+	for _, rw := range hot {
+		want = append(want, rw.EventID)
+	}
+	for i := range 5 {
+		k := row(int64(10+i), fmt.Sprintf("k%d", i))
+		want = append(want, k.EventID)
+		publish([]driver.Row{k})
+	}
+	time.Sleep(50 * time.Millisecond) // the other units queue for the slot
+	close(pub.release)
+	wg.Wait()
+	got := pub.published()
+	if len(got) != len(want) || !slices.Equal(got[:3], want[:3]) {
+		key := map[string]string{}
+		for i, id := range want {
+			key[id] = fmt.Sprint(i)
 		}
-	})
+		var order []string
+		for _, id := range got {
+			order = append(order, key[id])
+		}
+		t.Fatalf("published rows %v (hot's: 0, 1, 2; the others queued for the slot while 0 published), want hot's first, one after the other", order)
+	}
 }
 
 // A claim that finds nothing beside a claim of ours that leased rows says
@@ -861,44 +860,40 @@ func TestUnitKeepsItsSlot(t *testing.T) {
 // one at a time for that long, at once after a full claim. A claim that
 // finds nothing alone still means saturation.
 func TestEmptyClaimBesideLeasingClaim(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
-		if d != dialect.SQLite {
-			t.Skip("the pipeline's bookkeeping: one dialect is enough")
-		}
-		r := mustRelay(t, drv, testOptions(newRecPub(t), "empty"))
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		empty := func(p *pipeline) claimOutcome {
-			p.claiming++
-			p.claimRows += 10
-			return claimOutcome{limit: 10, inFlight: 5, leased: p.leasedClaims, claimedAt: time.Now()}
-		}
+	_, drv := sqliteRelayDB(t) // the pipeline's bookkeeping: no claim runs
+	r := mustRelay(t, drv, testOptions(newRecPub(t), "empty"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	empty := func(p *pipeline) claimOutcome {
+		p.claiming++
+		p.claimRows += 10
+		return claimOutcome{limit: 10, inFlight: 5, leased: p.leasedClaims, claimedAt: time.Now()}
+	}
 
-		p := r.newPipeline(ctx, modeRun)
-		p.claimReturned(empty(p))
-		if p.saturatedAt.IsZero() {
-			t.Fatal("a claim that found nothing alone, beside rows in flight: not saturated")
-		}
+	p := r.newPipeline(ctx, modeRun)
+	p.claimReturned(empty(p))
+	if p.saturatedAt.IsZero() {
+		t.Fatal("a claim that found nothing alone, beside rows in flight: not saturated")
+	}
 
-		p = r.newPipeline(ctx, modeRun)
-		out := empty(p)
-		p.leasedClaims++ // a claim that ran beside it returned leased rows
-		p.claimReturned(out)
-		if !p.saturatedAt.IsZero() {
-			t.Fatal("a claim that found nothing beside a claim that leased rows: saturated")
-		}
-		if !time.Now().Before(p.aloneUntil) {
-			t.Fatalf("aloneUntil %v: claims still start beside each other", p.aloneUntil)
-		}
+	p = r.newPipeline(ctx, modeRun)
+	out := empty(p)
+	p.leasedClaims++ // a claim that ran beside it returned leased rows
+	p.claimReturned(out)
+	if !p.saturatedAt.IsZero() {
+		t.Fatal("a claim that found nothing beside a claim that leased rows: saturated")
+	}
+	if !time.Now().Before(p.aloneUntil) {
+		t.Fatalf("aloneUntil %v: claims still start beside each other", p.aloneUntil)
+	}
 
-		p = r.newPipeline(ctx, modeRun)
-		out = empty(p)
-		p.claiming++ // another claim still runs
-		p.claimReturned(out)
-		if !p.saturatedAt.IsZero() || p.aloneUntil.IsZero() {
-			t.Fatalf("a claim that found nothing beside a claim still running: saturated at %v, alone until %v", p.saturatedAt, p.aloneUntil)
-		}
-	})
+	p = r.newPipeline(ctx, modeRun)
+	out = empty(p)
+	p.claiming++ // another claim still runs
+	p.claimReturned(out)
+	if !p.saturatedAt.IsZero() || p.aloneUntil.IsZero() {
+		t.Fatalf("a claim that found nothing beside a claim still running: saturated at %v, alone until %v", p.saturatedAt, p.aloneUntil)
+	}
 }
 
 // lostClaim makes one claim that runs beside another find nothing, as
