@@ -38,7 +38,13 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 	if err != nil {
 		return nil, fmt.Errorf("sqldriver: claim: %w", err)
 	}
-	query, args := driverutil.Claim(q, p)
+	// The one claim statement (PostgreSQL); a claim of several statements
+	// renders its own (driverutil.ClaimInTx).
+	var query string
+	var args []any
+	if !q.ClaimInTransaction() {
+		query, args = driverutil.Claim(q, p)
+	}
 	front := driverutil.WantsFront(q, p)
 	before := driverutil.ClaimRecordStmts(q, p, true)
 	if !q.ClaimInTransaction() && len(before) == 0 {
@@ -71,7 +77,8 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 }
 
 // claimTx runs a claim in one transaction, the statements before
-// (driverutil.ClaimRecordStmts) first.
+// (driverutil.ClaimRecordStmts) first: query (PostgreSQL), or the steps
+// of driverutil.ClaimInTx.
 func (x *Driver) claimTx(ctx context.Context, q *dialect.RelayQueries, p driver.ClaimParams, before []driverutil.Stmt, query string, args []any, front bool) ([]driver.Row, error) {
 	tx, err := x.beginRelayTx(ctx)
 	if err != nil {

@@ -111,8 +111,8 @@ func claimLease(ctx context.Context, tx Querier, q *dialect.RelayQueries, p driv
 // of their keys shows every row free to lease (dialect.FreeToLease);
 // false from RelayClaim.
 func claimWindow(ctx context.Context, tx Querier, q *dialect.RelayQueries, p driver.ClaimParams) (rows []driver.Row, free bool, err error) {
-	query, args := Claim(q, p)
 	if !q.ClaimByCandidates() {
+		query, args := Claim(q, p)
 		rs, err := tx.Query(ctx, query, args...)
 		if err != nil {
 			return nil, false, fmt.Errorf("claim: %w", err)
@@ -155,6 +155,7 @@ func claimWindow(ctx context.Context, tx Querier, q *dialect.RelayQueries, p dri
 	// and not in it stay locked, unleased, until the commit (pending and
 	// not among the rows returned, they keep the rows of their keys
 	// behind them from counting as free: see FreeToLease).
+	query, args := Claim(q, p) // the locking window
 	if cands, err = queryCandidates(ctx, tx, query, args); err != nil {
 		return nil, false, fmt.Errorf("claim: %w", err)
 	}
