@@ -207,6 +207,17 @@ max_replication_slots = 20
 max_wal_senders = 20
 CONF
 	fi
+	# A replication slot left behind by a killed test run (its cleanup
+	# never ran) keeps every WAL segment written after it: one such slot
+	# kept 67 GB here and filled the disk. Bounded, an abandoned slot is
+	# marked lost instead; no live test's slot falls that far behind.
+	if ! grep -q '^max_slot_wal_keep_size' "$PG_DATA/postgresql.conf"; then
+		cat >>"$PG_DATA/postgresql.conf" <<CONF
+
+# outboxgen test server: an abandoned slot cannot fill the disk.
+max_slot_wal_keep_size = 4GB
+CONF
+	fi
 	# A stale postmaster.pid (after kill -9 or a reboot) blocks the start
 	# when its pid is gone or a zombie.
 	if [ -f "$PG_DATA/postmaster.pid" ]; then
