@@ -22,6 +22,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/outboxgen/outboxgen/internal/testdb"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/templates"
 )
 
@@ -308,15 +309,20 @@ type sink struct {
 	dups  int
 	first time.Time
 	last  time.Time
+	// lastOf is when the last new message of each key (its outbox_key)
+	// arrived: a drain's per-key progress without querying the database
+	// it would slow.
+	lastOf map[string]time.Time
 }
 
 func newSink(b *testing.B, want int) *sink {
 	b.Helper()
 	s := &sink{
-		pub:  gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: int64(want) + 4096, BlockPublishUntilSubscriberAck: false}, watermill.NopLogger{}),
-		want: want,
-		done: make(chan struct{}),
-		recv: make(map[string]time.Time, want),
+		pub:    gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: int64(want) + 4096, BlockPublishUntilSubscriberAck: false}, watermill.NopLogger{}),
+		want:   want,
+		done:   make(chan struct{}),
+		recv:   make(map[string]time.Time, want),
+		lastOf: make(map[string]time.Time),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ch, err := s.pub.Subscribe(ctx, topic)
@@ -337,6 +343,7 @@ func newSink(b *testing.B, want int) *sink {
 					s.first = now
 				}
 				s.last = now
+				s.lastOf[m.Metadata.Get(outbox.MetadataKey)] = now
 				if len(s.recv) == s.want {
 					close(s.done)
 				}

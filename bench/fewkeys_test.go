@@ -69,8 +69,11 @@ func BenchmarkFewKeys(b *testing.B) {
 
 // drainHotKey fills a fresh outbox of dialect d with -hotrows rows of key
 // "hot", then twice as many of 1,000 other keys, and drains it with one
-// relay whose publishes each take delay first. It returns when the other
-// keys' rows and the hot key's rows were all sent, from the relay's start.
+// relay whose publishes each take delay first. It returns when the last
+// message of the other keys and of the hot key arrived, from the relay's
+// start. The sink tells, not the database: a query of the pending rows
+// every 20 ms took 4.1 of MariaDB's 11.8 s in a 1 ms run, on the cores
+// the relay and the database share.
 func drainHotKey(b *testing.B, srv *servers, d string, delay time.Duration) (others, hot time.Duration) {
 	db := freshOutbox(b, d)
 	srv.fill(b)
@@ -84,24 +87,23 @@ func drainHotKey(b *testing.B, srv *servers, d string, delay time.Duration) (oth
 	}
 	srv.measure(b)
 	start, stop := background(b, "relay", r.Run)
-	defer stop()
-	for others == 0 || hot == 0 {
-		var o, h int
-		if err := db.QueryRow(`SELECT COALESCE(SUM(CASE WHEN biz_id <> 'hot' THEN 1 ELSE 0 END), 0), COALESCE(SUM(CASE WHEN biz_id = 'hot' THEN 1 ELSE 0 END), 0)
-FROM outbox_event WHERE status = 0`).Scan(&o, &h); err != nil {
-			b.Fatal(err)
+	s.wait(b, 10*time.Minute)
+	stop()
+	var pending int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM outbox_event WHERE status <> 1`).Scan(&pending); err != nil {
+		b.Fatal(err)
+	}
+	if pending != 0 {
+		b.Fatalf("every message arrived, but %d rows are not marked sent", pending)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, at := range s.lastOf {
+		if key == "hot" {
+			hot = at.Sub(start)
+		} else {
+			others = max(others, at.Sub(start))
 		}
-		now := time.Since(start)
-		if o == 0 && others == 0 {
-			others = now
-		}
-		if h == 0 && hot == 0 {
-			hot = now
-		}
-		if now > 10*time.Minute {
-			b.Fatalf("not drained after %v: %d rows of other keys and %d of the hot key pending", now, o, h)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	return others, hot
 }
