@@ -346,19 +346,20 @@ func (q *RelayQueries) ReleaseOrphanHeld() (string, []any) {
 // more ids than it leases, then ClaimLock, which locks up to the limit of
 // them; when ClaimLock locked fewer than the limit and the candidates
 // filled theirs (other claims hold rows of the window), Claim, the same
-// window read with locks (it returns Candidates here), and ClaimLock of what it
-// returned take their place. Then ClaimBlocked (unless FreeToLease),
-// ClaimLease and ClaimHold, as in ClaimInTransaction. The rows leased
-// are the same as Claim's but for which of the window's rows: InnoDB's
-// locking read of the due index costs a clustered-index read for each
-// entry left by a row sent since the last purge (see sql/mysql.sql).
+// window read with locks (it returns Candidates here), and ClaimLock of
+// what it returned take their place. Then ClaimBlocked (unless
+// FreeToLease), ClaimLease and ClaimHold, as in ClaimInTransaction. The
+// rows leased are the same as Claim's but for which of the window's
+// rows: InnoDB's locking read of the due index costs a clustered-index
+// read for each entry left by a row sent since the last purge (see
+// sql/mysql.sql).
 func (q *RelayQueries) ClaimByCandidates() bool { return q.candidates != nil }
 
-// ClaimCandidates returns the window read without locks: the ids and keys
-// (Candidate) of at most limit due, unleased rows in due order, not behind a row of their key
-// in flight; with overdueAfter > 0, only rows created at least that long
-// ago (ClaimOverdue). On dialects without ClaimByCandidates it returns
-// "", nil.
+// ClaimCandidates returns the window read without locks: the ids and
+// keys (Candidate) of at most limit due, unleased rows in due order, not
+// behind a row of their key in flight; with overdueAfter > 0, only rows
+// created at least that long ago (ClaimOverdue). On dialects without
+// ClaimByCandidates it returns "", nil.
 func (q *RelayQueries) ClaimCandidates(limit int, overdueAfter time.Duration) (string, []any) {
 	switch {
 	case q.candidates == nil:

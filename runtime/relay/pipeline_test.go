@@ -927,11 +927,7 @@ func (l *lostClaim) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.R
 		l.mu.Unlock()
 		return rows, err
 	}
-	ids := make([]int64, len(rows))
-	for i, rw := range rows {
-		ids[i] = rw.ID
-	}
-	_, err = l.Driver.Release(ctx, p.Owner, ids)
+	_, err = l.Driver.Release(ctx, p.Owner, rowIDsOf(rows))
 	if p.Result != nil {
 		p.Result.Moved = 0
 	}
@@ -950,7 +946,7 @@ func (l *lostClaim) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.R
 func TestLostClaimRace(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
 		if d == dialect.SQLite {
-			t.Skip("sqlite: one claim at a time")
+			t.Skip("SQLite runs one claim at a time")
 		}
 		ins := insertEvents(t, db, d, roundRobin(3000, 300)...)
 		lc := &lostClaim{Driver: drv}

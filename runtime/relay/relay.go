@@ -347,11 +347,10 @@ func (r *Relay) groups(rows []driver.Row) [][]driver.Row {
 // waited, until its rows in flight counted as a slow publish). Only a
 // slow publish gives the slot back (see publishRow); the next row then
 // waits for one again. The unit stops at its first failure and gives the
-// rest back. f.queued counts the
-// unit's rows until its first publish starts. When ctx is done (the batch
-// stopped) the rows not started are given back; when abandon is closed a
-// publish under way is abandoned (its row stays leased until the lease
-// lapses) and the rest given back.
+// rest back. f.queued counts the unit's rows until its first publish
+// starts. When ctx is done (the batch stopped) the rows not started are
+// given back; when abandon is closed a publish under way is abandoned
+// (its row stays leased until the lease lapses) and the rest given back.
 func (r *Relay) publishUnit(ctx context.Context, abandon <-chan struct{}, f *flow, unit []driver.Row, res *unitResult) {
 	slots := f.slots
 	waiting, held := true, false
