@@ -81,8 +81,8 @@ func TestFilesHeader(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(files) != 8 { // Go files, and per dialect outbox.sql and migrations 0001 and 0002
-			t.Fatalf("%d files, want 8", len(files))
+		if len(files) != 10 { // Go files, and per dialect outbox.sql and migrations 0001 to 0003
+			t.Fatalf("%d files, want 10", len(files))
 		}
 		for _, f := range files {
 			c := "//"

@@ -51,6 +51,11 @@ var builtin = []MigrationInfo{
 	// (<inbox>_duplicate): additive, a runtime that knows only version 1
 	// ignores it.
 	{Version: 2, Name: "inbox_duplicates", CompatibleFrom: 1},
+	// Migration 3 adds id and biz_id to MySQL/MariaDB's claim index
+	// (<outbox>_due_idx), so that a claim passes over the keys its relay
+	// is publishing without reading their rows; on PostgreSQL and SQLite
+	// it only records the version. Additive.
+	{Version: 3, Name: "claim_index_keys", CompatibleFrom: 1},
 }
 
 // Migration is one rendered migration file.

@@ -72,8 +72,9 @@ func TestRenderShape(t *testing.T) {
 			stmts := templates.Statements(a)
 			// Per migration: its tables, then the version table and the
 			// row recording it. Migration 2 adds the duplicate table and
-			// its indexes (MySQL: declared in the table).
-			wantStmts := map[string]int{"postgres": 15, "mysql": 8, "sqlite": 16}[d]
+			// its indexes (MySQL: declared in the table); migration 3
+			// rebuilds MySQL's due index and only records itself elsewhere.
+			wantStmts := map[string]int{"postgres": 17, "mysql": 11, "sqlite": 18}[d]
 			if len(stmts) != wantStmts {
 				t.Errorf("%d statements, want %d", len(stmts), wantStmts)
 			}
@@ -82,6 +83,9 @@ func TestRenderShape(t *testing.T) {
 				code := stripComments(st)
 				if strings.HasPrefix(code, "CREATE TABLE IF NOT EXISTS "+version+" (") || strings.HasPrefix(code, "INSERT INTO "+version+" (version, compatible_from) VALUES (") {
 					continue // the version record: idempotent, as every migration ends with it
+				}
+				if d == "mysql" && strings.HasPrefix(strings.Join(strings.Fields(code), " "), "ALTER TABLE outbox_event DROP INDEX outbox_event_due_idx, ADD INDEX outbox_event_due_idx (") {
+					continue // migration 3: one statement, so the index is never missing
 				}
 				if !strings.HasPrefix(code, "CREATE TABLE ") && !strings.HasPrefix(code, "CREATE INDEX ") && !strings.HasPrefix(code, "CREATE UNIQUE INDEX ") {
 					t.Errorf("statement is not a plain CREATE TABLE/INDEX:\n%s", st)

@@ -38,14 +38,16 @@ func TestInitGenerateCheck(t *testing.T) {
 			t.Errorf("%s does not start with the generated-code header", f)
 		}
 	}
-	// check says what it checked: the spec, and how many files.
-	if code, stdout, stderr := cli(t, dir, "check"); code != 0 || stdout != "events.yaml: up to date (6 files)\n" || stderr != "" {
+	// check says what it checked: the spec, and how many files (events.go,
+	// writers.go, consumers.go, postgres/outbox.sql and its migrations
+	// 0001 to 0003).
+	if code, stdout, stderr := cli(t, dir, "check"); code != 0 || stdout != "events.yaml: up to date (7 files)\n" || stderr != "" {
 		t.Fatalf("check after generate: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
 	os.Rename(filepath.Join(dir, "events.yaml"), filepath.Join(dir, "sub", "orders.yaml"))
 	cli(t, dir, "generate", "-f", "sub/orders.yaml")
-	if code, stdout, stderr := cli(t, dir, "check", "-f", "sub/orders.yaml"); code != 0 || stdout != "sub/orders.yaml: up to date (6 files)\n" {
+	if code, stdout, stderr := cli(t, dir, "check", "-f", "sub/orders.yaml"); code != 0 || stdout != "sub/orders.yaml: up to date (7 files)\n" {
 		t.Fatalf("check -f sub/orders.yaml: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	os.Rename(filepath.Join(dir, "sub", "orders.yaml"), filepath.Join(dir, "events.yaml"))
@@ -207,7 +209,8 @@ func TestStaleGeneratedFilesRemoved(t *testing.T) {
 	if _, err := os.Stat(handWritten); err != nil {
 		t.Fatalf("a hand-written file was removed: %v", err)
 	}
-	if code, stdout, _ := cli(t, dir, "check"); code != 0 || stdout != "events.yaml: up to date (5 files)\n" {
+	// events.go, writers.go, postgres/outbox.sql and its migrations 0001 to 0003.
+	if code, stdout, _ := cli(t, dir, "check"); code != 0 || stdout != "events.yaml: up to date (6 files)\n" {
 		t.Fatalf("check after generate: exit %d\n%s", code, stdout)
 	}
 }

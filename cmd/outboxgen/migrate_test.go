@@ -3,6 +3,7 @@ package main
 import (
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 )
 
 func TestMigrateSQLite(t *testing.T) {
+	latest := templates.Builtin().Latest().Version
 	dir := t.TempDir()
 	if code, _, stderr := cli(t, dir, "migrate", "-db", "sqlite:app.db", "status"); code != 1 || !strings.Contains(stderr, "app.db") {
 		t.Errorf("status of a missing file: exit %d, %s", code, stderr)
@@ -19,7 +21,8 @@ func TestMigrateSQLite(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("up: exit %d: %s%s", code, stdout, stderr)
 	}
-	for _, want := range []string{"created the SQLite file app.db\n", "database: app.db (SQLite)\n", "applied 0001_outbox_tables.up.sql (version 1, ", "applied 0002_inbox_duplicates.up.sql (version 2, ", "schema version 0 -> 2 (recorded in outbox_event_version)\n"} {
+	for _, want := range []string{"created the SQLite file app.db\n", "database: app.db (SQLite)\n", "applied 0001_outbox_tables.up.sql (version 1, ", "applied 0002_inbox_duplicates.up.sql (version 2, ",
+		"applied 0003_claim_index_keys.up.sql (version 3, ", fmt.Sprintf("schema version 0 -> %d (recorded in outbox_event_version)\n", latest)} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("up output lacks %q:\n%s", want, stdout)
 		}
@@ -28,15 +31,16 @@ func TestMigrateSQLite(t *testing.T) {
 	// The action may come first or last; status is the default.
 	for _, args := range [][]string{{"migrate", "-db", "sqlite:app.db"}, {"migrate", "status", "-db", "sqlite:app.db"}} {
 		code, stdout, stderr = cli(t, dir, args...)
-		if code != 0 || !strings.Contains(stdout, "version:    2, recorded in outbox_event_version (usable by runtimes that know version 1 or later)\n") ||
+		if code != 0 || !strings.Contains(stdout, fmt.Sprintf("version:    %d, recorded in outbox_event_version (usable by runtimes that know version 1 or later)\n", latest)) ||
 			!strings.Contains(stdout, "  0001_outbox_tables.up.sql        applied ") || !strings.Contains(stdout, "  0002_inbox_duplicates.up.sql     applied ") ||
+			!strings.Contains(stdout, "  0003_claim_index_keys.up.sql     applied ") ||
 			!strings.Contains(stdout, "pending:    none\n") {
 			t.Errorf("%v: exit %d\n%s%s", args, code, stdout, stderr)
 		}
 	}
 	t.Logf("migrate status:\n%s", stdout)
 	code, stdout, _ = cli(t, dir, "migrate", "up", "-db", "sqlite:app.db")
-	if code != 0 || !strings.Contains(stdout, "nothing to apply: the database is at version 2, the latest\n") || strings.Contains(stdout, "created") {
+	if code != 0 || !strings.Contains(stdout, fmt.Sprintf("nothing to apply: the database is at version %d, the latest\n", latest)) || strings.Contains(stdout, "created") {
 		t.Errorf("second up: exit %d\n%s", code, stdout)
 	}
 	code, stdout, _ = cli(t, dir, "migrate", "-db", "sqlite:app.db", "-o", "json", "status")
@@ -45,7 +49,7 @@ func TestMigrateSQLite(t *testing.T) {
 		Pending []any
 		Runtime string
 	}
-	if err := json.Unmarshal([]byte(stdout), &st); code != 0 || err != nil || st.Current != 2 || st.Pending == nil || len(st.Pending) != 0 || st.Runtime != "ok" {
+	if err := json.Unmarshal([]byte(stdout), &st); code != 0 || err != nil || st.Current != latest || st.Pending == nil || len(st.Pending) != 0 || st.Runtime != "ok" {
 		t.Errorf("status -o json: exit %d, %v, %+v\n%s", code, err, st, stdout)
 	}
 	for _, args := range [][]string{{"migrate", "-db", "sqlite:app.db", "down"}, {"migrate", "up", "status", "-db", "sqlite:app.db"}, {"migrate", "-o", "yaml", "-db", "sqlite:app.db"}} {

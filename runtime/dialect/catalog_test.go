@@ -52,6 +52,7 @@ var catalogUnordered = []string{"AUDIT_LOGGED", "METRIC_SAMPLED"}
 // Representative arguments. Only the number of ids changes the text.
 var (
 	catalogIDs   = []int64{101, 102}
+	catalogKeys  = []string{"order-1", "order-2"}
 	catalogOwner = "relay-1"
 )
 
@@ -115,10 +116,14 @@ func catalog(t *testing.T, d Dialect) []rendered {
 			add("RelayClaimBlocked", v, s, a)
 		}
 		if rq.ClaimByCandidates() {
-			s, a = rq.ClaimCandidates(200, 0)
+			s, a = rq.ClaimCandidates(200, 0, nil)
 			add("RelayClaim", strings.TrimPrefix(v+" candidates", " "), s, a)
-			s, a = rq.ClaimCandidates(200, time.Minute)
+			s, a = rq.ClaimCandidates(200, time.Minute, nil)
 			add("RelayClaim", strings.TrimPrefix(v+" candidates overdue", " "), s, a)
+			s, a = rq.ClaimCandidates(200, 0, catalogKeys)
+			add("RelayClaim", strings.TrimPrefix(v+" candidates skip", " "), s, a)
+			s, a = rq.ClaimWindow(100, time.Minute, catalogKeys)
+			add("RelayClaim", strings.TrimPrefix(v+" overdue skip", " "), s, a)
 			s, a = rq.ClaimLock(catalogIDs, 100)
 			add("RelayClaimLock", v, s, a)
 		}

@@ -162,6 +162,14 @@ func errUnknown[S ~string](d S) error {
 // Valid reports whether d is one of the supported dialects.
 func (d Dialect) Valid() bool { return specOf(d) != nil }
 
+// ClaimSkipsKeys reports whether d's claim reads driver.ClaimParams.SkipKeys
+// (MySQL/MariaDB: see RelayQueries.ClaimCandidates); on other dialects a
+// caller need not gather them.
+func (d Dialect) ClaimSkipsKeys() bool {
+	s := specOf(d)
+	return s != nil && s.claimCandidates
+}
+
 var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // ValidIdentifier reports whether name is safe to splice into SQL unquoted

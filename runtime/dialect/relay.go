@@ -10,6 +10,7 @@ package dialect
 // correctly as text. A Go time.Time is never bound as a timestamp.
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -51,8 +52,10 @@ type RelayQueries struct {
 	claimFront, overdueFront *prepared
 	claimFrom, overdueFrom   *prepared
 	// The windows read without locks and the lock by id (MySQL),
-	// prepared likewise.
+	// prepared likewise, and the windows passing over keys (read without
+	// locks, then with them, each plain and overdue).
 	candidates, overdueCandidates, lock *prepared
+	windowsSkip                         [2][2]*prepared
 	// arrays: id lists are bound as one PostgreSQL array (see ArrayIDs).
 	arrays bool
 }
@@ -65,9 +68,10 @@ var (
 	// MySQL's has a locking section (see ClaimByCandidates).
 	// max_rows is written into the text: see asLiteral.
 	// The front section (ClaimFrom, PostgreSQL) returns the claim's
-	// front, the from section starts its read there.
-	sClaim = define(nil, "RelayClaim", "owner", "lease", "max_rows", "hold", "overdue", "young", "from_us", "from_id").
-		withFixed("unordered", "overdue_on", "locking", "front", "from").mayOmit("owner", "lease", "hold", "overdue", "young", "from_us", "from_id").
+	// front, the from section starts its read there. MySQL's skip_on
+	// section passes over the keys in skip (see ClaimCandidates).
+	sClaim = define(nil, "RelayClaim", "owner", "lease", "max_rows", "hold", "overdue", "young", "from_us", "from_id", "skip").
+		withFixed("unordered", "overdue_on", "locking", "front", "from", "skip_on").mayOmit("owner", "lease", "hold", "overdue", "young", "from_us", "from_id", "skip").
 		asLiteral("max_rows")
 	sClaimLock    = define(needCandidates, "RelayClaimLock", "ids", "max_rows").withFixed("unordered")
 	sClaimBlocked = define(needClaimInTx, "RelayClaimBlocked", "ids", "hold").withFixed("unordered")
@@ -111,6 +115,7 @@ func NewRelayQueries(d Dialect, table string, unordered []string) (*RelayQueries
 	q.claimFront, q.overdueFront = c.claimFront, c.overdueFront
 	q.claimFrom, q.overdueFrom = c.claimFrom, c.overdueFrom
 	q.candidates, q.overdueCandidates, q.lock = c.candidates, c.overdueCandidates, c.lock
+	q.windowsSkip = c.windowsSkip
 	return q, nil
 }
 
@@ -120,6 +125,7 @@ type claimSet struct {
 	claimFront, overdueFront            *prepared
 	claimFrom, overdueFrom              *prepared
 	candidates, overdueCandidates, lock *prepared
+	windowsSkip                         [2][2]*prepared // [locking][overdue]
 }
 
 type claimKey struct {
@@ -155,6 +161,18 @@ func (s *spec) claims(tb tables, unordered []string) *claimSet {
 		c.candidates = s.mustPrepare(sClaim, tb, fixed)
 		c.overdueCandidates = s.mustPrepare(sClaim, tb, map[string][]string{"unordered": unordered, "overdue_on": {"1"}})
 		c.lock = s.mustPrepare(sClaimLock, tb, fixed)
+		for locking := range 2 {
+			for overdue := range 2 {
+				f := map[string][]string{"unordered": unordered, "skip_on": {"1"}}
+				if locking == 1 {
+					f["locking"] = []string{"1"}
+				}
+				if overdue == 1 {
+					f["overdue_on"] = []string{"1"}
+				}
+				c.windowsSkip[locking][overdue] = s.mustPrepare(sClaim, tb, f)
+			}
+		}
 	}
 	v, _ := claimSets.LoadOrStore(k, c)
 	return v.(*claimSet)
@@ -358,16 +376,51 @@ func (q *RelayQueries) ClaimByCandidates() bool { return q.candidates != nil }
 // ClaimCandidates returns the window read without locks: the ids and
 // keys (Candidate) of at most limit due, unleased rows in due order, not
 // behind a row of their key in flight; with overdueAfter > 0, only rows
-// created at least that long ago (ClaimOverdue). On dialects without
+// created at least that long ago (ClaimOverdue). Rows whose key is in
+// skip are passed over: the keys whose rows the claiming relay is
+// publishing (driver.ClaimParams.SkipKeys), whose other rows could not be
+// leased. With them the window reads the due index for the other keys
+// only (schema version 3 has biz_id in it), instead of every waiting row
+// of theirs. skip holds at most MaxInList keys. On dialects without
 // ClaimByCandidates it returns "", nil.
-func (q *RelayQueries) ClaimCandidates(limit int, overdueAfter time.Duration) (string, []any) {
-	switch {
-	case q.candidates == nil:
+func (q *RelayQueries) ClaimCandidates(limit int, overdueAfter time.Duration, skip []string) (string, []any) {
+	return q.window(false, limit, overdueAfter, skip)
+}
+
+// ClaimWindow is ClaimCandidates read with locks (FOR UPDATE SKIP
+// LOCKED), the window a claim falls back to when other claims hold too
+// many candidates (see ClaimByCandidates): Claim's or ClaimOverdue's
+// statement, passing over the keys in skip. On dialects without
+// ClaimByCandidates it returns "", nil.
+func (q *RelayQueries) ClaimWindow(limit int, overdueAfter time.Duration, skip []string) (string, []any) {
+	return q.window(true, limit, overdueAfter, skip)
+}
+
+func (q *RelayQueries) window(locking bool, limit int, overdueAfter time.Duration, skip []string) (string, []any) {
+	if q.candidates == nil {
 		return "", nil
-	case overdueAfter > 0:
-		return q.overdueCandidates.render("", time.Duration(0), limit, time.Duration(0), overdueAfter, time.Duration(0))
 	}
-	return q.candidates.render("", time.Duration(0), limit, time.Duration(0), time.Duration(0), time.Duration(0))
+	var p *prepared
+	switch over := overdueAfter > 0; {
+	case len(skip) > 0:
+		p = q.windowsSkip[b2i(locking)][b2i(over)]
+	case locking && over:
+		p = q.overdue
+	case locking:
+		p = q.claim
+	case over:
+		p = q.overdueCandidates
+	default:
+		p = q.candidates
+	}
+	return p.render("", time.Duration(0), limit, time.Duration(0), overdueAfter, time.Duration(0), int64(0), int64(0), skip)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // ClaimLock locks and returns, in id order, up to limit of the candidates
@@ -411,11 +464,23 @@ type LockProbe struct {
 // ClaimBlocked can tell). When it returns false, the claim runs
 // ClaimBlocked, which tells exactly which rows wait and which to hold.
 func FreeToLease(given []Candidate, locked []LockProbe) bool {
+	left := notLocked(given, locked)
+	for _, r := range locked {
+		if id, ok := left[r.Key]; r.FailedBefore || r.OutsideFront < r.ID || ok && id < r.ID {
+			return false
+		}
+	}
+	return true
+}
+
+// notLocked returns, per key, the oldest of the candidates given that
+// ClaimLock did not lock (nil when it locked them all).
+func notLocked(given []Candidate, locked []LockProbe) map[string]int64 {
 	mine := make(map[int64]bool, len(locked))
 	for _, r := range locked {
 		mine[r.ID] = true
 	}
-	var left map[string]int64 // per key, the oldest candidate not locked
+	var left map[string]int64
 	for _, c := range given {
 		if mine[c.ID] {
 			continue
@@ -427,12 +492,36 @@ func FreeToLease(given []Candidate, locked []LockProbe) bool {
 			left[c.Key] = c.ID
 		}
 	}
+	return left
+}
+
+// BehindNotLocked returns the ids of the rows ClaimLock locked of the
+// candidates given that are behind an older candidate of their key it
+// did not lock (another claim holds that one, or it is no longer due),
+// and their keys. None of them can be leased by this claim, and no other
+// statement is needed to tell: the claim leaves them alone (neither
+// leased nor held) and, when it reads its window again, passes over
+// their keys (driver.ClaimParams.SkipKeys). FreeToLease then judges the
+// rest. Two claims of one relay running side by side meet this way when
+// a key with a long backlog has just had its rows recorded: both find
+// its next rows free, one leases them, and the other locks the rows
+// after those. Asking RelayClaimBlocked about each of them instead took
+// 200–270 ms for 100 rows of a key 10,000 rows long on MariaDB 10.11,
+// and the claim leased nothing.
+func BehindNotLocked(given []Candidate, locked []LockProbe) (ids map[int64]bool, keys []string) {
+	left := notLocked(given, locked)
 	for _, r := range locked {
-		if id, ok := left[r.Key]; r.FailedBefore || r.OutsideFront < r.ID || ok && id < r.ID {
-			return false
+		if id, ok := left[r.Key]; ok && id < r.ID {
+			if ids == nil {
+				ids = map[int64]bool{}
+			}
+			if !slices.Contains(keys, r.Key) {
+				keys = append(keys, r.Key)
+			}
+			ids[r.ID] = true
 		}
 	}
-	return true
+	return ids, keys
 }
 
 // ClaimBlocked (MySQL, SQLite) returns the ids among the just locked ids

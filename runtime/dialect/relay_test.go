@@ -3,6 +3,7 @@ package dialect
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -152,6 +153,48 @@ func TestFreeToLease(t *testing.T) {
 	} {
 		if got := FreeToLease(tc.given, tc.locked); got != tc.want {
 			t.Errorf("%s: FreeToLease = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestBehindNotLocked(t *testing.T) {
+	c := func(id int64, key string) Candidate { return Candidate{ID: id, Key: key} }
+	l := func(id int64, key string) LockProbe { return LockProbe{ID: id, Key: key, OutsideFront: id} }
+	for _, tc := range []struct {
+		name     string
+		given    []Candidate
+		locked   []LockProbe
+		wantIDs  []int64
+		wantKeys []string
+	}{
+		{"every candidate locked", []Candidate{c(3, "a"), c(4, "a")}, []LockProbe{l(3, "a"), l(4, "a")}, nil, nil},
+		{"newer candidates not locked", []Candidate{c(3, "a"), c(4, "a"), c(5, "b")}, []LockProbe{l(3, "a")}, nil, nil},
+		// Another claim locked a's 3 and 4 (SKIP LOCKED): 5 and 6 wait
+		// for them; b's 7 does not.
+		{"behind rows another claim locked", []Candidate{c(3, "a"), c(4, "a"), c(5, "a"), c(6, "a"), c(7, "b")},
+			[]LockProbe{l(5, "a"), l(6, "a"), l(7, "b")}, []int64{5, 6}, []string{"a"}},
+		{"two keys", []Candidate{c(1, "a"), c(2, "b"), c(3, "a"), c(4, "b"), c(5, "c")},
+			[]LockProbe{l(3, "a"), l(4, "b"), l(5, "c")}, []int64{3, 4}, []string{"a", "b"}},
+	} {
+		ids, keys := BehindNotLocked(tc.given, tc.locked)
+		var got []int64
+		for id := range ids {
+			got = append(got, id)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, tc.wantIDs) || !slices.Equal(keys, tc.wantKeys) {
+			t.Errorf("%s: BehindNotLocked = %v %v, want %v %v", tc.name, got, keys, tc.wantIDs, tc.wantKeys)
+		}
+		// What is left is free to lease: nothing older of its key is
+		// left out.
+		var rest []LockProbe
+		for _, r := range tc.locked {
+			if !ids[r.ID] {
+				rest = append(rest, r)
+			}
+		}
+		if !FreeToLease(tc.given, rest) {
+			t.Errorf("%s: FreeToLease of the rest %v = false", tc.name, rest)
 		}
 	}
 }

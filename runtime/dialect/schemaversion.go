@@ -20,7 +20,7 @@ import (
 // is the newest there).
 const (
 	// SchemaVersion is the newest schema version this runtime knows.
-	SchemaVersion = 2
+	SchemaVersion = 3
 	// MinSchemaVersion is the oldest schema version this runtime runs on:
 	// a database at an older one must be migrated first.
 	MinSchemaVersion = 1

@@ -14,8 +14,9 @@ package dialect
 //	                                    literal) become the configured name
 //	                                    (outbox, inbox, inbox_key,
 //	                                    inbox_duplicate, archive,
-//	                                    channel, version); a literal stays
-//	                                    quoted
+//	                                    channel, version, due_index: the
+//	                                    outbox's claim index); a literal
+//	                                    stays quoted
 //	sqlc.arg(name)                      one bind parameter
 //	/* ARG: name */?                    the same, where the engine's parser
 //	                                    refuses sqlc.arg (MySQL's LIMIT)
@@ -256,6 +257,10 @@ func (tb tables) value(t string) (string, error) {
 	case "version":
 		if tb.outbox != "" {
 			v = VersionTable(tb.outbox)
+		}
+	case "due_index":
+		if tb.outbox != "" {
+			v = tb.outbox + "_due_idx"
 		}
 	default:
 		return "", fmt.Errorf("unknown template %q", t)

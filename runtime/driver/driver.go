@@ -106,6 +106,16 @@ type ClaimParams struct {
 	// not claimed: see ScanPos for which those can be, and claim from the
 	// start now and then. Other dialects ignore it.
 	From ScanPos
+	// SkipKeys are keys (biz_id) whose rows the claim may pass over: the
+	// keys of rows the caller holds leased and has not recorded, so that
+	// none of their other rows can be leased until it does (a relay
+	// passes the keys of the rows it is publishing, and not those it
+	// records in this call). MySQL/MariaDB read their window of due rows
+	// without them: a key with a long backlog otherwise costs every claim
+	// a read of each of its waiting rows. Rows of unordered types of those
+	// keys are passed over too (leave SkipKeys empty when Unordered is
+	// not). At most dialect.MaxInList keys; other dialects ignore it.
+	SkipKeys []string
 	// Result, when not nil, receives what the claim did besides leasing.
 	Result *ClaimResult
 	// Record, when not nil, holds results of earlier claims of Owner:

@@ -48,11 +48,11 @@ func TestGoose(t *testing.T) {
 			if err != nil {
 				t.Fatalf("goose up: %v", err)
 			}
-			if len(res) != 3 {
-				t.Fatalf("goose applied %d migrations, want 3: %v", len(res), res)
+			if len(res) != 4 {
+				t.Fatalf("goose applied %d migrations, want 4: %v", len(res), res)
 			}
-			if v, err := p.GetDBVersion(ctx); err != nil || v != 3 {
-				t.Fatalf("goose version %d, %v; want 3", v, err)
+			if v, err := p.GetDBVersion(ctx); err != nil || v != 4 {
+				t.Fatalf("goose version %d, %v; want 4", v, err)
 			}
 			if !hasDuplicateTable(db) {
 				t.Error("goose did not create the inbox's duplicate table (migration 2)")
@@ -61,7 +61,7 @@ func TestGoose(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.Current != 3 || len(s.Recorded) != 3 || len(s.Pending) != 0 || s.Runtime != "ok" {
+			if s.Current != 4 || len(s.Recorded) != 4 || len(s.Pending) != 0 || s.Runtime != "ok" {
 				t.Errorf("status after goose up: %+v", s)
 			}
 			drv, err := sqldriver.New(db, testdb.SchemaWith(dialect.Dialect(d), tables))
@@ -81,10 +81,11 @@ func TestGoose(t *testing.T) {
 }
 
 // TestGooseUpgrade: a database goose migrated to version 1 (the files an
-// older outboxgen wrote) is taken to version 2 when its file
-// (0002_inbox_duplicates.up.sql) is added to the directory: the inbox's duplicate table exists from 2 on, the
-// version table records each, and the runtime's check of the table
-// passes.
+// older outboxgen wrote) is taken to each later version, the latest
+// included, as its file (0002_inbox_duplicates.up.sql, then
+// 0003_claim_index_keys.up.sql, ...) is added to the directory: the
+// inbox's duplicate table exists from 2 on, the version table records
+// each, and the runtime's check of the table passes.
 func TestGooseUpgrade(t *testing.T) {
 	for _, d := range testdb.Dialects() {
 		t.Run(d, func(t *testing.T) {
@@ -95,8 +96,12 @@ func TestGooseUpgrade(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(ms) != 2 || ms[1].FileName() != "0002_inbox_duplicates.up.sql" {
-				t.Fatalf("migrations %v, want 0001 and 0002_inbox_duplicates", ms)
+			var files []string
+			for _, m := range ms {
+				files = append(files, m.FileName())
+			}
+			if len(ms) != dialect.SchemaVersion || len(ms) < 3 || files[1] != "0002_inbox_duplicates.up.sql" || files[2] != "0003_claim_index_keys.up.sql" {
+				t.Fatalf("migrations %v, want 0001 to %04d, with 0002_inbox_duplicates and 0003_claim_index_keys", files, dialect.SchemaVersion)
 			}
 			dir := t.TempDir()
 			gd := map[string]goose.Dialect{"postgres": goose.DialectPostgres, "mysql": goose.DialectMySQL, "sqlite": goose.DialectSQLite3}[d]
@@ -122,8 +127,8 @@ func TestGooseUpgrade(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.Current != 2 || len(s.Pending) != 0 || s.Runtime != "ok" {
-				t.Errorf("status after goose up to 2: %+v", s)
+			if s.Current != len(ms) || len(s.Recorded) != len(ms) || len(s.Pending) != 0 || s.Runtime != "ok" {
+				t.Errorf("status after goose up to %d: %+v", len(ms), s)
 			}
 			drv, err := sqldriver.New(db, testdb.SchemaWith(dialect.Dialect(d), tables))
 			if err != nil {

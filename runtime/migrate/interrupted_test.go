@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -46,8 +47,8 @@ func checkReportWording(t *testing.T, r migrate.Report, want string) {
 // TABLE and before its version INSERT leaves the table without version 2.
 // The next Up finds the table exactly as the migration creates it, keeps
 // it (with the rows a consumer wrote meanwhile) and records version 2,
-// and says so; before, every later Up failed with "nothing of it is
-// applied".
+// and says so, then applies the later migrations; before, every later Up
+// failed with "nothing of it is applied".
 func TestInterruptedMigrationResumes(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.Open(t, "mysql")
@@ -65,7 +66,7 @@ func TestInterruptedMigrationResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := migrate.Status(ctx, db, dialect.MySQL, tables)
-	if err != nil || s.Current != 1 || len(s.Pending) != 1 {
+	if err != nil || s.Current != 1 || len(s.Pending) != latest-1 {
 		t.Fatalf("status: %+v, %v", s, err)
 	}
 
@@ -74,8 +75,13 @@ func TestInterruptedMigrationResumes(t *testing.T) {
 		t.Fatalf("Up after an interrupted migration 2: %v\n%s", err, r)
 	}
 	t.Logf("Up:\n%s", r)
-	if r.From != 1 || r.To != 2 || len(r.Applied) != 1 || r.Applied[0].Version != 2 || !slices.Equal(r.Applied[0].Kept, []string{dup}) {
+	if r.From != 1 || r.To != latest || len(r.Applied) != latest-1 || r.Applied[0].Version != 2 || !slices.Equal(r.Applied[0].Kept, []string{dup}) {
 		t.Fatalf("report: %+v", r)
+	}
+	for _, a := range r.Applied[1:] {
+		if len(a.Kept) != 0 {
+			t.Errorf("report: %s kept %v", a.File, a.Kept)
+		}
 	}
 	if want := "applied 0002_inbox_duplicates.up.sql (version 2, 3 statements, "; !strings.Contains(r.String(), want) {
 		t.Errorf("report lacks %q:\n%s", want, r)
@@ -88,7 +94,7 @@ func TestInterruptedMigrationResumes(t *testing.T) {
 		t.Errorf("rows of %s: %d, %v; want the one written before", dup, n, err)
 	}
 	s, err = migrate.Status(ctx, db, dialect.MySQL, tables)
-	if err != nil || s.Current != 2 || len(s.Pending) != 0 || len(s.Recorded) != 2 {
+	if err != nil || s.Current != latest || len(s.Pending) != 0 || len(s.Recorded) != latest {
 		t.Errorf("status after Up: %+v, %v", s, err)
 	}
 	if again, err := migrate.Up(ctx, db, dialect.MySQL, tables); err != nil || again.Changed() {
@@ -117,8 +123,13 @@ func TestInterruptedFirstMigrationResumes(t *testing.T) {
 		t.Fatalf("Up after an interrupted migration 1: %v\n%s", err, r)
 	}
 	t.Logf("Up:\n%s", r)
-	if r.From != 0 || r.To != 2 || len(r.Applied) != 2 || !slices.Equal(r.Applied[0].Kept, []string{tables.Outbox}) || len(r.Applied[1].Kept) != 0 {
+	if r.From != 0 || r.To != latest || len(r.Applied) != latest || !slices.Equal(r.Applied[0].Kept, []string{tables.Outbox}) {
 		t.Fatalf("report: %+v", r)
+	}
+	for _, a := range r.Applied[1:] {
+		if len(a.Kept) != 0 {
+			t.Errorf("report: %s kept %v", a.File, a.Kept)
+		}
 	}
 	var n int
 	if err := db.QueryRow("SELECT COUNT(*) FROM " + tables.Outbox).Scan(&n); err != nil || n != 1 {
@@ -171,7 +182,7 @@ func TestExistingTableDiffers(t *testing.T) {
 			if r.From != 1 || r.To != 1 || r.Changed() {
 				t.Errorf("report: %+v", r)
 			}
-			checkReportWording(t, r, "nothing applied: the database is at version 1; version 2 (the latest) is not applied\n")
+			checkReportWording(t, r, fmt.Sprintf("nothing applied: the database is at version 1; versions 2 to %d (the latest) are not applied\n", latest))
 		})
 	}
 }
@@ -182,7 +193,7 @@ func TestExistingTableDiffers(t *testing.T) {
 // nothing is; once the server has finished it, Up resumes the migration.
 func TestLostConnectionMayBeApplied(t *testing.T) {
 	db := testdb.Open(t, "mysql")
-	set, err := templates.Builtin().Extend([]templates.MigrationInfo{{Version: 3, Name: "test_slow", CompatibleFrom: 1}}, os.DirFS("testdata"), "slow_migration.sql.tmpl")
+	set, err := templates.Builtin().Extend([]templates.MigrationInfo{{Version: 4, Name: "test_slow", CompatibleFrom: 1}}, os.DirFS("testdata"), "slow_migration.sql.tmpl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +210,7 @@ func TestLostConnectionMayBeApplied(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("error does not wrap the deadline: %v", err)
 	}
-	for _, want := range []string{"migration 0003_test_slow.up.sql: statement 1 of 3 did not complete", "the server may have applied it", "The version is not recorded", "Run migrate up again once the database is reachable: it resumes the migration"} {
+	for _, want := range []string{"migration 0004_test_slow.up.sql: statement 1 of 3 did not complete", "the server may have applied it", "The version is not recorded", "Run migrate up again once the database is reachable: it resumes the migration"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}
@@ -207,7 +218,7 @@ func TestLostConnectionMayBeApplied(t *testing.T) {
 	if strings.Contains(err.Error(), "nothing of it is applied") {
 		t.Errorf("error says nothing is applied: %v", err)
 	}
-	checkReportWording(t, r, "nothing applied: the database is at version 2; version 3 (the latest) is not applied\n")
+	checkReportWording(t, r, "nothing applied: the database is at version 3; version 4 (the latest) is not applied\n")
 
 	// The server finishes the statement the client gave up on.
 	slow := tables.Outbox + "_slow"
@@ -223,7 +234,7 @@ func TestLostConnectionMayBeApplied(t *testing.T) {
 		t.Fatalf("Up after the lost statement: %v\n%s", err, r)
 	}
 	t.Logf("Up:\n%s", r)
-	if r.From != 2 || r.To != 3 || len(r.Applied) != 1 || !slices.Equal(r.Applied[0].Kept, []string{slow}) {
+	if r.From != 3 || r.To != 4 || len(r.Applied) != 1 || !slices.Equal(r.Applied[0].Kept, []string{slow}) {
 		t.Errorf("report: %+v", r)
 	}
 }
@@ -289,7 +300,7 @@ func TestForeignTableChangesNothing(t *testing.T) {
 	if tableExists(db, tables.Outbox) || tableExists(db, dialect.VersionTable(tables.Outbox)) {
 		t.Error("Up created tables before it stopped")
 	}
-	checkReportWording(t, r, "nothing applied: the database has no outboxgen tables yet; versions 1 to 2 (the latest) are not applied\n")
+	checkReportWording(t, r, fmt.Sprintf("nothing applied: the database has no outboxgen tables yet; versions 1 to %d (the latest) are not applied\n", latest))
 }
 
 // TestInterruptedAlterSaysWhatToDo: a MySQL migration interrupted after a
@@ -307,7 +318,7 @@ func TestInterruptedAlterSaysWhatToDo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := ms[2].Statements() // ALTER TABLE, CREATE INDEX, the version record (2)
+	run := ms[len(ms)-1].Statements() // the test migration's: ALTER TABLE, CREATE INDEX, the version record (2)
 	if _, err := db.Exec(run[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +327,7 @@ func TestInterruptedAlterSaysWhatToDo(t *testing.T) {
 		t.Fatal("Up succeeded")
 	}
 	t.Logf("Up:\n%s%v", r, err)
-	for _, want := range []string{"migration 0003_test_trace_id.up.sql failed at statement 1 of 4: Error 1060", "What this statement creates already exists and the version is not recorded",
+	for _, want := range []string{"migration 0004_test_trace_id.up.sql failed at statement 1 of 4: Error 1060", "What this statement creates already exists and the version is not recorded",
 		"an earlier run of this migration most likely stopped after this statement", "run the file's statements 2 to 4 by hand"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, err)
@@ -325,13 +336,13 @@ func TestInterruptedAlterSaysWhatToDo(t *testing.T) {
 	if strings.Contains(err.Error(), "nothing of it is applied") {
 		t.Errorf("error says nothing is applied: %v", err)
 	}
-	checkReportWording(t, r, "nothing applied: the database is at version 2; version 3 (the latest) is not applied\n")
+	checkReportWording(t, r, "nothing applied: the database is at version 3; version 4 (the latest) is not applied\n")
 	for _, stmt := range run[1:] {
 		if _, err := db.Exec(stmt); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if r, err := migrate.Up(ctx, db, dialect.MySQL, tables, migrate.WithMigrations(set)); err != nil || r.Changed() || r.To != 3 {
+	if r, err := migrate.Up(ctx, db, dialect.MySQL, tables, migrate.WithMigrations(set)); err != nil || r.Changed() || r.To != 4 {
 		t.Errorf("Up after the statements by hand: %+v, %v", r, err)
 	}
 }

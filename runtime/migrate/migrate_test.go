@@ -27,15 +27,19 @@ import (
 
 var tables = outbox.Tables{Outbox: "shop_outbox", Inbox: "shop_inbox"}
 
-// withTest returns outboxgen's migrations (1 and 2) plus the test
-// migrations in testdata: version 3 (additive, CompatibleFrom 1) and, with
-// breaking, version 4 (CompatibleFrom 4).
+// latest is the version of outboxgen's latest migration: the test
+// migrations in testdata follow it.
+var latest = templates.Builtin().Latest().Version
+
+// withTest returns outboxgen's migrations (1 to 3) plus the test
+// migrations in testdata: version 4 (additive, CompatibleFrom 1) and, with
+// breaking, version 5 (CompatibleFrom 5).
 func withTest(t *testing.T, breaking bool) *templates.MigrationSet {
 	t.Helper()
-	infos := []templates.MigrationInfo{{Version: 3, Name: "test_trace_id", CompatibleFrom: 1}}
+	infos := []templates.MigrationInfo{{Version: 4, Name: "test_trace_id", CompatibleFrom: 1}}
 	files := []string{"test_migration.sql.tmpl"}
 	if breaking {
-		infos = append(infos, templates.MigrationInfo{Version: 4, Name: "test_tenant", CompatibleFrom: 4})
+		infos = append(infos, templates.MigrationInfo{Version: 5, Name: "test_tenant", CompatibleFrom: 5})
 		files = append(files, "breaking_migration.sql.tmpl")
 	}
 	set, err := templates.Builtin().Extend(infos, os.DirFS("testdata"), files...)
@@ -178,8 +182,9 @@ func pending(t *testing.T, db *sql.DB) int {
 // TestUpKeepsEverything: tables at version 1 (created by migrate, or by
 // the DDL of before versioned migrations), rows written and relayed, rows
 // written and not yet relayed; then migrate up through outboxgen's
-// migration 2 (the inbox's duplicate table) to the test migration:
-// nothing is lost, the relay sends the rest, and new rows go through.
+// migrations 2 (the inbox's duplicate table) and 3 (MySQL's claim index)
+// to the test migration: nothing is lost, the relay sends the rest, and
+// new rows go through.
 func TestUpKeepsEverything(t *testing.T) {
 	for _, d := range testdb.Dialects() {
 		for _, start := range []string{"migrated", "legacy"} {
@@ -218,8 +223,8 @@ func TestUpKeepsEverything(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Up: %v\n%s", err, r)
 				}
-				if r.From != 1 || r.To != 3 || len(r.Applied) != 2 || r.Applied[0].File != "0002_inbox_duplicates.up.sql" ||
-					r.Applied[1].Version != 3 || r.Baselined != (start == "legacy") {
+				if r.From != 1 || r.To != 4 || len(r.Applied) != 3 || r.Applied[0].File != "0002_inbox_duplicates.up.sql" ||
+					r.Applied[1].File != "0003_claim_index_keys.up.sql" || r.Applied[2].Version != 4 || r.Baselined != (start == "legacy") {
 					t.Fatalf("Up report: %+v", r)
 				}
 				t.Logf("Up:\n%s", r)
@@ -227,16 +232,16 @@ func TestUpKeepsEverything(t *testing.T) {
 					t.Fatal("migration 2 did not create the inbox's duplicate table")
 				}
 				if _, err := db.Exec("SELECT trace_id FROM " + tables.Outbox + " WHERE 1 = 0"); err != nil {
-					t.Fatalf("migration 3 not applied: %v", err)
+					t.Fatalf("migration 4 not applied: %v", err)
 				}
 				// Up again: nothing to do.
 				again, err := migrate.Up(ctx, db, dia, tables, migrate.WithMigrations(withTest(t, false)))
-				if err != nil || again.Changed() || again.To != 3 {
+				if err != nil || again.Changed() || again.To != 4 {
 					t.Fatalf("second Up: %+v, %v", again, err)
 				}
 
 				after := writeEvents(t, db, dia, "after", 7)
-				relayAll(t, db, dia, b) // versions 2 and 3 are compatible from 1: accepted
+				relayAll(t, db, dia, b) // versions 2 to 4 are compatible from 1: accepted
 
 				var rows int
 				if err := db.QueryRow("SELECT COUNT(*) FROM " + tables.Outbox + " WHERE status = 1").Scan(&rows); err != nil {
@@ -252,7 +257,7 @@ func TestUpKeepsEverything(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if s.Current != 3 || s.Unrecorded || len(s.Pending) != 0 || len(s.Recorded) != 3 || s.Runtime != "ok" {
+				if s.Current != 4 || s.Unrecorded || len(s.Pending) != 0 || len(s.Recorded) != 4 || s.Runtime != "ok" {
 					t.Errorf("status after Up: %+v", s)
 				}
 			})
@@ -310,10 +315,10 @@ func TestCheckRefusesNewerSchema(t *testing.T) {
 			}
 			err = drv.Check(ctx, driver.Outbox)
 			if err == nil {
-				t.Fatal("Check accepted schema version 4 (compatible from 4)")
+				t.Fatal("Check accepted schema version 5 (compatible from 5)")
 			}
 			t.Logf("Check: %v", err)
-			for _, want := range []string{"schema version 4", "knows version 4 or later", "upgrade github.com/outboxgen/outboxgen"} {
+			for _, want := range []string{"schema version 5", "knows version 5 or later", "upgrade github.com/outboxgen/outboxgen"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("Check error lacks %q: %v", want, err)
 				}
@@ -322,13 +327,13 @@ func TestCheckRefusesNewerSchema(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.Current != 4 || s.Runtime != "upgrade" || len(s.Pending) != 0 {
+			if s.Current != 5 || s.Runtime != "upgrade" || len(s.Pending) != 0 {
 				t.Errorf("status: %+v", s)
 			}
 			t.Logf("status of a newer database:\n%s", s)
 			// migrate up from this outboxgen changes nothing.
 			r, err := migrate.Up(ctx, db, dia, tables)
-			if err != nil || r.Changed() || !strings.Contains(r.String(), "newer than the 2 this outboxgen knows") {
+			if err != nil || r.Changed() || !strings.Contains(r.String(), fmt.Sprintf("newer than the %d this outboxgen knows", dialect.SchemaVersion)) {
 				t.Errorf("Up on a newer database: %v, %v", r, err)
 			}
 		})
@@ -344,7 +349,8 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := s.String()
-	for _, want := range []string{"version:    none", "0001_outbox_tables.up.sql        pending", "0002_inbox_duplicates.up.sql     pending", "pending:    2 (run: outboxgen migrate -db DSN up)"} {
+	for _, want := range []string{"version:    none", "0001_outbox_tables.up.sql        pending", "0002_inbox_duplicates.up.sql     pending", "0003_claim_index_keys.up.sql     pending",
+		fmt.Sprintf("pending:    %d (run: outboxgen migrate -db DSN up)", latest)} {
 		if !strings.Contains(text, want) {
 			t.Errorf("status lacks %q:\n%s", want, text)
 		}
@@ -353,7 +359,8 @@ func TestStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(r.String(), "applied 0001_outbox_tables.up.sql (version 1, ") || !strings.Contains(r.String(), "applied 0002_inbox_duplicates.up.sql (version 2, ") {
+	if !strings.Contains(r.String(), "applied 0001_outbox_tables.up.sql (version 1, ") || !strings.Contains(r.String(), "applied 0002_inbox_duplicates.up.sql (version 2, ") ||
+		!strings.Contains(r.String(), "applied 0003_claim_index_keys.up.sql (version 3, ") {
 		t.Errorf("report:\n%s", r)
 	}
 	s, err = migrate.Status(ctx, db, dialect.SQLite, tables)
@@ -361,7 +368,9 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	text = s.String()
-	for _, want := range []string{"version:    2, recorded in shop_outbox_version (usable by runtimes that know version 1 or later)", "this outboxgen runs on versions 1 to 2: compatible", "0001_outbox_tables.up.sql        applied 20", "0002_inbox_duplicates.up.sql     applied 20", "pending:    none"} {
+	for _, want := range []string{fmt.Sprintf("version:    %d, recorded in shop_outbox_version (usable by runtimes that know version 1 or later)", latest),
+		fmt.Sprintf("this outboxgen runs on versions 1 to %d: compatible", dialect.SchemaVersion),
+		"0001_outbox_tables.up.sql        applied 20", "0002_inbox_duplicates.up.sql     applied 20", "0003_claim_index_keys.up.sql     applied 20", "pending:    none"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("status lacks %q:\n%s", want, text)
 		}
@@ -409,7 +418,7 @@ func TestConcurrentUp(t *testing.T) {
 					applied[a.Version]++
 				}
 			}
-			if applied[1] != 1 || applied[2] != 1 || applied[3] != 1 || len(applied) != 3 {
+			if applied[1] != 1 || applied[2] != 1 || applied[3] != 1 || applied[4] != 1 || len(applied) != 4 {
 				t.Errorf("migrations applied (version: times) %v, want each once", applied)
 			}
 			db, err := sql.Open(testdb.Driver(t, d), dsn)
@@ -421,7 +430,7 @@ func TestConcurrentUp(t *testing.T) {
 			if err := db.QueryRow("SELECT COUNT(*), MAX(version) FROM "+dialect.VersionTable(tables.Outbox)).Scan(&rows, &maxVersion); err != nil {
 				t.Fatal(err)
 			}
-			if rows != 3 || maxVersion != 3 {
+			if rows != 4 || maxVersion != 4 {
 				t.Errorf("version table: %d rows, max %d", rows, maxVersion)
 			}
 		})
@@ -431,7 +440,8 @@ func TestConcurrentUp(t *testing.T) {
 // TestFailedMigration: a migration failing at its second statement is
 // rolled back entirely on PostgreSQL and SQLite; on MySQL, whose DDL
 // commits itself, the first statement stays and the error says so. Either
-// way the version stays 2 (outboxgen's migrations before it applied).
+// way the version stays outboxgen's latest (its migrations before it
+// applied).
 func TestFailedMigration(t *testing.T) {
 	for _, d := range testdb.Dialects() {
 		t.Run(d, func(t *testing.T) {
@@ -439,7 +449,7 @@ func TestFailedMigration(t *testing.T) {
 			ctx := context.Background()
 			db := testdb.Open(t, d)
 			dia := dialect.Dialect(d)
-			set, err := templates.Builtin().Extend([]templates.MigrationInfo{{Version: 3, Name: "test_fails", CompatibleFrom: 1}}, os.DirFS("testdata"), "failing_migration.sql.tmpl")
+			set, err := templates.Builtin().Extend([]templates.MigrationInfo{{Version: 4, Name: "test_fails", CompatibleFrom: 1}}, os.DirFS("testdata"), "failing_migration.sql.tmpl")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -448,14 +458,14 @@ func TestFailedMigration(t *testing.T) {
 				t.Fatal("Up succeeded")
 			}
 			t.Logf("Up: %v", err)
-			if r.To != 2 || len(r.Applied) != 2 {
+			if r.To != latest || len(r.Applied) != latest {
 				t.Errorf("report: %+v", r)
 			}
 			want := "failed at statement 2 of 4, and was rolled back (nothing of it is applied)"
 			if d == "mysql" {
 				want = "MySQL commits each DDL statement: statements 1 to 1 are applied and the version is not recorded"
 			}
-			if !strings.Contains(err.Error(), "migration 0003_test_fails.up.sql") || !strings.Contains(err.Error(), want) {
+			if !strings.Contains(err.Error(), "migration 0004_test_fails.up.sql") || !strings.Contains(err.Error(), want) {
 				t.Errorf("error lacks %q: %v", want, err)
 			}
 			_, colErr := db.Exec("SELECT half_done FROM " + tables.Outbox + " WHERE 1 = 0")
@@ -463,7 +473,7 @@ func TestFailedMigration(t *testing.T) {
 				t.Errorf("first statement applied: %v", colErr == nil)
 			}
 			s, err := migrate.Status(ctx, db, dia, tables, migrate.WithMigrations(set))
-			if err != nil || s.Current != 2 || len(s.Pending) != 1 {
+			if err != nil || s.Current != latest || len(s.Pending) != 1 {
 				t.Errorf("status: %+v, %v", s, err)
 			}
 		})

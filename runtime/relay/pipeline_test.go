@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -91,6 +92,106 @@ func TestSlowPublishHoldsBackOnlyItsKey(t *testing.T) {
 		stop()
 		checkKeyOrder(t, pub, ins)
 	})
+}
+
+// While a key's rows hang in a publish, the relay's claims pass the key
+// over where the dialect reads SkipKeys (MySQL/MariaDB), and every other
+// key goes out meanwhile; then the key goes out in order. Elsewhere no
+// key is passed.
+func TestClaimsPassOverKeyInFlight(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		var evs []ev
+		for range 20 {
+			evs = append(evs, ev{Key: "run"})
+		}
+		evs = append(evs, roundRobin(100, 50)...)
+		ins := insertEvents(t, db, d, evs...)
+		pub := newRecPub(t)
+		unblock := make(chan struct{})
+		var once sync.Once
+		t.Cleanup(func() { once.Do(func() { close(unblock) }) })
+		pub.setFail(func(m *message.Message) error {
+			if m.UUID == ins[0].ID {
+				<-unblock
+			}
+			return nil
+		})
+		opts := testOptions(pub, "pass")
+		opts.BatchSize = 10
+		failOnPollErrors(t, &opts)
+		spy := &skipSpy{Driver: drv}
+		stop := runRelay(t, mustRelay(t, spy, opts))
+		waitFor(t, "every other key sent while the run's head hangs", func() bool {
+			return count(t, db, "status = 1") == len(ins)-20
+		})
+		if got := spy.keys(); d.ClaimSkipsKeys() != got["run"] || !d.ClaimSkipsKeys() && len(got) > 0 {
+			t.Fatalf("keys passed as SkipKeys: %v; want the hung key among them: %v", got, d.ClaimSkipsKeys())
+		}
+		once.Do(func() { close(unblock) })
+		waitFor(t, "all sent", func() bool { return count(t, db, "status = 1") == len(ins) })
+		stop()
+		checkKeyOrder(t, pub, ins)
+	})
+}
+
+// skipSpy records every key a claim passed in SkipKeys.
+type skipSpy struct {
+	driver.Driver
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (s *skipSpy) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
+	s.mu.Lock()
+	for _, k := range p.SkipKeys {
+		if s.seen == nil {
+			s.seen = map[string]bool{}
+		}
+		s.seen[k] = true
+	}
+	s.mu.Unlock()
+	return s.Driver.Claim(ctx, p)
+}
+
+func (s *skipSpy) keys() map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.seen)
+}
+
+// A claim passes over the keys of which the relay holds several rows
+// leased and does not record them in it: a key with a row recorded and
+// two still leased is passed over, one whose rows are all recorded is
+// not, nor one with a single row in flight; a row whose result belongs to
+// an earlier lease of it counts as leased.
+func TestSkipKeysLeaveRecordedKeys(t *testing.T) {
+	b1, b2, b3, b4, old := &batch{}, &batch{}, &batch{}, &batch{}, &batch{}
+	p := &pipeline{
+		leased: map[int64]*batch{1: b1, 2: b1, 3: b1, 4: b2, 5: b3, 6: b3, 7: b4, 8: b4, 9: b1},
+		keys:   map[int64]string{1: "a", 2: "a", 3: "a", 4: "b", 5: "c", 6: "c", 7: "d", 8: "d", 9: "e"},
+	}
+	of := map[int64]*batch{1: b1, 4: b2, 5: old, 7: b4, 8: b4}
+	got := p.skipKeys(of)
+	slices.Sort(got)
+	if want := []string{"a", "c"}; !slices.Equal(got, want) {
+		t.Fatalf("skipKeys = %v, want %v", got, want)
+	}
+	if got := p.skipKeys(map[int64]*batch{1: b1, 2: b1, 3: b1, 4: b2, 5: b3, 6: b3, 7: b4, 8: b4, 9: b1}); len(got) != 0 {
+		t.Fatalf("skipKeys with every row recorded = %v, want none", got)
+	}
+	if got := (&pipeline{}).skipKeys(nil); got != nil {
+		t.Fatalf("skipKeys with nothing leased = %v", got)
+	}
+	// At most MaxInList keys.
+	for i := range dialect.MaxInList + 10 {
+		for j := range 2 {
+			id := int64(100 + 2*i + j)
+			p.leased[id], p.keys[id] = b1, fmt.Sprint("k", i)
+		}
+	}
+	if got := p.skipKeys(nil); len(got) != dialect.MaxInList {
+		t.Fatalf("skipKeys of %d keys: %d, want %d", dialect.MaxInList+12, len(got), dialect.MaxInList)
+	}
 }
 
 // While a publish outlasts the lease several times over, the heartbeat

@@ -63,8 +63,12 @@ type Relay struct {
 	log           *slog.Logger
 	unordered     map[string]bool
 	unorderedList []string
-	wake          chan struct{}
-	tel           *telemetry.Relay // spans and metrics (telemetry.go)
+	// skipKeys: claims pass the keys of the rows in flight
+	// (driver.ClaimParams.SkipKeys): the dialect reads them and no type
+	// is unordered (a row of an unordered type is never behind another).
+	skipKeys bool
+	wake     chan struct{}
+	tel      *telemetry.Relay // spans and metrics (telemetry.go)
 
 	// running is held by Run and RunOnce: one loop per Relay.
 	running sync.Mutex
@@ -102,6 +106,7 @@ func New(drv driver.Driver, opts Config) (*Relay, error) {
 		log:           opts.Logger.With(slog.String("relay", opts.InstanceID), slog.String("table", drv.Tables().Outbox)),
 		unordered:     map[string]bool{},
 		unorderedList: unordered,
+		skipKeys:      len(unordered) == 0 && drv.Dialect().ClaimSkipsKeys(),
 		wake:          make(chan struct{}, 1),
 	}
 	for _, u := range unordered {

@@ -62,6 +62,7 @@ func Run(t *testing.T, open func(t *testing.T) Env) {
 		{"LongIDLists", testLongIDLists},
 		{"ConcurrentClaims", testConcurrentClaims},
 		{"ClaimSkipsRowsLockedElsewhere", testClaimSkipsLocked},
+		{"ClaimSkipKeys", testClaimSkipKeys},
 		{"ClaimFromFront", testClaimFromFront},
 	}
 	tests = append(tests, heldTests...)
@@ -250,6 +251,7 @@ func testClaimParamsChecked(t *testing.T, e *env) {
 		"limit 0":          {Owner: "a", Lease: time.Hour},
 		"limit too large":  {Owner: "a", Lease: time.Hour, Limit: dialect.MaxInList + 1},
 		"negative overdue": {Owner: "a", Lease: time.Hour, Limit: 1, OverdueAfter: -time.Second},
+		"too many keys":    {Owner: "a", Lease: time.Hour, Limit: 1, SkipKeys: make([]string, dialect.MaxInList+1)},
 	} {
 		if _, err := e.Driver.Claim(e.ctx, p); err == nil {
 			t.Errorf("%s: Claim(%+v) succeeded", name, p)
@@ -756,6 +758,52 @@ func testClaimSkipsLocked(t *testing.T, e *env) {
 	wantIDs(t, "claim beside the locked front of pair", e.claim(t, claimP("beside-pair", 10)), more[1:2])
 	tx.Rollback() //nolint:errcheck
 	wantIDs(t, "claim after that lock is gone", e.claim(t, claimP("after-pair", 10)), []int64{more[0], more[2]})
+}
+
+// SkipKeys: where the dialect reads them (dialect.ClaimSkipsKeys), a
+// claim passes over every row of those keys and leases the others as it
+// would without them, also in the window read with locks that a claim
+// falls back to when other transactions hold too many candidates, and
+// in the sweeper's overdue claim; elsewhere they change nothing.
+func testClaimSkipKeys(t *testing.T, e *env) {
+	skips := e.d.ClaimSkipsKeys()
+	ids := e.insert(t, seedEv{Key: "a"}, seedEv{Key: "b"}, seedEv{Key: "a"}, seedEv{Key: "c"}, seedEv{Key: "b"})
+	p := claimP("r", 10)
+	p.SkipKeys = []string{"a", "c"}
+	if !skips {
+		wantIDs(t, "claim ignoring SkipKeys", e.claim(t, p), ids)
+		return
+	}
+	p.OverdueAfter = time.Nanosecond
+	wantIDs(t, "overdue claim passing over a and c", e.claim(t, p), []int64{ids[1], ids[4]})
+	wantIDs(t, "claim without SkipKeys", e.claim(t, claimP("r", 10)), []int64{ids[0], ids[2], ids[3]})
+	e.set(t, "status = 1", ids...)
+
+	// s0..s19, then one row of key x, then s20..s39; another transaction
+	// holds s0..s14: the window read without locks (20 candidates) finds
+	// only 5 free, and the window read with locks fills the claim.
+	var evs []seedEv
+	for i := range 40 {
+		if i == 20 {
+			evs = append(evs, seedEv{Key: "x"})
+		}
+		evs = append(evs, seedEv{Key: fmt.Sprintf("s%d", i)})
+	}
+	ids = e.insert(t, evs...)
+	tx, err := e.DB.BeginTx(e.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	for _, id := range ids[:15] {
+		var got int64
+		if err := tx.QueryRowContext(e.ctx, "SELECT id FROM "+e.table+" WHERE id = "+e.d.Placeholder(1)+" FOR UPDATE", id).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p = claimP("r2", 10)
+	p.SkipKeys = []string{"x"}
+	wantIDs(t, "claim of 10 passing over x beside 15 locked rows", e.claim(t, p), append(slices.Clone(ids[15:20]), ids[21:26]...))
 }
 
 // A claim returns its front, the oldest pending row it saw, leased or

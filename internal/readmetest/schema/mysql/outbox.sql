@@ -124,3 +124,30 @@ CREATE TABLE IF NOT EXISTS shipping_outbox_version (
     PRIMARY KEY (version)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 INSERT INTO shipping_outbox_version (version, compatible_from) VALUES (2, 1);
+
+-- The claim's due index gains id and biz_id. A relay passes over the keys
+-- whose rows it is publishing (their other rows cannot be leased until it
+-- records them): with biz_id in the index, index condition pushdown drops
+-- their entries without reading their rows. A key with a long backlog
+-- otherwise costs every claim a clustered-record read per waiting row
+-- (MariaDB 10.11, 10,000 rows of one key waiting: 2.0 ms and 200 rows
+-- read per claim against 16.7 ms and 10,200). id comes before biz_id so
+-- the index keeps the claim's order (next_retry_time, id). One statement:
+-- InnoDB rebuilds the index online, the table stays writable. Additive:
+-- older runtimes work on it unchanged.
+ALTER TABLE shipping_outbox
+    DROP INDEX shipping_outbox_due_idx,
+    ADD INDEX shipping_outbox_due_idx (status, next_retry_time, id, biz_id);
+
+-- shipping_outbox_version: the migrations of these tables applied so far, one row
+-- each, written with the migration itself (by outboxgen migrate or any tool
+-- running the numbered files). The runtime's start-up check reads the
+-- newest: compatible_from is the oldest version a runtime must know to use
+-- the tables (an additive change keeps older runtimes working).
+CREATE TABLE IF NOT EXISTS shipping_outbox_version (
+    version         INT          NOT NULL, -- the migration's number (NNNN of its file)
+    compatible_from INT          NOT NULL,
+    applied_at      DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (version)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+INSERT INTO shipping_outbox_version (version, compatible_from) VALUES (3, 1);

@@ -135,3 +135,18 @@ CREATE TABLE IF NOT EXISTS shipping_outbox_version (
     applied_at      timestamptz NOT NULL DEFAULT now()
 );
 INSERT INTO shipping_outbox_version (version, compatible_from) VALUES (2, 1);
+
+-- Migration 3 widens MySQL/MariaDB's claim index (see its file there);
+-- PostgreSQL's claim needs no change, so this one only records the version.
+
+-- shipping_outbox_version: the migrations of these tables applied so far, one row
+-- each, written with the migration itself (by outboxgen migrate or any tool
+-- running the numbered files). The runtime's start-up check reads the
+-- newest: compatible_from is the oldest version a runtime must know to use
+-- the tables (an additive change keeps older runtimes working).
+CREATE TABLE IF NOT EXISTS shipping_outbox_version (
+    version         integer     PRIMARY KEY, -- the migration's number (NNNN of its file)
+    compatible_from integer     NOT NULL,
+    applied_at      timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO shipping_outbox_version (version, compatible_from) VALUES (3, 1);

@@ -10,6 +10,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
@@ -120,9 +121,12 @@ func claimWindow(ctx context.Context, tx Querier, q *dialect.RelayQueries, p dri
 		rows, _, err := ScanRelayRows(rs, "", nil, nil)
 		return rows, false, err
 	}
-	lock := func(cands []dialect.Candidate) ([]driver.Row, bool, error) {
+	// lock locks up to the limit of cands and returns them, but for those
+	// behind a candidate of their key it did not lock (their keys in
+	// taken: see dialect.BehindNotLocked).
+	lock := func(cands []dialect.Candidate) (rows []driver.Row, free bool, taken []string, err error) {
 		if len(cands) == 0 {
-			return nil, false, nil
+			return nil, false, nil, nil
 		}
 		ids := make([]int64, len(cands))
 		for i, c := range cands {
@@ -131,35 +135,49 @@ func claimWindow(ctx context.Context, tx Querier, q *dialect.RelayQueries, p dri
 		lq, largs := q.ClaimLock(ids, p.Limit)
 		rs, err := tx.Query(ctx, lq, largs...)
 		if err != nil {
-			return nil, false, fmt.Errorf("claim: lock: %w", err)
+			return nil, false, nil, fmt.Errorf("claim: lock: %w", err)
 		}
 		probes := []dialect.LockProbe{}
-		rows, _, err := ScanRelayRows(rs, "", &probes, nil)
-		return rows, err == nil && dialect.FreeToLease(cands, probes), err
+		if rows, _, err = ScanRelayRows(rs, "", &probes, nil); err != nil {
+			return nil, false, nil, err
+		}
+		behind, taken := dialect.BehindNotLocked(cands, probes)
+		if behind != nil {
+			rows = slices.DeleteFunc(rows, func(r driver.Row) bool { return behind[r.ID] })
+			probes = slices.DeleteFunc(probes, func(r dialect.LockProbe) bool { return behind[r.ID] })
+		}
+		return rows, dialect.FreeToLease(cands, probes), taken, nil
 	}
 	// Twice the limit: rows that claims running beside this one have
 	// locked but not leased yet are candidates too.
 	want := min(2*p.Limit, dialect.MaxInList)
-	cq, cargs := q.ClaimCandidates(want, p.OverdueAfter)
+	cq, cargs := q.ClaimCandidates(want, p.OverdueAfter, p.SkipKeys)
 	cands, err := queryCandidates(ctx, tx, cq, cargs)
 	if err != nil {
 		return nil, false, fmt.Errorf("claim: candidates: %w", err)
 	}
-	rows, free, err = lock(cands)
+	rows, free, taken, err := lock(cands)
 	if err != nil || len(rows) == p.Limit || len(cands) < want {
 		return rows, free, err
 	}
 	// Other claims hold more than half of the candidates, and more rows
 	// may be due after them: the window read with locks skips what they
-	// hold (and returns this claim's own rows again); rows locked above
-	// and not in it stay locked, unleased, until the commit (pending and
-	// not among the rows returned, they keep the rows of their keys
-	// behind them from counting as free: see FreeToLease).
-	query, args := Claim(q, p) // the locking window
+	// hold (and returns this claim's own rows again), and the keys whose
+	// next rows another claim holds; rows locked above and not in it stay
+	// locked, unleased, until the commit (pending and not among the rows
+	// returned, they keep the rows of their keys behind them from
+	// counting as free: see FreeToLease).
+	skip := p.SkipKeys
+	if len(taken) > 0 {
+		skip = append(slices.Clip(skip), taken...)
+		skip = skip[:min(len(skip), dialect.MaxInList)]
+	}
+	query, args := q.ClaimWindow(p.Limit, p.OverdueAfter, skip)
 	if cands, err = queryCandidates(ctx, tx, query, args); err != nil {
 		return nil, false, fmt.Errorf("claim: %w", err)
 	}
-	return lock(cands)
+	rows, free, _, err = lock(cands)
+	return rows, free, err
 }
 
 // queryCandidates runs a window statement of MySQL/MariaDB (ClaimCandidates,

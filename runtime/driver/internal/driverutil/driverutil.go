@@ -116,6 +116,8 @@ func CheckClaim(what string, p driver.ClaimParams) error {
 		return fmt.Errorf("%s: claim: OverdueAfter is %s: use 0 (no restriction) or a positive duration", what, p.OverdueAfter)
 	case p.Hold < 0:
 		return fmt.Errorf("%s: claim: Hold is %s: use 0 (the default) or a positive duration", what, p.Hold)
+	case len(p.SkipKeys) > dialect.MaxInList:
+		return fmt.Errorf("%s: claim: %d SkipKeys: pass at most %d", what, len(p.SkipKeys), dialect.MaxInList)
 	case p.From.ID < 0:
 		return fmt.Errorf("%s: claim: From.ID is %d: pass a ClaimResult.Front or the zero ScanPos", what, p.From.ID)
 	case p.Owner == dialect.HeldOwner:
