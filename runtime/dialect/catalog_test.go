@@ -120,10 +120,16 @@ func catalog(t *testing.T, d Dialect) []rendered {
 			add("RelayClaim", strings.TrimPrefix(v+" candidates", " "), s, a)
 			s, a = rq.ClaimCandidates(200, time.Minute, nil)
 			add("RelayClaim", strings.TrimPrefix(v+" candidates overdue", " "), s, a)
-			s, a = rq.ClaimCandidates(200, 0, catalogKeys)
-			add("RelayClaim", strings.TrimPrefix(v+" candidates skip", " "), s, a)
-			s, a = rq.ClaimWindow(100, time.Minute, catalogKeys)
-			add("RelayClaim", strings.TrimPrefix(v+" overdue skip", " "), s, a)
+			for _, overdue := range []time.Duration{0, time.Minute} {
+				w := ""
+				if overdue > 0 {
+					w = " overdue"
+				}
+				s, a = rq.ClaimCandidates(200, overdue, catalogKeys)
+				add("RelayClaim", strings.TrimPrefix(v+" candidates"+w+" skip", " "), s, a)
+				s, a = rq.ClaimWindow(100, overdue, catalogKeys)
+				add("RelayClaim", strings.TrimPrefix(v+" locking"+w+" skip", " "), s, a)
+			}
 			s, a = rq.ClaimLock(catalogIDs, 100)
 			add("RelayClaimLock", v, s, a)
 		}

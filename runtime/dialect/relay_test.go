@@ -160,21 +160,27 @@ func TestFreeToLease(t *testing.T) {
 func TestBehindNotLocked(t *testing.T) {
 	c := func(id int64, key string) Candidate { return Candidate{ID: id, Key: key} }
 	l := func(id int64, key string) LockProbe { return LockProbe{ID: id, Key: key, OutsideFront: id} }
+	failed := LockProbe{ID: 9, Key: "f", OutsideFront: 9, FailedBefore: true}
 	for _, tc := range []struct {
 		name     string
 		given    []Candidate
 		locked   []LockProbe
 		wantIDs  []int64
 		wantKeys []string
+		restFree bool // FreeToLease of the rows left
 	}{
-		{"every candidate locked", []Candidate{c(3, "a"), c(4, "a")}, []LockProbe{l(3, "a"), l(4, "a")}, nil, nil},
-		{"newer candidates not locked", []Candidate{c(3, "a"), c(4, "a"), c(5, "b")}, []LockProbe{l(3, "a")}, nil, nil},
+		{"every candidate locked", []Candidate{c(3, "a"), c(4, "a")}, []LockProbe{l(3, "a"), l(4, "a")}, nil, nil, true},
+		{"newer candidates not locked", []Candidate{c(3, "a"), c(4, "a"), c(5, "b")}, []LockProbe{l(3, "a")}, nil, nil, true},
 		// Another claim locked a's 3 and 4 (SKIP LOCKED): 5 and 6 wait
 		// for them; b's 7 does not.
 		{"behind rows another claim locked", []Candidate{c(3, "a"), c(4, "a"), c(5, "a"), c(6, "a"), c(7, "b")},
-			[]LockProbe{l(5, "a"), l(6, "a"), l(7, "b")}, []int64{5, 6}, []string{"a"}},
+			[]LockProbe{l(5, "a"), l(6, "a"), l(7, "b")}, []int64{5, 6}, []string{"a"}, true},
 		{"two keys", []Candidate{c(1, "a"), c(2, "b"), c(3, "a"), c(4, "b"), c(5, "c")},
-			[]LockProbe{l(3, "a"), l(4, "b"), l(5, "c")}, []int64{3, 4}, []string{"a", "b"}},
+			[]LockProbe{l(3, "a"), l(4, "b"), l(5, "c")}, []int64{3, 4}, []string{"a", "b"}, true},
+		// 3 is older than the row not locked, 4: it stays.
+		{"a gap in the key", []Candidate{c(3, "a"), c(4, "a"), c(5, "a")}, []LockProbe{l(3, "a"), l(5, "a")}, []int64{5}, []string{"a"}, true},
+		// A row behind a FAILED one is not BehindNotLocked's to judge.
+		{"behind a FAILED row", []Candidate{c(9, "f")}, []LockProbe{failed}, nil, nil, false},
 	} {
 		ids, keys := BehindNotLocked(tc.given, tc.locked)
 		var got []int64
@@ -193,8 +199,8 @@ func TestBehindNotLocked(t *testing.T) {
 				rest = append(rest, r)
 			}
 		}
-		if !FreeToLease(tc.given, rest) {
-			t.Errorf("%s: FreeToLease of the rest %v = false", tc.name, rest)
+		if got := FreeToLease(tc.given, rest); got != tc.restFree {
+			t.Errorf("%s: FreeToLease of the rest %v = %v, want %v", tc.name, rest, got, tc.restFree)
 		}
 	}
 }

@@ -74,6 +74,22 @@ func ServerDialect(ctx context.Context, guess Dialect, text func(context.Context
 	return "", err
 }
 
+// ClaimIndexProbe returns a statement that fails when the index the
+// relay's claim names in an index hint (MySQL/MariaDB: FORCE INDEX of the
+// due index, <outbox>_due_idx, see sql/mysql.sql) is missing from outbox
+// table outbox, and matches no row otherwise; "" on other dialects, whose
+// claims name no index.
+func ClaimIndexProbe(d Dialect, outbox string) string {
+	if d != MySQL {
+		return ""
+	}
+	return "SELECT id FROM " + outbox + " FORCE INDEX (" + DueIndex(outbox) + ") WHERE 1 = 0"
+}
+
+// DueIndex returns the name of the claim's index of outbox table outbox,
+// <outbox>_due_idx, which the DDL creates on every dialect.
+func DueIndex(outbox string) string { return outbox + "_due_idx" }
+
 // SelectColumns returns a statement that reads columns of table and
 // matches no row: it fails when the table or any column is missing, or
 // the user may not read them, and costs nothing otherwise.

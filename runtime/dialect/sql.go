@@ -260,7 +260,7 @@ func (tb tables) value(t string) (string, error) {
 		}
 	case "due_index":
 		if tb.outbox != "" {
-			v = tb.outbox + "_due_idx"
+			v = DueIndex(tb.outbox)
 		}
 	default:
 		return "", fmt.Errorf("unknown template %q", t)

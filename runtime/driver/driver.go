@@ -109,10 +109,10 @@ type ClaimParams struct {
 	// SkipKeys are keys (biz_id) whose rows the claim may pass over: the
 	// keys of rows the caller holds leased and has not recorded, so that
 	// none of their other rows can be leased until it does (a relay
-	// passes the keys of the rows it is publishing, and not those it
-	// records in this call). MySQL/MariaDB read their window of due rows
-	// without them: a key with a long backlog otherwise costs every claim
-	// a read of each of its waiting rows. Rows of unordered types of those
+	// passes the keys of which it is publishing several rows, and not
+	// those it records in this call). MySQL/MariaDB read their window of
+	// due rows without them: a key with a long backlog otherwise costs
+	// every claim a read of each of its waiting rows. Rows of unordered types of those
 	// keys are passed over too (leave SkipKeys empty when Unordered is
 	// not). At most dialect.MaxInList keys; other dialects ignore it.
 	SkipKeys []string

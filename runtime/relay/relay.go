@@ -63,9 +63,10 @@ type Relay struct {
 	log           *slog.Logger
 	unordered     map[string]bool
 	unorderedList []string
-	// skipKeys: claims pass the keys of the rows in flight
-	// (driver.ClaimParams.SkipKeys): the dialect reads them and no type
-	// is unordered (a row of an unordered type is never behind another).
+	// skipKeys: claims pass the keys of which several rows are in flight
+	// (driver.ClaimParams.SkipKeys, pipeline.skipKeys): the dialect reads
+	// them and no type is unordered (a row of an unordered type is never
+	// behind another, and the window would pass it over too).
 	skipKeys bool
 	wake     chan struct{}
 	tel      *telemetry.Relay // spans and metrics (telemetry.go)

@@ -32,17 +32,19 @@ WHERE event_id = sqlc.arg(event_id);
 -- (biz_id, status, id) as two ranges bounded by id, where a range on
 -- status reads every pending row of the key before the id bound.
 -- MySQL has no UPDATE ... RETURNING: the claim is a transaction of
--- RelayClaim (a window of due candidates in due order, through the
--- (status, next_retry_time) index), RelayClaimLock (lock them),
+-- RelayClaim (a window of due candidates in due order, through the due
+-- index, (status, next_retry_time, id, biz_id) from schema version 3 on),
+-- RelayClaimLock (lock them),
 -- RelayClaimBlocked (the locked ids an older unlocked row of their key
 -- blocks, and which of them to hold; skipped when RelayClaimLock found
 -- every row its key's front), RelayClaimLease and RelayClaimHold (see
 -- postgres.sql).
--- RelayClaim is rendered twice: without the locking section it reads the
--- window without locks (ClaimCandidates, twice the limit, then
--- RelayClaimLock by id); with it, it is the locking window a claim falls
--- back to when other claims hold too many of those candidates. Both
--- return each candidate's key too (dialect.FreeToLease). InnoDB: a
+-- RelayClaim is rendered without the locking section, the window read
+-- without locks (ClaimCandidates, twice the limit, then RelayClaimLock by
+-- id), and with it, the locking window a claim falls back to when other
+-- claims hold too many of those candidates (ClaimWindow); each plain and
+-- overdue, and each with and without the keys passed over (skip_on).
+-- All return each candidate's key too (dialect.FreeToLease). InnoDB: a
 -- READ COMMITTED locking read of the due index looks up the clustered
 -- record of every delete-marked entry it passes, and each row sent since
 -- the last purge left one at the index's front: measured on MariaDB 10.11

@@ -63,6 +63,7 @@ func Run(t *testing.T, open func(t *testing.T) Env) {
 		{"ConcurrentClaims", testConcurrentClaims},
 		{"ClaimSkipsRowsLockedElsewhere", testClaimSkipsLocked},
 		{"ClaimSkipKeys", testClaimSkipKeys},
+		{"ClaimBesideHeldKeyFront", testClaimBesideHeldKeyFront},
 		{"ClaimFromFront", testClaimFromFront},
 	}
 	tests = append(tests, heldTests...)
@@ -804,6 +805,48 @@ func testClaimSkipKeys(t *testing.T, e *env) {
 	p = claimP("r2", 10)
 	p.SkipKeys = []string{"x"}
 	wantIDs(t, "claim of 10 passing over x beside 15 locked rows", e.claim(t, p), append(slices.Clone(ids[15:20]), ids[21:26]...))
+}
+
+// Another transaction (a claim running beside this one) holds the front
+// of a key whose rows fill the window: the claim leases none of that
+// key's rows behind it. On MySQL/MariaDB, which lock the window's
+// candidates by id, it takes the other keys' rows due after them: the
+// window read with locks passes over that key (dialect.BehindNotLocked).
+// (PostgreSQL's window is the limit, here k's rows: it leases nothing.)
+func testClaimBesideHeldKeyFront(t *testing.T, e *env) {
+	if e.d == dialect.SQLite {
+		t.Skip("SQLite: one writer, no row locks")
+	}
+	var evs []seedEv
+	for range 8 {
+		evs = append(evs, seedEv{Key: "k"})
+	}
+	for i := range 10 {
+		evs = append(evs, seedEv{Key: fmt.Sprintf("o%d", i)})
+	}
+	ids := e.insert(t, evs...)
+	tx, err := e.DB.BeginTx(e.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	for _, id := range ids[:2] {
+		var got int64
+		if err := tx.QueryRowContext(e.ctx, "SELECT id FROM "+e.table+" WHERE id = "+e.d.Placeholder(1)+" FOR UPDATE", id).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// MySQL: 10 candidates (k's 8 rows, o0, o1), the lock of 5 gets k's
+	// third to seventh, all behind k's front.
+	got := e.claim(t, claimP("beside", 5))
+	want := []int64{}
+	if e.d.ClaimSkipsKeys() {
+		want = ids[8:13]
+	}
+	wantIDs(t, "claim of 5 beside a held front of k", got, want)
+	tx.Rollback() //nolint:errcheck
+	rest := slices.DeleteFunc(slices.Clone(ids), func(id int64) bool { return slices.Contains(got, id) })
+	wantIDs(t, "claim after that lock is gone", e.claim(t, claimP("after", 20)), rest)
 }
 
 // A claim returns its front, the oldest pending row it saw, leased or

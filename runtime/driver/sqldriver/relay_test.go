@@ -16,6 +16,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/driver/drivertest"
 	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
+	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
 	"github.com/outboxgen/outboxgen/templates"
 )
 
@@ -322,4 +323,31 @@ func TestMariaDBWindowSkipsKeysInIndex(t *testing.T) {
 		t.Fatalf("window passing over the hot key: %d candidates, %.0f rows read; want %d, reading at most %d:\n%s", n, skipped, others, 2*others, plan)
 	}
 	t.Logf("rows read by the window: %.0f without SkipKeys, %.0f with", all, skipped)
+}
+
+// On MySQL/MariaDB the claim names the due index in an index hint, so a
+// table without it would fail every claim: the start-up check says so
+// first, naming the index and the DDL that creates it.
+func TestCheckWantsClaimIndex(t *testing.T) {
+	db := testdb.Open(t, "mysql")
+	ctx := context.Background()
+	testdb.ApplySchema(t, db, "mysql", templates.DefaultTables)
+	table := testdb.Tables.Outbox
+	if _, err := db.ExecContext(ctx, "ALTER TABLE "+table+" DROP INDEX "+dialect.DueIndex(table)); err != nil {
+		t.Fatal(err)
+	}
+	drv, err := sqldriver.New(db, testdb.Schema(dialect.MySQL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = drv.Check(ctx, driver.Outbox)
+	if dberr.Classify(err) != dberr.Missing || !strings.Contains(dberr.Explain(err, dberr.Need{}).Error(), dialect.DueIndex(table)) {
+		t.Fatalf("Check(Outbox) without the due index = %v, want Missing naming %s", err, dialect.DueIndex(table))
+	}
+	if _, err := db.ExecContext(ctx, "ALTER TABLE "+table+" ADD INDEX "+dialect.DueIndex(table)+" (status, next_retry_time, id, biz_id)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Check(ctx, driver.Outbox); err != nil {
+		t.Fatalf("Check(Outbox) with the index back: %v", err)
+	}
 }

@@ -31,8 +31,8 @@ const (
 	// after a pause may succeed.
 	Transient Class = iota
 	// Missing: a table or column does not exist (PostgreSQL 42P01,
-	// 42703, 3F000; MySQL/MariaDB 1146, 1054; SQLite "no such table",
-	// "no such column").
+	// 42703, 3F000; MySQL/MariaDB 1146, 1054, and 1176 for an index an
+	// index hint names; SQLite "no such table", "no such column").
 	Missing
 	// Denied: the database user lacks a privilege (PostgreSQL 42501;
 	// MySQL/MariaDB 1142, 1143, 1044).
@@ -128,7 +128,7 @@ func classifyOne(err error) Class {
 	}
 	if n, ok := mysqlErrorNumber(err); ok {
 		switch n {
-		case 1146, 1054: // ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR
+		case 1146, 1054, 1176: // ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR, ER_KEY_DOES_NOT_EXITS
 			return Missing
 		case 1142, 1143, 1044: // ER_TABLEACCESS_DENIED_ERROR, ER_COLUMNACCESS_DENIED_ERROR, ER_DBACCESS_DENIED_ERROR
 			return Denied

@@ -33,6 +33,7 @@ func TestClassify(t *testing.T) {
 		{&pgconn.PgError{Code: "40P01"}, Transient}, // deadlock
 		{&pgconn.PgError{Code: "57P01"}, Transient}, // admin shutdown
 		{&mysql.MySQLError{Number: 1146}, Missing},
+		{&mysql.MySQLError{Number: 1176}, Missing}, // an index hint's index
 		{&mysql.MySQLError{Number: 1054}, Missing},
 		{&mysql.MySQLError{Number: 1142}, Denied},
 		{&mysql.MySQLError{Number: 1143}, Denied},

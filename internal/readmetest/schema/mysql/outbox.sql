@@ -132,12 +132,15 @@ INSERT INTO shipping_outbox_version (version, compatible_from) VALUES (2, 1);
 -- otherwise costs every claim a clustered-record read per waiting row
 -- (MariaDB 10.11, 10,000 rows of one key waiting: 2.0 ms and 200 rows
 -- read per claim against 16.7 ms and 10,200). id comes before biz_id so
--- the index keeps the claim's order (next_retry_time, id). One statement:
--- InnoDB rebuilds the index online, the table stays writable. Additive:
--- older runtimes work on it unchanged.
+-- the index keeps the claim's order (next_retry_time, id). One statement,
+-- so the index is never missing. Online (ALGORITHM=INPLACE, LOCK=NONE:
+-- the statement fails rather than block writers), and it may run again
+-- (an interrupted migration resumes with it). Additive: older runtimes
+-- work on it unchanged.
 ALTER TABLE shipping_outbox
     DROP INDEX shipping_outbox_due_idx,
-    ADD INDEX shipping_outbox_due_idx (status, next_retry_time, id, biz_id);
+    ADD INDEX shipping_outbox_due_idx (status, next_retry_time, id, biz_id),
+    ALGORITHM=INPLACE, LOCK=NONE;
 
 -- shipping_outbox_version: the migrations of these tables applied so far, one row
 -- each, written with the migration itself (by outboxgen migrate or any tool

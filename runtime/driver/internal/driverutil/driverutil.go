@@ -301,6 +301,17 @@ func (c *Checker) Check(ctx context.Context, t driver.Table) error {
 		}
 		return err
 	}
+	if q := dialect.ClaimIndexProbe(c.Dialect, table); t == driver.Outbox && q != "" {
+		if err := c.Probe(ctx, q); err != nil {
+			err = fmt.Errorf("%s: check table %s: %w", c.What, table, err)
+			if dberr.Classify(err) == dberr.Missing {
+				return &dberr.Error{Class: dberr.Missing, Err: err, Advice: fmt.Sprintf(
+					"the claim reads table %q through its index %q, which is missing: create it as outboxgen's DDL does (`outboxgen schema -f %s -dialect %s` prints it)",
+					table, dialect.DueIndex(table), c.source(), c.Dialect)}
+			}
+			return err
+		}
+	}
 	c.tableOK[t] = true
 	return nil
 }
