@@ -433,14 +433,7 @@ func testHeldBehindHeldSlow(t *testing.T, e *env) {
 	p := claimP("other", 10)
 	p.HoldBehindSlow = time.Second
 
-	tx, err := e.DB.BeginTx(e.ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got int64
-	if err := tx.QueryRowContext(e.ctx, "SELECT id FROM "+e.table+" WHERE id = "+e.d.Placeholder(1)+" FOR UPDATE", ids[0]).Scan(&got); err != nil {
-		t.Fatal(err)
-	}
+	tx := e.lockRows(t, ids[0])
 	wantIDs(t, "a claim while the slow row is being recorded", e.claim(t, p), nil)
 	tx.Rollback() //nolint:errcheck
 	if owner, due := e.heldState(t, late); owner != "" || !due {

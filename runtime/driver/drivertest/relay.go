@@ -173,6 +173,26 @@ func (e *env) state(t *testing.T, id int64) rowState {
 	return s
 }
 
+// lockRows locks rows ids in a transaction of their own, as a claim
+// running beside the one under test holds them, and returns it: the
+// caller rolls it back. One row at a time: a plan reading more rows than
+// it returns (InnoDB) would lock those too.
+func (e *env) lockRows(t *testing.T, ids ...int64) *sql.Tx {
+	t.Helper()
+	tx, err := e.DB.BeginTx(e.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback() }) //nolint:errcheck
+	for _, id := range ids {
+		var got int64
+		if err := tx.QueryRowContext(e.ctx, "SELECT id FROM "+e.table+" WHERE id = "+e.d.Placeholder(1)+" FOR UPDATE", id).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tx
+}
+
 func claimP(owner string, limit int) driver.ClaimParams {
 	return driver.ClaimParams{Owner: owner, Lease: time.Hour, Limit: limit}
 }
@@ -720,18 +740,7 @@ func testClaimSkipsLocked(t *testing.T, e *env) {
 		{15, ids[15:25]}, // more than half of twice the limit held
 		{35, ids[35:40]}, // the whole first window held
 	} {
-		tx, err := e.DB.BeginTx(e.ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// One row at a time: a plan reading more rows than it returns
-		// (InnoDB) would lock those too.
-		for _, id := range ids[:tc.locked] {
-			var got int64
-			if err := tx.QueryRowContext(e.ctx, "SELECT id FROM "+e.table+" WHERE id = "+e.d.Placeholder(1)+" FOR UPDATE", id).Scan(&got); err != nil {
-				t.Fatal(err)
-			}
-		}
+		tx := e.lockRows(t, ids[:tc.locked]...)
 		owner := fmt.Sprintf("beside-%d", tc.locked)
 		got := e.claim(t, claimP(owner, 10))
 		tx.Rollback() //nolint:errcheck
@@ -747,15 +756,7 @@ func testClaimSkipsLocked(t *testing.T, e *env) {
 	// statement: the held row is the front here, read without its lock.)
 	e.set(t, "status = 1", ids...)
 	more := e.insert(t, seedEv{Key: "pair"}, seedEv{Key: "solo"}, seedEv{Key: "pair"})
-	tx, err := e.DB.BeginTx(e.ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback() //nolint:errcheck
-	var got int64
-	if err := tx.QueryRowContext(e.ctx, "SELECT id FROM "+e.table+" WHERE id = "+e.d.Placeholder(1)+" FOR UPDATE", more[0]).Scan(&got); err != nil {
-		t.Fatal(err)
-	}
+	tx := e.lockRows(t, more[0])
 	wantIDs(t, "claim beside the locked front of pair", e.claim(t, claimP("beside-pair", 10)), more[1:2])
 	tx.Rollback() //nolint:errcheck
 	wantIDs(t, "claim after that lock is gone", e.claim(t, claimP("after-pair", 10)), []int64{more[0], more[2]})
@@ -791,17 +792,7 @@ func testClaimSkipKeys(t *testing.T, e *env) {
 		evs = append(evs, seedEv{Key: fmt.Sprintf("s%d", i)})
 	}
 	ids = e.insert(t, evs...)
-	tx, err := e.DB.BeginTx(e.ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback() //nolint:errcheck
-	for _, id := range ids[:15] {
-		var got int64
-		if err := tx.QueryRowContext(e.ctx, "SELECT id FROM "+e.table+" WHERE id = "+e.d.Placeholder(1)+" FOR UPDATE", id).Scan(&got); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.lockRows(t, ids[:15]...)
 	p = claimP("r2", 10)
 	p.SkipKeys = []string{"x"}
 	wantIDs(t, "claim of 10 passing over x beside 15 locked rows", e.claim(t, p), append(slices.Clone(ids[15:20]), ids[21:26]...))
@@ -825,17 +816,7 @@ func testClaimBesideHeldKeyFront(t *testing.T, e *env) {
 		evs = append(evs, seedEv{Key: fmt.Sprintf("o%d", i)})
 	}
 	ids := e.insert(t, evs...)
-	tx, err := e.DB.BeginTx(e.ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback() //nolint:errcheck
-	for _, id := range ids[:2] {
-		var got int64
-		if err := tx.QueryRowContext(e.ctx, "SELECT id FROM "+e.table+" WHERE id = "+e.d.Placeholder(1)+" FOR UPDATE", id).Scan(&got); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tx := e.lockRows(t, ids[:2]...)
 	// MySQL: 10 candidates (k's 8 rows, o0, o1), the lock of 5 gets k's
 	// third to seventh, all behind k's front.
 	got := e.claim(t, claimP("beside", 5))

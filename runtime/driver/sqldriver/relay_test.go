@@ -91,20 +91,8 @@ func TestMySQLTimeZone(t *testing.T) {
 // slower. ANALYZE counts how often each subquery ran, over two keys of
 // 100 rows, one of them behind a leased front.
 func TestMariaDBWindowReadsKeyFrontsOnce(t *testing.T) {
-	db := testdb.Open(t, "mysql")
+	db, drv := openMariaDB(t, "no subquery cache, no ANALYZE FORMAT=JSON")
 	ctx := context.Background()
-	var version string
-	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(version, "MariaDB") {
-		t.Skipf("%s: no subquery cache, no ANALYZE FORMAT=JSON", version)
-	}
-	testdb.ApplySchema(t, db, "mysql", templates.DefaultTables)
-	drv, err := sqldriver.New(db, testdb.Schema(dialect.MySQL))
-	if err != nil {
-		t.Fatal(err)
-	}
 	keys := []string{"a", "b"}
 	const perKey = 100
 	ins := "INSERT INTO " + testdb.Tables.Outbox + " (event_id, biz_type, biz_id, topic, payload) VALUES (UUID(), 'T', ?, 't', '{}')"
@@ -230,26 +218,35 @@ func TestClaimLockProbesOutsideCandidates(t *testing.T) {
 	}
 }
 
-// On MariaDB, a claim's window passes over the keys in SkipKeys from the
-// due index alone (schema version 3 has biz_id in it: index condition
-// pushdown), so a key with a long backlog whose front the relay is
-// publishing costs the window no read of its waiting rows. Without the
-// keys, the window reads every one of them.
-func TestMariaDBWindowSkipsKeysInIndex(t *testing.T) {
+// openMariaDB opens a fresh MySQL test database with the outbox schema
+// and a driver on it, and skips the test, saying why (what MySQL lacks),
+// unless the server is MariaDB.
+func openMariaDB(t *testing.T, why string) (*sql.DB, *sqldriver.Driver) {
+	t.Helper()
 	db := testdb.Open(t, "mysql")
-	ctx := context.Background()
 	var version string
-	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+	if err := db.QueryRowContext(context.Background(), "SELECT VERSION()").Scan(&version); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(version, "MariaDB") {
-		t.Skipf("%s: no ANALYZE FORMAT=JSON", version)
+		t.Skipf("%s: %s", version, why)
 	}
 	testdb.ApplySchema(t, db, "mysql", templates.DefaultTables)
 	drv, err := sqldriver.New(db, testdb.Schema(dialect.MySQL))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return db, drv
+}
+
+// On MariaDB, a claim's window passes over the keys in SkipKeys from the
+// due index alone (schema version 3 has biz_id in it: index condition
+// pushdown), so a key with a long backlog whose front the relay is
+// publishing costs the window no read of its waiting rows. Without the
+// keys, the window reads every one of them.
+func TestMariaDBWindowSkipsKeysInIndex(t *testing.T) {
+	db, drv := openMariaDB(t, "no ANALYZE FORMAT=JSON")
+	ctx := context.Background()
 	// The hot key's rows first (oldest), then 20 rows each of 10 keys.
 	const hot, others = 2000, 200
 	ins := "INSERT INTO " + testdb.Tables.Outbox + " (event_id, biz_type, biz_id, topic, payload) SELECT UUID(), 'T', ?, 't', '{}' FROM seq_1_to_%d"
