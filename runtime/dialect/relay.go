@@ -368,19 +368,18 @@ func (q *RelayQueries) ReleaseOrphanHeld() (string, []any) {
 // locks (it returns Candidates too) and passing over the keys
 // BehindNotLocked named, and ClaimLock of what it returned take their
 // place. Then ClaimBlocked (unless FreeToLease), ClaimLease and
-// ClaimHold, as in ClaimInTransaction. The
-// rows leased are the same as Claim's but for which of the window's
-// rows: InnoDB's locking read of the due index costs a clustered-index
-// read for each entry left by a row sent since the last purge (see
-// sql/mysql.sql).
+// ClaimHold, as in ClaimInTransaction. The rows leased are the same as
+// Claim's but for which of the window's rows: InnoDB's locking read of
+// the due index costs a clustered-index read for each entry left by a
+// row sent since the last purge (see sql/mysql.sql).
 func (q *RelayQueries) ClaimByCandidates() bool { return q.candidates != nil }
 
 // ClaimCandidates returns the window read without locks: the ids and
 // keys (Candidate) of at most limit due, unleased rows in due order, not
 // behind a row of their key in flight; with overdueAfter > 0, only rows
 // created at least that long ago (ClaimOverdue). Rows whose key is in
-// skip are passed over: the keys whose rows the claiming relay is
-// publishing (driver.ClaimParams.SkipKeys), whose other rows could not be
+// skip are passed over: keys of which the claiming relay is publishing
+// rows (driver.ClaimParams.SkipKeys), whose other rows could not be
 // leased. With them the window reads the due index for the other keys
 // only (schema version 3 has biz_id in it), instead of every waiting row
 // of theirs. skip holds at most MaxInList keys. On dialects without
