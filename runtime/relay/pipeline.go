@@ -208,7 +208,7 @@ type pipeline struct {
 
 	batches map[*batch]bool  // batches with units not reported
 	leased  map[int64]*batch // rows leased to us and not recorded yet
-	keys    map[int64]string // their keys, when claims pass them over (Relay.skipKeys)
+	keys    map[int64]string // their keys, when claims pass them over (Relay.passKeys)
 	running int              // units not reported
 	pend    driver.Results
 	pendOf  map[int64]*batch // the batch each pending result's row was leased to
@@ -747,7 +747,7 @@ func (p *pipeline) claim(limit int) error {
 		Hold:         r.opts.HoldRecheck,
 		Record:       out.rec,
 	}
-	if r.skipKeys {
+	if r.passKeys {
 		params.SkipKeys = p.skipKeys(out.of)
 	}
 	if out.claimedAt.Sub(p.orphansAt) >= orphanSweepEvery {
@@ -999,7 +999,7 @@ func (p *pipeline) startBatch(rows []driver.Row, claimedAt time.Time, probe bool
 	b.timeout = time.AfterFunc(r.opts.PublishTimeout, func() { stop(errPublishTimeout) })
 	for _, rw := range rows {
 		p.leased[rw.ID] = b
-		if r.skipKeys {
+		if r.passKeys {
 			p.keys[rw.ID] = rw.Key
 		}
 	}

@@ -63,11 +63,11 @@ type Relay struct {
 	log           *slog.Logger
 	unordered     map[string]bool
 	unorderedList []string
-	// skipKeys: claims pass the keys of which several rows are in flight
+	// passKeys: claims pass the keys of which several rows are in flight
 	// (driver.ClaimParams.SkipKeys, pipeline.skipKeys): the dialect reads
 	// them and no type is unordered (a row of an unordered type is never
 	// behind another, and the window would pass it over too).
-	skipKeys bool
+	passKeys bool
 	wake     chan struct{}
 	tel      *telemetry.Relay // spans and metrics (telemetry.go)
 
@@ -107,7 +107,7 @@ func New(drv driver.Driver, opts Config) (*Relay, error) {
 		log:           opts.Logger.With(slog.String("relay", opts.InstanceID), slog.String("table", drv.Tables().Outbox)),
 		unordered:     map[string]bool{},
 		unorderedList: unordered,
-		skipKeys:      len(unordered) == 0 && drv.Dialect().ClaimSkipsKeys(),
+		passKeys:      len(unordered) == 0 && drv.Dialect().ClaimSkipsKeys(),
 		wake:          make(chan struct{}, 1),
 	}
 	for _, u := range unordered {
