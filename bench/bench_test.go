@@ -108,13 +108,13 @@ func steps(srv *servers) []step {
 		}})
 	}
 	// 4. Chaos.
-	for _, slow := range []bool{false, true} {
-		name := "clean"
-		if slow {
-			name = "slow"
-		}
+	for _, run := range []struct {
+		name        string
+		slow, hedge bool
+	}{{"clean", false, false}, {"slow", true, false}, {"hedged", true, true}} {
+		name := run.name
 		out = append(out, step{"chaos", name, func(b *testing.B) map[string]float64 {
-			r := runChaos(b, srv, slow)
+			r := runChaos(b, srv, run.slow, run.hedge)
 			p := "chaos." + name + "."
 			drained := 0.0
 			if r.drained {
@@ -122,7 +122,8 @@ func steps(srv *servers) []step {
 			}
 			out := map[string]float64{p + "written": float64(r.written), p + "pending": float64(r.pendingAtEnd), p + "drain_s": r.drain.Seconds(),
 				p + "rate": r.rate, p + "drained": drained, p + "slow_publishes": float64(r.slow),
-				p + "delivered": float64(r.written-r.pendingAtEnd) / flagChaosFor.Seconds(), p + "tail_s": r.tail.Seconds()}
+				p + "delivered": float64(r.written-r.pendingAtEnd) / flagChaosFor.Seconds(), p + "tail_s": r.tail.Seconds(),
+				p + "hedges": float64(r.hedges), p + "calls": float64(r.calls)}
 			if r.chain > 0 {
 				// A key had slow publishes to wait out after the writers
 				// stopped: what per-key order allows (a round without one
@@ -679,6 +680,17 @@ func scaleTable(rs results, started time.Time, took time.Duration, load, pgDesc,
 		rs.rate("chaos.slow.rate_bound"), rs.x("chaos.slow.rate_bound", "chaos.clean.rate"), rs.x("chaos.slow.rate", "chaos.slow.rate_bound"), chain, tail,
 		rs.rate("chaos.slow.delivered"), rs.rate("chaos.clean.delivered"), rs.x("chaos.slow.delivered", "chaos.clean.delivered"),
 		rs.check("chaos.slow.rate", "chaos.clean.rate", 0.8, false), rs.check("chaos.slow.delivered", "chaos.clean.delivered", 0.8, false))
+	share := "—"
+	if h, ok := rs.med("chaos.hedged.hedges"); ok {
+		if c, ok := rs.med("chaos.hedged.calls"); ok && c > 0 {
+			share = fmt.Sprintf("%d hedges = %.2f %% of %d Publish calls", int(h), 100*h/c, int(c))
+		}
+	}
+	w("| 4h | the same, relays with Hedge (HedgeAfter default: 8× the typical publish, 2 ms to 250 ms) | %s rows written, %s pending at writer stop, drain %s; %s | (row 1) | (row 1) | drain rate %s vs %s without slow publishes = %s; delivered while the writers write %s = %s | drain rate ≥ 0.8× the run without slow publishes | %s (delivered: %s) |\n",
+		pend("chaos.hedged.written"), pend("chaos.hedged.pending"), drainS("chaos.hedged."), share,
+		rs.rate("chaos.hedged.rate"), rs.rate("chaos.clean.rate"), rs.x("chaos.hedged.rate", "chaos.clean.rate"),
+		rs.rate("chaos.hedged.delivered"), rs.x("chaos.hedged.delivered", "chaos.clean.delivered"),
+		rs.check("chaos.hedged.rate", "chaos.clean.rate", 0.8, false), rs.check("chaos.hedged.delivered", "chaos.clean.delivered", 0.8, false))
 	// 5.
 	w("| 5 | MariaDB %s backlog, no publish latency | %s | %s | %s | %s a2 (%s a1), %s watermill Forwarder (%s) | ≥ 0.85× a2, ≥ 2× watermill | %s |\n",
 		count(*flagMyRows), rs.rate("my.relay"), rs.rate("my.a1"), rs.rate("my.a2"),

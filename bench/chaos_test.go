@@ -29,6 +29,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
@@ -46,6 +48,7 @@ const (
 // chaosPublisher makes a fraction of the publishes slow.
 type chaosPublisher struct {
 	message.Publisher
+	calls *atomic.Int64 // Publish calls (hedges included)
 	frac  float64
 	delay time.Duration
 	slow  *atomic.Int64
@@ -53,6 +56,7 @@ type chaosPublisher struct {
 }
 
 func (p chaosPublisher) Publish(topic string, msgs ...*message.Message) error {
+	p.calls.Add(1)
 	if p.frac > 0 && rand.Float64() < p.frac*float64(len(msgs)) {
 		p.slow.Add(1)
 		key := ""
@@ -173,29 +177,34 @@ type chaosResult struct {
 	// tail is how long the drain lasted after the last slow publish
 	// returned (the whole drain when none returned during it).
 	tail time.Duration
+	// hedges is how many publishes the relays sent again
+	// (relay.Config.Hedge), of calls Publish calls in all.
+	hedges, calls int64
 }
 
-func runChaos(b *testing.B, srv *servers, slow bool) chaosResult {
+func runChaos(b *testing.B, srv *servers, slow, hedge bool) chaosResult {
 	db := freshOutbox(b, "postgres")
 	db.SetMaxIdleConns(chaosWriters + 2*chaosRelays + 4)
 	pubs := gochannel.NewGoChannel(gochannel.Config{}, nil) // no subscriber: publishes are dropped
 	b.Cleanup(func() { pubs.Close() })
-	var slowCount atomic.Int64
+	var slowCount, calls atomic.Int64
 	busy := &slowKeys{}
-	pub := chaosPublisher{Publisher: pubs, delay: *flagChaosDelay, slow: &slowCount, busy: busy}
+	pub := chaosPublisher{Publisher: pubs, calls: &calls, delay: *flagChaosDelay, slow: &slowCount, busy: busy}
 	if slow {
 		pub.frac = *flagChaosSlow
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	runErr := make(chan error, chaosRelays)
+	reader := sdkmetric.NewManualReader()
+	meters := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	srv.measure(b)
 	for i := range chaosRelays {
 		drv, err := sqldriver.New(db, testdb.Schema(dialect.Postgres))
 		if err != nil {
 			b.Fatal(err)
 		}
-		r, err := relay.New(drv, relay.Config{Publisher: pub, InstanceID: fmt.Sprintf("chaos-%d", i), PollInterval: 100 * time.Millisecond, Logger: discard})
+		r, err := relay.New(drv, relay.Config{Publisher: pub, InstanceID: fmt.Sprintf("chaos-%d", i), PollInterval: 100 * time.Millisecond, Hedge: hedge, Logger: discard, MeterProvider: meters})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -287,7 +296,28 @@ func runChaos(b *testing.B, srv *servers, slow bool) chaosResult {
 			b.Fatalf("relay Run: %v", err)
 		}
 	}
+	res.hedges = counterSum(b, reader, "outboxgen.relay.hedged") // the relay's hedge counter
+	res.calls = calls.Load()
 	return res
+}
+
+// counterSum is the sum of an Int64 counter's points in reader.
+func counterSum(b *testing.B, reader *sdkmetric.ManualReader, name string) int64 {
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		b.Fatalf("collect metrics: %v", err)
+	}
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == name {
+				for _, p := range sum.DataPoints {
+					n += p.Value
+				}
+			}
+		}
+	}
+	return n
 }
 
 // pendingOfKeys counts the pending rows of keys.

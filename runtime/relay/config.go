@@ -58,6 +58,14 @@ const (
 	// against Config.Concurrency: eight times the recent typical publish
 	// (at least 2ms), at most this.
 	SlowPublish = 250 * time.Millisecond
+	// HedgeBurst and HedgeEvery throttle Config.Hedge: at most HedgeBurst
+	// hedges in a row, then one per HedgeEvery publishes that returned
+	// without one, so that a broker slow as a whole gets at most a tenth
+	// more calls.
+	HedgeBurst = 10
+	HedgeEvery = 10
+	// MaxHedges is how many times Config.Hedge sends one publish again.
+	MaxHedges = 2
 	// MaxInstanceID is the longest InstanceID (the lease_owner column).
 	MaxInstanceID = instanceid.Max
 )
@@ -131,6 +139,30 @@ type Config struct {
 	// rows leased (the heartbeat renews them) and its place in MaxInFlight
 	// until shutdown abandons it.
 	Concurrency int
+
+	// Hedge sends a publish again, beside the call under way, once that
+	// has run HedgeAfter without returning, and once more if neither
+	// returned HedgeAfter later (MaxHedges); the first call to succeed
+	// counts, the others are left to finish (hedged requests, as in Dean
+	// and Barroso's "The Tail at Scale"). Under per-key order a key's
+	// next events wait for its publish under way, so one broker call that
+	// stalls (a lost packet, a leader election, a paused broker
+	// connection) holds back its key for its whole length; hedged, for
+	// about HedgeAfter. The cost: when two calls succeed, the broker gets
+	// the message twice, and the later copy can arrive after the key's
+	// next event. Delivery is at-least-once anyway; consumers that
+	// deduplicate by event id (the generated ones, package inbox) drop
+	// it, and NATS JetStream drops it by Nats-Msg-Id within the stream's
+	// duplicate window. Hedges are throttled (HedgeBurst, HedgeEvery), so
+	// a broker that is slow as a whole does not get twice the calls. Run
+	// waits for the calls left running, up to ShutdownTimeout. Default
+	// false.
+	Hedge bool
+	// HedgeAfter is how long a publish runs before Hedge sends it again.
+	// Default (0): when it counts as slow, eight times the recent typical
+	// publish, at least 2ms, at most SlowPublish (see Concurrency); set
+	// it above the broker's usual tail (its p99) to hedge less often.
+	HedgeAfter time.Duration
 
 	// MaxAttempts is the number of failed publishes after which a row is
 	// marked FAILED (status 2) and waits for an operator (default 5).
@@ -316,6 +348,11 @@ func (o Config) Validate() error {
 	}
 	if o.DatabaseBackoffMax <= 0 {
 		errs = append(errs, fmt.Errorf("relay: Config.DatabaseBackoffMax is %s: use a positive duration (or 0 for %s)", o.DatabaseBackoffMax, DefaultDatabaseBackoffMax))
+	}
+	if o.HedgeAfter < 0 {
+		errs = append(errs, fmt.Errorf("relay: Config.HedgeAfter is %s: use a positive duration (or 0 for the adaptive slow-publish threshold)", o.HedgeAfter))
+	} else if o.HedgeAfter > 0 && !o.Hedge {
+		errs = append(errs, fmt.Errorf("relay: Config.HedgeAfter is %s but Config.Hedge is false: set Hedge to hedge publishes, or leave HedgeAfter 0", o.HedgeAfter))
 	}
 	if o.OverdueAfter < 0 {
 		errs = append(errs, fmt.Errorf("relay: Config.OverdueAfter is %s: use 0 (claim every row) or a positive duration", o.OverdueAfter))

@@ -36,6 +36,7 @@ import (
 	"math/bits"
 	mathrand "math/rand/v2"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -95,6 +96,61 @@ type flow struct {
 	batch  int64
 	pool   *workers     // the goroutines units and publishes run on
 	avg    atomic.Int64 // typical publish duration, ns (see slowAfter)
+	// hedges is Config.Hedge's throttle, in 1/HedgeEvery of a hedge (see
+	// mayHedge); calls counts the publisher calls running, hedges and
+	// the calls they raced included (see waitCalls).
+	hedges atomic.Int64
+	calls  sync.WaitGroup
+}
+
+// hedgeCost is what one hedge takes from flow.hedges; every publish that
+// returned without a hedge puts one back, up to hedgeCap.
+const (
+	hedgeCost = HedgeEvery
+	hedgeCap  = HedgeBurst * hedgeCost
+)
+
+// mayHedge takes a hedge from the throttle, if one is left.
+func (f *flow) mayHedge() bool {
+	for {
+		old := f.hedges.Load()
+		if old < hedgeCost {
+			return false
+		}
+		if f.hedges.CompareAndSwap(old, old-hedgeCost) {
+			return true
+		}
+	}
+}
+
+// refill puts a publish's share of a hedge back into the throttle.
+func (f *flow) refill() {
+	for {
+		old := f.hedges.Load()
+		if old >= hedgeCap || f.hedges.CompareAndSwap(old, old+1) {
+			return
+		}
+	}
+}
+
+// waitCalls waits for the publisher calls still running (the losers of
+// hedges: their rows are recorded already), until abandon is closed.
+func (f *flow) waitCalls(abandon <-chan struct{}) {
+	done := make(chan struct{})
+	go func() {
+		f.calls.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-abandon:
+	}
+}
+
+func newFlow(opts Config) *flow {
+	f := &flow{slots: make(chan struct{}, opts.Concurrency), kick: make(chan struct{}, 1), batch: int64(opts.BatchSize), pool: newWorkers()}
+	f.hedges.Store(hedgeCap)
+	return f
 }
 
 // slowAfter is how long a publish holds its slot before it counts as
@@ -282,7 +338,7 @@ func (r *Relay) newPipeline(ctx context.Context, m mode) *pipeline {
 		keep:      r.opts.LeaseDuration - leaseMargin(r.opts.LeaseDuration),
 		results:   make(chan unitResult, r.opts.MaxInFlight+1),
 		claimed:   make(chan claimOutcome, r.opts.ParallelClaims),
-		flow:      &flow{slots: make(chan struct{}, r.opts.Concurrency), kick: make(chan struct{}, 1), batch: int64(r.opts.BatchSize), pool: newWorkers()},
+		flow:      newFlow(r.opts),
 		abandon:   make(chan struct{}),
 		batches:   map[*batch]bool{},
 		leased:    map[int64]*batch{},
@@ -327,7 +383,9 @@ func (p *pipeline) run() error {
 		// Every unit reports, promptly once abandon is closed: an
 		// abandoned publish reports its unit without its row.
 		if p.done && p.running == 0 && p.claiming == 0 {
-			return p.finish()
+			err := p.finish()
+			p.flow.waitCalls(p.abandon)
+			return err
 		}
 		acted, err := p.act()
 		if err != nil {

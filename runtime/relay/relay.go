@@ -458,6 +458,11 @@ func rowMessage(ctx context.Context, rw driver.Row) (*message.Message, error) {
 // whether the caller still holds it. A panicking publisher counts as a
 // failure. The publisher runs in its own goroutine so that a publish that
 // never returns can be abandoned (errAbandoned) when abandon is closed.
+// With Config.Hedge, a publish still running at hedgeAfter is sent again
+// beside it, if the throttle allows, and again hedgeAfter later, up to
+// MaxHedges times: the first call to succeed decides; a failure waits
+// for the calls still running, and when all fail the first failure is
+// returned. The calls that lost run on (f.calls).
 func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow, rw driver.Row) (held bool, err error) {
 	held = true
 	msg, err := r.message(ctx, rw)
@@ -466,35 +471,102 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 	if err != nil {
 		return held, err
 	}
-	res := make(chan error, 1)
-	f.pool.run(func() {
-		defer func() {
-			if p := recover(); p != nil {
-				res <- fmt.Errorf("relay: publisher panicked: %v", p)
-			}
-		}()
-		res <- r.opts.Publisher.Publish(rw.Topic, msg)
-	})
+	var pristine *message.Message // the hedges' source, never published
+	var hedge <-chan time.Time
+	var hedgeTimer *time.Timer
+	after := r.hedgeAfter(f)
+	if r.opts.Hedge {
+		// Copied before the first call starts: a publisher may write to
+		// its message's metadata while it runs.
+		pristine = msg.CopyWithContext()
+		hedgeTimer = time.NewTimer(after)
+		defer hedgeTimer.Stop()
+		hedge = hedgeTimer.C
+	}
+	res := make(chan error, 1+MaxHedges)
+	call := func(m *message.Message) {
+		f.calls.Add(1)
+		f.pool.run(func() {
+			defer f.calls.Done()
+			defer func() {
+				if p := recover(); p != nil {
+					res <- fmt.Errorf("relay: publisher panicked: %v", p)
+				}
+			}()
+			res <- r.opts.Publisher.Publish(rw.Topic, m)
+		})
+	}
+	call(msg)
 	start := time.Now()
 	slow := time.NewTimer(f.slowAfter())
 	defer slow.Stop()
+	running, hedges := 1, 0
+	var failed error // the first failure, while other calls run
 	for {
 		select {
 		case err := <-res:
+			running--
+			if err != nil && failed == nil {
+				failed = err
+			}
+			if err != nil && running > 0 {
+				continue // another call may still succeed
+			}
 			f.observe(time.Since(start))
+			if hedges == 0 {
+				f.refill()
+			}
+			if err != nil {
+				err = failed
+			}
 			return held, err
 		case <-slow.C:
 			held = false
 			<-f.slots // a slow publish lets another key go meanwhile
+		case <-hedge:
+			hedge = nil
+			if !f.mayHedge() {
+				continue
+			}
+			hedges++
+			running++
+			r.tel.Hedged(msg.Context(), rw.Type, rw.Topic, time.Since(start))
+			r.log.DebugContext(ctx, "publish running long: sent again beside it (hedge)",
+				slog.Int64("id", rw.ID), slog.String("event_id", rw.EventID), slog.String("key", rw.Key),
+				slog.String("topic", rw.Topic), slog.Duration("after", time.Since(start)), slog.Int("hedge", hedges))
+			call(pristine.CopyWithContext())
+			if hedges < MaxHedges {
+				hedgeTimer.Reset(after)
+				hedge = hedgeTimer.C
+			}
 		case <-abandon:
-			select {
-			case err := <-res: // it did finish
-				return held, err
-			default:
+			for running > 0 {
+				select {
+				case err := <-res: // one did finish
+					if err == nil {
+						return held, nil
+					}
+					running--
+					if failed == nil {
+						failed = err
+					}
+					continue
+				default:
+				}
 				return held, errAbandoned
 			}
+			return held, failed
 		}
 	}
+}
+
+// hedgeAfter is how long a publish runs before Config.Hedge sends it
+// again: Config.HedgeAfter, or when it counts as slow.
+func (r *Relay) hedgeAfter(f *flow) time.Duration {
+	if r.opts.HedgeAfter > 0 {
+		return r.opts.HedgeAfter
+	}
+	return f.slowAfter()
 }
 
 func (r *Relay) reportFailed(ctx context.Context, fs []driver.Failure, failed []int64) {

@@ -66,7 +66,8 @@ type Config struct {
 
 	// EventTypes, BatchSize, LeaseDuration, Concurrency, MaxAttempts,
 	// Backoff, ShutdownTimeout, PublishTimeout, BreakerBackoff,
-	// HoldRecheck and OnFailed work as in relay.Config.
+	// HoldRecheck, Hedge, HedgeAfter and OnFailed work as in
+	// relay.Config.
 	EventTypes      []outbox.EventType
 	BatchSize       int
 	LeaseDuration   time.Duration
@@ -77,6 +78,8 @@ type Config struct {
 	PublishTimeout  time.Duration
 	BreakerBackoff  func(n int) time.Duration
 	HoldRecheck     time.Duration
+	Hedge           bool
+	HedgeAfter      time.Duration
 	OnFailed        func(relay.FailedEvent)
 
 	// InstanceID names the sweeper in lease_owner and logs (default
@@ -171,6 +174,8 @@ func New(drv driver.Driver, opts Config) (*Sweeper, error) {
 		PublishTimeout:     opts.PublishTimeout,
 		BreakerBackoff:     opts.BreakerBackoff,
 		HoldRecheck:        opts.HoldRecheck,
+		Hedge:              opts.Hedge,
+		HedgeAfter:         opts.HedgeAfter,
 		DatabaseBackoffMax: opts.DatabaseBackoffMax,
 		InstanceID:         opts.InstanceID,
 		OverdueAfter:       opts.OverdueAfter,

@@ -17,6 +17,7 @@ import (
 const (
 	MetricPublished       = "outboxgen.relay.published"
 	MetricPublishFailures = "outboxgen.relay.publish.failures"
+	MetricHedged          = "outboxgen.relay.hedged"
 	MetricRescheduled     = "outboxgen.relay.rescheduled"
 	MetricMarkedFailed    = "outboxgen.relay.marked_failed"
 	MetricPublishDuration = "outboxgen.relay.publish.duration"
@@ -51,10 +52,10 @@ type Relay struct {
 	sweeper  bool
 	classify func(context.Context, error) string
 
-	published, failures, rescheduled, markedFailed, rescued metric.Int64Counter
-	publishDur, lag, claimDur                               metric.Float64Histogram
-	batchSize                                               metric.Int64Histogram
-	inFlight, breaker                                       metric.Int64Gauge
+	published, failures, rescheduled, markedFailed, rescued, hedged metric.Int64Counter
+	publishDur, lag, claimDur                                       metric.Float64Histogram
+	batchSize                                                       metric.Int64Histogram
+	inFlight, breaker                                               metric.Int64Gauge
 	// component ("relay" or "sweeper") tells the series of the two
 	// relays a runner runs apart: their gauges would overwrite each other.
 	component metric.MeasurementOption
@@ -98,6 +99,7 @@ func NewRelay(tp trace.TracerProvider, mp metric.MeterProvider, publisher any, s
 	}
 	counter(&t.published, MetricPublished, "Messages the broker accepted, by event type and topic.")
 	counter(&t.failures, MetricPublishFailures, "Publish attempts that failed, by event type, topic and error.type (permanent, transient, interrupted, abandoned).")
+	counter(&t.hedged, MetricHedged, "Publishes sent a second time because the first ran past the hedge delay (relay Config.Hedge), by event type and topic.")
 	counter(&t.rescheduled, MetricRescheduled, "Failed publishes recorded for a later retry (with backoff), by event type and topic.")
 	counter(&t.markedFailed, MetricMarkedFailed, "Outbox rows marked FAILED (attempts exhausted or a permanent error), by event type and topic: they wait for an operator.")
 	counter(&t.rescued, MetricSweeperRescued, "Overdue rows the sweeper published, by event type and topic.")
@@ -234,6 +236,15 @@ func (t *Relay) StartSend(ctx context.Context, md map[string]string, m Message) 
 			RecordError(span, err, "")
 			span.End()
 		}
+	}
+}
+
+// Hedged counts a publish sent a second time (a hedge) beside the first,
+// and marks it on the send span of ctx.
+func (t *Relay) Hedged(ctx context.Context, typ, topic string, after time.Duration) {
+	t.hedged.Add(context.Background(), 1, t.set(typ, topic))
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.AddEvent("hedge", trace.WithAttributes(HedgeAfterKey.Float64(after.Seconds())))
 	}
 }
 

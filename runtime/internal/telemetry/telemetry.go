@@ -47,6 +47,9 @@ const (
 	OutcomeKey = attribute.Key("outboxgen.outcome")
 	// ConsumerKey is the consumer name (also messaging.consumer.group.name).
 	ConsumerKey = attribute.Key("outboxgen.consumer")
+	// HedgeAfterKey is, on a send span's "hedge" event, how long the
+	// first publish had run when the relay sent the message again.
+	HedgeAfterKey = attribute.Key("outboxgen.hedge.after_seconds")
 	// SweeperKey marks the send spans of the sweeper (rescues of overdue
 	// rows).
 	SweeperKey = attribute.Key("outboxgen.sweeper")

@@ -1,0 +1,331 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/outboxgen/outboxgen/internal/testdb"
+	"github.com/outboxgen/outboxgen/runtime/dialect"
+	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
+	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
+	"github.com/outboxgen/outboxgen/templates"
+)
+
+// A key whose head's first publish hangs goes out through the hedge,
+// in order, while that call still hangs; Run then waits for the hung
+// call (it returns at the test's end) before it returns.
+func TestHedgeFreesKeyBehindStalledCall(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		var evs []ev
+		for range 5 {
+			evs = append(evs, ev{Key: "stall"})
+			for k := range 20 {
+				evs = append(evs, ev{Key: fmt.Sprintf("k%02d", k)})
+			}
+		}
+		ins := insertEvents(t, db, d, evs...)
+		head := ins[0].ID
+		pub := newRecPub(t)
+		unblock := make(chan struct{})
+		var once sync.Once
+		release := func() { once.Do(func() { close(unblock) }) }
+		t.Cleanup(release)
+		var calls atomic.Int64
+		pub.setFail(func(m *message.Message) error {
+			if m.UUID == head && calls.Add(1) == 1 {
+				<-unblock
+			}
+			return nil
+		})
+		opts := testOptions(pub, "hedge")
+		opts.Hedge = true
+		opts.HedgeAfter = 20 * time.Millisecond
+		failOnPollErrors(t, &opts)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- mustRelay(t, drv, opts).Run(ctx) }()
+		waitFor(t, "every row sent while the head's first call hangs", func() bool {
+			return count(t, db, "status = 1") == len(ins)
+		})
+		if n := pub.attemptsOf(head); n < 2 || n > 1+MaxHedges {
+			t.Fatalf("head published %d times, want the hung call and 1 to %d hedges", n, MaxHedges)
+		}
+		checkKeyOrder(t, pub, ins)
+		cancel()
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned (%v) while a publisher call it started still ran", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		release()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return after the hung call did")
+		}
+	})
+}
+
+// hedgeRig is a relay on a SQLite file whose publishRow a test calls
+// directly, with its hedge metric readable.
+type hedgeRig struct {
+	r      *Relay
+	f      *flow
+	reader *sdkmetric.ManualReader
+}
+
+func newHedgeRig(t *testing.T, pub message.Publisher) *hedgeRig {
+	t.Helper()
+	db := testdb.Open(t, "sqlite")
+	testdb.ApplySchema(t, db, "sqlite", templates.Tables{Outbox: tables.Outbox, Inbox: tables.Inbox})
+	drv, err := sqldriver.New(db, testdb.SchemaWith(dialect.SQLite, tables))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := sdkmetric.NewManualReader()
+	opts := testOptions(pub, "rig")
+	opts.Hedge = true
+	opts.HedgeAfter = 20 * time.Millisecond
+	opts.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	r := mustRelay(t, drv, opts)
+	f := newFlow(r.opts)
+	t.Cleanup(func() {
+		f.waitCalls(nil)
+		f.pool.stop()
+	})
+	return &hedgeRig{r: r, f: f, reader: reader}
+}
+
+// publish runs publishRow for a row with id 1 holding a slot, as
+// publishUnit does.
+func (h *hedgeRig) publish(abandon <-chan struct{}) error {
+	h.f.slots <- struct{}{}
+	held, err := h.r.publishRow(context.Background(), abandon, h.f, driver.Row{ID: 1, EventID: "0190a8e2-0000-7000-8000-000000000001", Type: "T", Key: "k", Topic: "t", Payload: []byte(`{}`)})
+	if held {
+		<-h.f.slots
+	}
+	return err
+}
+
+// hedged reads outboxgen.relay.hedged.
+func (h *hedgeRig) hedged(t *testing.T) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := h.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != telemetry.MetricHedged {
+				continue
+			}
+			for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				n += p.Value
+			}
+		}
+	}
+	return n
+}
+
+// scriptPub answers the n-th call (from 0) with script[n]: it waits its
+// delay, or for its gate (nil: no wait), then returns its error.
+type scriptPub struct {
+	mu     sync.Mutex
+	calls  int
+	script []scripted
+}
+
+type scripted struct {
+	delay time.Duration
+	gate  <-chan struct{}
+	err   error
+}
+
+func (p *scriptPub) Publish(string, ...*message.Message) error {
+	p.mu.Lock()
+	s := scripted{}
+	if p.calls < len(p.script) {
+		s = p.script[p.calls]
+	}
+	p.calls++
+	p.mu.Unlock()
+	if s.gate != nil {
+		<-s.gate
+	}
+	time.Sleep(s.delay)
+	return s.err
+}
+
+func (p *scriptPub) Close() error { return nil }
+
+func (p *scriptPub) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls
+}
+
+func TestPublishRowHedge(t *testing.T) {
+	errFirst, errSecond := errors.New("first call failed"), errors.New("second call failed")
+	after := func(d time.Duration) <-chan struct{} {
+		c := make(chan struct{})
+		time.AfterFunc(d, func() { close(c) })
+		return c
+	}
+	t.Run("hedge succeeds while the first call hangs", func(t *testing.T) {
+		hang := make(chan struct{})
+		defer close(hang)
+		pub := &scriptPub{script: []scripted{{gate: hang}, {}}}
+		h := newHedgeRig(t, pub)
+		if err := h.publish(nil); err != nil {
+			t.Fatalf("publishRow: %v, want the hedge's success", err)
+		}
+		if pub.count() != 2 || h.hedged(t) != 1 {
+			t.Fatalf("calls %d, hedged %d; want 2 and 1", pub.count(), h.hedged(t))
+		}
+	})
+	t.Run("first call fails after the hedge started: the hedge decides", func(t *testing.T) {
+		pub := &scriptPub{script: []scripted{{delay: 60 * time.Millisecond, err: errFirst}, {delay: 120 * time.Millisecond}}}
+		h := newHedgeRig(t, pub)
+		if err := h.publish(nil); err != nil {
+			t.Fatalf("publishRow: %v, want the hedge's success", err)
+		}
+	})
+	t.Run("every call fails: the first failure", func(t *testing.T) {
+		pub := &scriptPub{script: []scripted{{delay: 60 * time.Millisecond, err: errFirst}, {delay: 120 * time.Millisecond, err: errSecond}, {delay: 90 * time.Millisecond, err: errSecond}}}
+		h := newHedgeRig(t, pub)
+		if err := h.publish(nil); !errors.Is(err, errFirst) {
+			t.Fatalf("publishRow: %v, want %v", err, errFirst)
+		}
+		if pub.count() != 1+MaxHedges || h.hedged(t) != MaxHedges {
+			t.Fatalf("calls %d, hedged %d; want %d and %d", pub.count(), h.hedged(t), 1+MaxHedges, MaxHedges)
+		}
+	})
+	t.Run("the first hedge hangs too: a second one", func(t *testing.T) {
+		hang := make(chan struct{})
+		defer close(hang)
+		pub := &scriptPub{script: []scripted{{gate: hang}, {gate: hang}, {}}}
+		h := newHedgeRig(t, pub)
+		if err := h.publish(nil); err != nil {
+			t.Fatalf("publishRow: %v, want the second hedge's success", err)
+		}
+		if pub.count() != 3 || h.hedged(t) != 2 {
+			t.Fatalf("calls %d, hedged %d; want 3 and 2", pub.count(), h.hedged(t))
+		}
+	})
+	t.Run("a failure before the hedge delay is not hedged", func(t *testing.T) {
+		pub := &scriptPub{script: []scripted{{err: errFirst}}}
+		h := newHedgeRig(t, pub)
+		if err := h.publish(nil); !errors.Is(err, errFirst) {
+			t.Fatalf("publishRow: %v, want %v", err, errFirst)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if pub.count() != 1 || h.hedged(t) != 0 {
+			t.Fatalf("calls %d, hedged %d; want 1 and 0", pub.count(), h.hedged(t))
+		}
+	})
+	t.Run("no hedge left in the throttle", func(t *testing.T) {
+		pub := &scriptPub{script: []scripted{{delay: 150 * time.Millisecond}}}
+		h := newHedgeRig(t, pub)
+		h.f.hedges.Store(hedgeCost - 1)
+		if err := h.publish(nil); err != nil {
+			t.Fatalf("publishRow: %v", err)
+		}
+		if pub.count() != 1 || h.hedged(t) != 0 {
+			t.Fatalf("calls %d, hedged %d; want 1 and 0: the throttle was empty", pub.count(), h.hedged(t))
+		}
+	})
+	t.Run("every call running at abandon", func(t *testing.T) {
+		hang := make(chan struct{})
+		defer close(hang)
+		pub := &scriptPub{script: []scripted{{gate: hang}, {gate: hang}, {gate: hang}}}
+		h := newHedgeRig(t, pub)
+		if err := h.publish(after(100 * time.Millisecond)); !errors.Is(err, errAbandoned) {
+			t.Fatalf("publishRow: %v, want errAbandoned", err)
+		}
+		if pub.count() != 1+MaxHedges {
+			t.Fatalf("calls %d, want %d", pub.count(), 1+MaxHedges)
+		}
+	})
+	t.Run("a failure among calls running at abandon", func(t *testing.T) {
+		hang := make(chan struct{})
+		defer close(hang)
+		pub := &scriptPub{script: []scripted{{delay: 30 * time.Millisecond, err: errFirst}, {gate: hang}, {gate: hang}}}
+		h := newHedgeRig(t, pub)
+		if err := h.publish(after(100 * time.Millisecond)); !errors.Is(err, errAbandoned) {
+			t.Fatalf("publishRow: %v, want errAbandoned: hedges still ran", err)
+		}
+	})
+	t.Run("hedge off", func(t *testing.T) {
+		pub := &scriptPub{script: []scripted{{delay: 100 * time.Millisecond}}}
+		h := newHedgeRig(t, pub)
+		h.r.opts.Hedge = false
+		if err := h.publish(nil); err != nil {
+			t.Fatalf("publishRow: %v", err)
+		}
+		if pub.count() != 1 {
+			t.Fatalf("calls %d, want 1", pub.count())
+		}
+	})
+}
+
+// The throttle allows HedgeBurst hedges in a row, then one per HedgeEvery
+// publishes that returned without one.
+func TestHedgeThrottle(t *testing.T) {
+	f := newFlow(Config{Concurrency: 1, BatchSize: 1})
+	defer f.pool.stop()
+	for i := range HedgeBurst {
+		if !f.mayHedge() {
+			t.Fatalf("hedge %d of the burst refused", i+1)
+		}
+	}
+	if f.mayHedge() {
+		t.Fatal("hedge past the burst allowed")
+	}
+	for i := range HedgeEvery - 1 {
+		f.refill()
+		if f.mayHedge() {
+			t.Fatalf("hedge allowed after %d publishes, want %d", i+1, HedgeEvery)
+		}
+	}
+	f.refill()
+	if !f.mayHedge() {
+		t.Fatalf("hedge refused after %d publishes", HedgeEvery)
+	}
+	for range 10 * hedgeCap {
+		f.refill()
+	}
+	if got := f.hedges.Load(); got != hedgeCap {
+		t.Fatalf("throttle holds %d, want its cap %d", got, hedgeCap)
+	}
+}
+
+func TestHedgeAfterNeedsHedge(t *testing.T) {
+	opts := testOptions(&scriptPub{}, "x")
+	opts.HedgeAfter = time.Second
+	opts.setDefaults()
+	if err := opts.Validate(); err == nil || !strings.Contains(err.Error(), "Config.Hedge is false") {
+		t.Fatalf("Validate: %v, want HedgeAfter without Hedge refused", err)
+	}
+	opts.HedgeAfter = -time.Second
+	opts.Hedge = true
+	if err := opts.Validate(); err == nil || !strings.Contains(err.Error(), "HedgeAfter is -1s") {
+		t.Fatalf("Validate: %v, want a negative HedgeAfter refused", err)
+	}
+}
