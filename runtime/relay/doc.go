@@ -62,7 +62,11 @@
 // A key whose oldest event is retrying or FAILED holds back that key only;
 // other keys keep flowing and are published concurrently (Concurrency; a
 // publish running eight times the typical one, at most SlowPublish, gives
-// its slot to another key).
+// its slot to another key). With Hedge, a publish that runs past
+// HedgeAfter is sent again beside itself (up to MaxHedges times,
+// throttled), and the first call to succeed lets its key go on: a
+// stalled broker call then holds its key back for about HedgeAfter, at
+// the price of a duplicate message when more than one call succeeds.
 // A hot key is not limited to one event per poll. Pipelining keeps this:
 // a key's rows stay leased until their results are recorded, and no claim
 // leases a row while an older unsent row of its key is leased.

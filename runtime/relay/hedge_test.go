@@ -106,7 +106,7 @@ func newHedgeRig(t *testing.T, pub message.Publisher) *hedgeRig {
 	r := mustRelay(t, drv, opts)
 	f := newFlow(r.opts)
 	t.Cleanup(func() {
-		f.waitCalls(nil)
+		<-f.callsDone()
 		f.pool.stop()
 	})
 	return &hedgeRig{r: r, f: f, reader: reader}
@@ -327,5 +327,62 @@ func TestHedgeAfterNeedsHedge(t *testing.T) {
 	opts.Hedge = true
 	if err := opts.Validate(); err == nil || !strings.Contains(err.Error(), "HedgeAfter is -1s") {
 		t.Fatalf("Validate: %v, want a negative HedgeAfter refused", err)
+	}
+}
+
+// RunOnce waits for a call a hedge beat; once its context is done, at
+// most ShutdownTimeout longer.
+func TestRunOnceWaitsForBeatenCall(t *testing.T) {
+	db := testdb.Open(t, "sqlite")
+	testdb.ApplySchema(t, db, "sqlite", templates.Tables{Outbox: tables.Outbox, Inbox: tables.Inbox})
+	drv, err := sqldriver.New(db, testdb.SchemaWith(dialect.SQLite, tables))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins := insertEvents(t, db, dialect.SQLite, ev{Key: "a"})
+	hang := make(chan struct{})
+	defer close(hang)
+	pub := newRecPub(t)
+	var calls atomic.Int64
+	pub.setFail(func(*message.Message) error {
+		if calls.Add(1) == 1 {
+			<-hang // the first call never returns by itself
+		}
+		return nil
+	})
+	opts := testOptions(pub, "once")
+	opts.Hedge = true
+	opts.HedgeAfter = 10 * time.Millisecond
+	opts.ShutdownTimeout = 300 * time.Millisecond
+	r := mustRelay(t, drv, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := r.RunOnce(ctx)
+		done <- result{n, err}
+	}()
+	waitFor(t, "the row sent through the hedge", func() bool { return state(t, db, dialect.SQLite, ins[0].ID).Status == 1 })
+	select {
+	case res := <-done:
+		t.Fatalf("RunOnce returned %+v while the call the hedge beat still ran", res)
+	case <-time.After(100 * time.Millisecond):
+	}
+	cancel()
+	start := time.Now()
+	select {
+	case res := <-done:
+		if !errors.Is(res.err, context.Canceled) || res.n != 1 {
+			t.Fatalf("RunOnce = %d, %v; want 1, context.Canceled", res.n, res.err)
+		}
+		if took := time.Since(start); took < 200*time.Millisecond {
+			t.Fatalf("RunOnce returned %s after its context ended, want about ShutdownTimeout (300ms)", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("RunOnce did not return at ShutdownTimeout after its context ended")
 	}
 }

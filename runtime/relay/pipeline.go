@@ -28,6 +28,9 @@ package relay
 // Per-key order needs nothing more: a claim never leases a row while an
 // older unsent row of its key is unsent outside its own rows, and a key's
 // rows stay leased until their results are recorded.
+// With Config.Hedge a publish that runs long is sent again beside itself
+// (publishRow); the calls that lost run on, and Run waits for them
+// (waitCalls).
 
 import (
 	"context"
@@ -133,18 +136,14 @@ func (f *flow) refill() {
 	}
 }
 
-// waitCalls waits for the publisher calls still running (the losers of
-// hedges: their rows are recorded already), until abandon is closed.
-func (f *flow) waitCalls(abandon <-chan struct{}) {
+// callsDone returns a channel closed once no publisher call runs.
+func (f *flow) callsDone() <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		f.calls.Wait()
 		close(done)
 	}()
-	select {
-	case <-done:
-	case <-abandon:
-	}
+	return done
 }
 
 func newFlow(opts Config) *flow {
@@ -384,7 +383,7 @@ func (p *pipeline) run() error {
 		// abandoned publish reports its unit without its row.
 		if p.done && p.running == 0 && p.claiming == 0 {
 			err := p.finish()
-			p.flow.waitCalls(p.abandon)
+			p.waitCalls()
 			return err
 		}
 		acted, err := p.act()
@@ -1258,6 +1257,35 @@ func (p *pipeline) shutdown() func() bool {
 		p.stopClaims()
 	})
 	return func() bool { return t1.Stop() && t2.Stop() }
+}
+
+// waitCalls waits for the publisher calls still running once every unit
+// reported: the calls hedges beat (Config.Hedge), whose rows are
+// recorded already, so that Run does not return while the publisher is
+// in use. Once ctx is done it waits at most until ShutdownTimeout.
+func (p *pipeline) waitCalls() {
+	done := p.flow.callsDone()
+	select {
+	case <-done:
+		return
+	case <-p.ctx.Done():
+	}
+	limit := p.abandon // closed at ShutdownTimeout once shutdown started
+	if !p.stopping {
+		c := make(chan struct{})
+		t := time.AfterFunc(p.r.opts.ShutdownTimeout, func() { close(c) })
+		defer t.Stop()
+		limit = c
+	}
+	select {
+	case <-done:
+	case <-limit:
+		select {
+		case <-done:
+		default:
+			p.r.log.WarnContext(p.ctx, "publisher calls that hedges beat still running at the shutdown timeout: left running; their rows are recorded")
+		}
+	}
 }
 
 // finish records what is left (even during shutdown, bounded by the
