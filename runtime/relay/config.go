@@ -143,25 +143,32 @@ type Config struct {
 	// Hedge sends a publish again, beside the call under way, once that
 	// has run HedgeAfter without returning, and once more if neither
 	// returned HedgeAfter later (MaxHedges); the first call to succeed
-	// counts, the others are left to finish (hedged requests, as in Dean
-	// and Barroso's "The Tail at Scale"). Under per-key order a key's
-	// next events wait for its publish under way, so one broker call that
-	// stalls (a lost packet, a leader election, a paused broker
-	// connection) holds back its key for its whole length; hedged, for
-	// about HedgeAfter. The cost: when two calls succeed, the broker gets
-	// the message twice, and the later copy can arrive after the key's
-	// next event. Delivery is at-least-once anyway; consumers that
-	// deduplicate by event id (the generated ones, package inbox) drop
-	// it, and NATS JetStream drops it by Nats-Msg-Id within the stream's
-	// duplicate window. Hedges are throttled (HedgeBurst, HedgeEvery), so
-	// a broker that is slow as a whole does not get twice the calls. Run
-	// waits for the calls left running, up to ShutdownTimeout. Default
-	// false.
+	// counts, and the message contexts of the others are cancelled
+	// (hedged requests, as in Dean and Barroso's "The Tail at Scale").
+	// Under per-key order a key's next events wait for its publish under
+	// way, so one broker call that stalls (a lost packet, a leader
+	// election, a paused broker connection) holds back its key for its
+	// whole length; hedged, for about HedgeAfter. A failure ends the
+	// hedging of its publish (another call would be a retry without
+	// backoff); the calls still running may yet succeed. The cost: when
+	// two calls succeed, the broker gets the message twice, and the later
+	// copy can arrive after the key's next event. Delivery is
+	// at-least-once anyway; consumers that deduplicate by event id (the
+	// generated ones, package inbox) drop it, and NATS JetStream drops it
+	// by Nats-Msg-Id within the stream's duplicate window. Hedges run
+	// beside the Concurrency slots, as slow publishes do, and are
+	// throttled (HedgeBurst, HedgeEvery, kept across Run and RunOnce
+	// calls), so a broker that is slow as a whole does not get twice the
+	// calls. Run and RunOnce wait for the calls left running before they
+	// return; once their context is done, at most ShutdownTimeout.
+	// Default false.
 	Hedge bool
-	// HedgeAfter is how long a publish runs before Hedge sends it again.
-	// Default (0): when it counts as slow, eight times the recent typical
-	// publish, at least 2ms, at most SlowPublish (see Concurrency); set
-	// it above the broker's usual tail (its p99) to hedge less often.
+	// HedgeAfter is how long a publish runs before Hedge sends it again;
+	// shorter than PublishTimeout. Default (0): when it counts as slow,
+	// eight times the recent typical publish, at least 2ms, at most
+	// SlowPublish (see Concurrency), and no hedge before the relay has
+	// seen 16 publishes of the Run or RunOnce call. Set it above the
+	// broker's usual tail (its p99) to hedge less often.
 	HedgeAfter time.Duration
 
 	// MaxAttempts is the number of failed publishes after which a row is
@@ -353,6 +360,8 @@ func (o Config) Validate() error {
 		errs = append(errs, fmt.Errorf("relay: Config.HedgeAfter is %s: use a positive duration (or 0 for the adaptive slow-publish threshold)", o.HedgeAfter))
 	} else if o.HedgeAfter > 0 && !o.Hedge {
 		errs = append(errs, fmt.Errorf("relay: Config.HedgeAfter is %s but Config.Hedge is false: set Hedge to hedge publishes, or leave HedgeAfter 0", o.HedgeAfter))
+	} else if o.HedgeAfter > 0 && o.PublishTimeout > 0 && o.HedgeAfter >= o.PublishTimeout {
+		errs = append(errs, fmt.Errorf("relay: Config.HedgeAfter (%s) must be shorter than Config.PublishTimeout (%s): no hedge could start before the batch stops", o.HedgeAfter, o.PublishTimeout))
 	}
 	if o.OverdueAfter < 0 {
 		errs = append(errs, fmt.Errorf("relay: Config.OverdueAfter is %s: use 0 (claim every row) or a positive duration", o.OverdueAfter))

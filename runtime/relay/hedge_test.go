@@ -91,6 +91,10 @@ type hedgeRig struct {
 }
 
 func newHedgeRig(t *testing.T, pub message.Publisher) *hedgeRig {
+	return newHedgeRigAfter(t, pub, 20*time.Millisecond)
+}
+
+func newHedgeRigAfter(t *testing.T, pub message.Publisher, after time.Duration) *hedgeRig {
 	t.Helper()
 	db := testdb.Open(t, "sqlite")
 	testdb.ApplySchema(t, db, "sqlite", templates.Tables{Outbox: tables.Outbox, Inbox: tables.Inbox})
@@ -101,10 +105,10 @@ func newHedgeRig(t *testing.T, pub message.Publisher) *hedgeRig {
 	reader := sdkmetric.NewManualReader()
 	opts := testOptions(pub, "rig")
 	opts.Hedge = true
-	opts.HedgeAfter = 20 * time.Millisecond
+	opts.HedgeAfter = after
 	opts.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	r := mustRelay(t, drv, opts)
-	f := newFlow(r.opts)
+	f := newFlow(r.opts, newThrottle())
 	t.Cleanup(func() {
 		<-f.callsDone()
 		f.pool.stop()
@@ -144,30 +148,49 @@ func (h *hedgeRig) hedged(t *testing.T) int64 {
 	return n
 }
 
-// scriptPub answers the n-th call (from 0) with script[n]: it waits its
-// delay, or for its gate (nil: no wait), then returns its error.
+// scriptPub answers the n-th call (from 0) with script[n]: it writes to
+// the message's metadata (as some publishers do), waits for its gate
+// (nil: no wait), for call afterCall to start (0: none), then its delay,
+// and returns its error.
 type scriptPub struct {
-	mu     sync.Mutex
-	calls  int
-	script []scripted
+	mu      sync.Mutex
+	calls   int
+	script  []scripted
+	started [4]chan struct{} // closed when call n starts
 }
 
 type scripted struct {
-	delay time.Duration
-	gate  <-chan struct{}
-	err   error
+	delay     time.Duration
+	gate      <-chan struct{}
+	afterCall int
+	err       error
 }
 
-func (p *scriptPub) Publish(string, ...*message.Message) error {
+func (p *scriptPub) Publish(_ string, msgs ...*message.Message) error {
 	p.mu.Lock()
 	s := scripted{}
 	if p.calls < len(p.script) {
 		s = p.script[p.calls]
 	}
+	if p.started[0] == nil {
+		for i := range p.started {
+			p.started[i] = make(chan struct{})
+		}
+	}
+	if p.calls < len(p.started) {
+		close(p.started[p.calls])
+	}
 	p.calls++
+	wait := p.started[s.afterCall]
 	p.mu.Unlock()
+	for _, m := range msgs {
+		m.Metadata.Set("published_by", "scriptPub")
+	}
 	if s.gate != nil {
 		<-s.gate
+	}
+	if s.afterCall > 0 {
+		<-wait
 	}
 	time.Sleep(s.delay)
 	return s.err
@@ -199,12 +222,43 @@ func TestPublishRowHedge(t *testing.T) {
 		if pub.count() != 2 || h.hedged(t) != 1 {
 			t.Fatalf("calls %d, hedged %d; want 2 and 1", pub.count(), h.hedged(t))
 		}
+		if got := h.f.hedges.tokens.Load(); got != hedgeCap-hedgeCost {
+			t.Fatalf("throttle holds %d after a hedged publish, want %d: only publishes without a hedge refill it", got, hedgeCap-hedgeCost)
+		}
 	})
-	t.Run("first call fails after the hedge started: the hedge decides", func(t *testing.T) {
-		pub := &scriptPub{script: []scripted{{delay: 60 * time.Millisecond, err: errFirst}, {delay: 120 * time.Millisecond}}}
+	t.Run("first call fails after the hedges started: the first hedge decides", func(t *testing.T) {
+		hang := make(chan struct{})
+		defer close(hang)
+		pub := &scriptPub{script: []scripted{{delay: 60 * time.Millisecond, err: errFirst}, {delay: 120 * time.Millisecond}, {gate: hang}}}
+		h := newHedgeRig(t, pub)
+		if err := h.publish(nil); err != nil {
+			t.Fatalf("publishRow: %v, want the first hedge's success", err)
+		}
+	})
+	t.Run("no hedge after a failure", func(t *testing.T) {
+		pub := &scriptPub{script: []scripted{{afterCall: 1, err: errFirst}, {delay: 150 * time.Millisecond}}}
+		h := newHedgeRigAfter(t, pub, 50*time.Millisecond)
+		if err := h.publish(nil); err != nil {
+			t.Fatalf("publishRow: %v, want the hedge's success", err)
+		}
+		if pub.count() != 2 || h.hedged(t) != 1 {
+			t.Fatalf("calls %d, hedged %d; want 2 and 1: a hedge after a failure is a retry without backoff", pub.count(), h.hedged(t))
+		}
+	})
+	t.Run("the losing calls' contexts are cancelled", func(t *testing.T) {
+		lost := make(chan error, 1)
+		pub := &ctxPub{first: lost}
 		h := newHedgeRig(t, pub)
 		if err := h.publish(nil); err != nil {
 			t.Fatalf("publishRow: %v, want the hedge's success", err)
+		}
+		select {
+		case err := <-lost:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("the first call's context ended with %v, want context.Canceled", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the first call's message context was not cancelled after the hedge won")
 		}
 	})
 	t.Run("every call fails: the first failure", func(t *testing.T) {
@@ -243,7 +297,7 @@ func TestPublishRowHedge(t *testing.T) {
 	t.Run("no hedge left in the throttle", func(t *testing.T) {
 		pub := &scriptPub{script: []scripted{{delay: 150 * time.Millisecond}}}
 		h := newHedgeRig(t, pub)
-		h.f.hedges.Store(hedgeCost - 1)
+		h.f.hedges.tokens.Store(hedgeCost - 1)
 		if err := h.publish(nil); err != nil {
 			t.Fatalf("publishRow: %v", err)
 		}
@@ -272,6 +326,23 @@ func TestPublishRowHedge(t *testing.T) {
 			t.Fatalf("publishRow: %v, want errAbandoned: hedges still ran", err)
 		}
 	})
+	t.Run("default HedgeAfter: no hedge before the typical publish is known", func(t *testing.T) {
+		pub := &scriptPub{script: []scripted{{delay: 50 * time.Millisecond}, {delay: 50 * time.Millisecond}, {}}}
+		h := newHedgeRigAfter(t, pub, 0)
+		if err := h.publish(nil); err != nil {
+			t.Fatalf("publishRow: %v", err)
+		}
+		if pub.count() != 1 {
+			t.Fatalf("calls %d, want 1: %d publishes seen, fewer than hedgeWarmup", pub.count(), h.f.seen.Load())
+		}
+		h.f.seen.Store(hedgeWarmup)
+		if err := h.publish(nil); err != nil {
+			t.Fatalf("publishRow: %v", err)
+		}
+		if pub.count() != 3 || h.hedged(t) != 1 {
+			t.Fatalf("calls %d, hedged %d; want 3 and 1: warmed up, a 50ms publish is slow (8x the typical, at least 2ms)", pub.count(), h.hedged(t))
+		}
+	})
 	t.Run("hedge off", func(t *testing.T) {
 		pub := &scriptPub{script: []scripted{{delay: 100 * time.Millisecond}}}
 		h := newHedgeRig(t, pub)
@@ -285,33 +356,55 @@ func TestPublishRowHedge(t *testing.T) {
 	})
 }
 
+// ctxPub's first call waits for its message's context to end and sends
+// why to first; later calls succeed at once.
+type ctxPub struct {
+	mu    sync.Mutex
+	calls int
+	first chan error
+}
+
+func (p *ctxPub) Publish(_ string, msgs ...*message.Message) error {
+	p.mu.Lock()
+	p.calls++
+	n := p.calls
+	p.mu.Unlock()
+	if n == 1 {
+		<-msgs[0].Context().Done()
+		p.first <- msgs[0].Context().Err()
+		return msgs[0].Context().Err()
+	}
+	return nil
+}
+
+func (p *ctxPub) Close() error { return nil }
+
 // The throttle allows HedgeBurst hedges in a row, then one per HedgeEvery
 // publishes that returned without one.
 func TestHedgeThrottle(t *testing.T) {
-	f := newFlow(Config{Concurrency: 1, BatchSize: 1})
-	defer f.pool.stop()
+	f := newThrottle()
 	for i := range HedgeBurst {
-		if !f.mayHedge() {
+		if !f.take() {
 			t.Fatalf("hedge %d of the burst refused", i+1)
 		}
 	}
-	if f.mayHedge() {
+	if f.take() {
 		t.Fatal("hedge past the burst allowed")
 	}
 	for i := range HedgeEvery - 1 {
 		f.refill()
-		if f.mayHedge() {
+		if f.take() {
 			t.Fatalf("hedge allowed after %d publishes, want %d", i+1, HedgeEvery)
 		}
 	}
 	f.refill()
-	if !f.mayHedge() {
+	if !f.take() {
 		t.Fatalf("hedge refused after %d publishes", HedgeEvery)
 	}
 	for range 10 * hedgeCap {
 		f.refill()
 	}
-	if got := f.hedges.Load(); got != hedgeCap {
+	if got := f.tokens.Load(); got != hedgeCap {
 		t.Fatalf("throttle holds %d, want its cap %d", got, hedgeCap)
 	}
 }

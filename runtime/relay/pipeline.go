@@ -99,38 +99,50 @@ type flow struct {
 	batch  int64
 	pool   *workers     // the goroutines units and publishes run on
 	avg    atomic.Int64 // typical publish duration, ns (see slowAfter)
-	// hedges is Config.Hedge's throttle, in 1/HedgeEvery of a hedge (see
-	// mayHedge); calls counts the publisher calls running, hedges and
-	// the calls they raced included (see waitCalls).
-	hedges atomic.Int64
+	seen   atomic.Int64 // publishes observed (see Relay.hedgeAfter)
+	// hedges is Config.Hedge's throttle (the Relay's); calls counts the
+	// publisher calls running, hedges and the calls they raced included
+	// (see waitCalls).
+	hedges *throttle
 	calls  sync.WaitGroup
 }
 
-// hedgeCost is what one hedge takes from flow.hedges; every publish that
-// returned without a hedge puts one back, up to hedgeCap.
+// throttle is Config.Hedge's token bucket, in 1/HedgeEvery of a hedge:
+// a hedge takes hedgeCost, and every publish that returned without one
+// puts one back, up to hedgeCap. The Relay keeps it across Run and
+// RunOnce calls, so that a sweeper's RunOnce every minute does not start
+// with a full burst each time.
+type throttle struct{ tokens atomic.Int64 }
+
 const (
 	hedgeCost = HedgeEvery
 	hedgeCap  = HedgeBurst * hedgeCost
 )
 
-// mayHedge takes a hedge from the throttle, if one is left.
-func (f *flow) mayHedge() bool {
+func newThrottle() *throttle {
+	t := &throttle{}
+	t.tokens.Store(hedgeCap)
+	return t
+}
+
+// take takes a hedge, if one is left.
+func (t *throttle) take() bool {
 	for {
-		old := f.hedges.Load()
+		old := t.tokens.Load()
 		if old < hedgeCost {
 			return false
 		}
-		if f.hedges.CompareAndSwap(old, old-hedgeCost) {
+		if t.tokens.CompareAndSwap(old, old-hedgeCost) {
 			return true
 		}
 	}
 }
 
-// refill puts a publish's share of a hedge back into the throttle.
-func (f *flow) refill() {
+// refill puts a publish's share of a hedge back.
+func (t *throttle) refill() {
 	for {
-		old := f.hedges.Load()
-		if old >= hedgeCap || f.hedges.CompareAndSwap(old, old+1) {
+		old := t.tokens.Load()
+		if old >= hedgeCap || t.tokens.CompareAndSwap(old, old+1) {
 			return
 		}
 	}
@@ -146,10 +158,8 @@ func (f *flow) callsDone() <-chan struct{} {
 	return done
 }
 
-func newFlow(opts Config) *flow {
-	f := &flow{slots: make(chan struct{}, opts.Concurrency), kick: make(chan struct{}, 1), batch: int64(opts.BatchSize), pool: newWorkers()}
-	f.hedges.Store(hedgeCap)
-	return f
+func newFlow(opts Config, hedges *throttle) *flow {
+	return &flow{slots: make(chan struct{}, opts.Concurrency), kick: make(chan struct{}, 1), batch: int64(opts.BatchSize), pool: newWorkers(), hedges: hedges}
 }
 
 // slowAfter is how long a publish holds its slot before it counts as
@@ -163,6 +173,7 @@ func (f *flow) slowAfter() time.Duration {
 
 // observe feeds a publish's duration into the average slowAfter uses.
 func (f *flow) observe(d time.Duration) {
+	f.seen.Add(1)
 	d = min(d, f.slowAfter())
 	for {
 		old := f.avg.Load()
@@ -337,7 +348,7 @@ func (r *Relay) newPipeline(ctx context.Context, m mode) *pipeline {
 		keep:      r.opts.LeaseDuration - leaseMargin(r.opts.LeaseDuration),
 		results:   make(chan unitResult, r.opts.MaxInFlight+1),
 		claimed:   make(chan claimOutcome, r.opts.ParallelClaims),
-		flow:      newFlow(r.opts),
+		flow:      newFlow(r.opts, r.hedges),
 		abandon:   make(chan struct{}),
 		batches:   map[*batch]bool{},
 		leased:    map[int64]*batch{},
@@ -1259,11 +1270,16 @@ func (p *pipeline) shutdown() func() bool {
 	return func() bool { return t1.Stop() && t2.Stop() }
 }
 
-// waitCalls waits for the publisher calls still running once every unit
-// reported: the calls hedges beat (Config.Hedge), whose rows are
-// recorded already, so that Run does not return while the publisher is
-// in use. Once ctx is done it waits at most until ShutdownTimeout.
+// waitCalls waits, with Config.Hedge, for the publisher calls still
+// running once every unit reported: the calls hedges beat, whose rows
+// are recorded already, so that Run does not return while the publisher
+// is in use. Once ctx is done it waits at most until ShutdownTimeout.
+// (Without Hedge the only such calls are publishes abandoned at
+// ShutdownTimeout, each logged already.)
 func (p *pipeline) waitCalls() {
+	if !p.r.opts.Hedge {
+		return
+	}
 	done := p.flow.callsDone()
 	select {
 	case <-done:
@@ -1283,7 +1299,7 @@ func (p *pipeline) waitCalls() {
 		select {
 		case <-done:
 		default:
-			p.r.log.WarnContext(p.ctx, "publisher calls that hedges beat still running at the shutdown timeout: left running; their rows are recorded")
+			p.r.log.WarnContext(p.ctx, "publisher calls still running at the shutdown timeout (calls hedges beat, or publishes abandoned): left running")
 		}
 	}
 }

@@ -76,6 +76,8 @@ type Relay struct {
 	// brk is the circuit breaker; only the goroutine holding running
 	// touches it.
 	brk breaker
+	// hedges throttles Config.Hedge across Run and RunOnce calls.
+	hedges *throttle
 }
 
 // ErrRunning is returned by Run and RunOnce while another Run or RunOnce
@@ -109,6 +111,7 @@ func New(drv driver.Driver, opts Config) (*Relay, error) {
 		unorderedList: unordered,
 		passKeys:      len(unordered) == 0 && drv.Dialect().ClaimSkipsKeys(),
 		wake:          make(chan struct{}, 1),
+		hedges:        newThrottle(),
 	}
 	for _, u := range unordered {
 		r.unordered[u] = true
@@ -268,8 +271,10 @@ const listenFloor = time.Second
 // that waiting cannot mend with advice (see Run). It first probes the
 // table as Run does, so that a missing UPDATE privilege shows even when
 // nothing is pending. It is meant for one-shot jobs (the sweeper's
-// Kubernetes CronJob) and tests; long-running processes use Run. While Run
-// or another RunOnce runs on the same Relay it returns ErrRunning.
+// Kubernetes CronJob) and tests; long-running processes use Run. With
+// Config.Hedge it returns only after the calls hedges beat have returned
+// (once ctx is done, at most ShutdownTimeout later). While Run or another
+// RunOnce runs on the same Relay it returns ErrRunning.
 func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 	if !r.running.TryLock() {
 		return 0, ErrRunning
@@ -460,9 +465,12 @@ func rowMessage(ctx context.Context, rw driver.Row) (*message.Message, error) {
 // never returns can be abandoned (errAbandoned) when abandon is closed.
 // With Config.Hedge, a publish still running at hedgeAfter is sent again
 // beside it, if the throttle allows, and again hedgeAfter later, up to
-// MaxHedges times: the first call to succeed decides; a failure waits
-// for the calls still running, and when all fail the first failure is
-// returned. The calls that lost run on (f.calls).
+// MaxHedges times, each call with a message context of its own: the
+// first call to succeed decides, and the others' contexts are cancelled;
+// a failure waits for the calls still running (and ends the hedging:
+// another call now would be a retry without backoff), and when all fail
+// the first failure is returned. The calls still running when it returns
+// run on (f.calls).
 func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow, rw driver.Row) (held bool, err error) {
 	held = true
 	msg, err := r.message(ctx, rw)
@@ -474,11 +482,14 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 	var pristine *message.Message // the hedges' source, never published
 	var hedge <-chan time.Time
 	var hedgeTimer *time.Timer
-	after := r.hedgeAfter(f)
-	if r.opts.Hedge {
+	after, hedging := r.hedgeAfter(f)
+	if hedging {
 		// Copied before the first call starts: a publisher may write to
 		// its message's metadata while it runs.
 		pristine = msg.CopyWithContext()
+		callCtx, cancel := context.WithCancel(msg.Context())
+		defer cancel()
+		msg.SetContext(callCtx)
 		hedgeTimer = time.NewTimer(after)
 		defer hedgeTimer.Stop()
 		hedge = hedgeTimer.C
@@ -510,11 +521,12 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 				failed = err
 			}
 			if err != nil && running > 0 {
+				hedge = nil
 				continue // another call may still succeed
 			}
 			f.observe(time.Since(start))
-			if hedges == 0 {
-				f.refill()
+			if r.opts.Hedge && hedges == 0 {
+				f.hedges.refill()
 			}
 			if err != nil {
 				err = failed
@@ -525,16 +537,20 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 			<-f.slots // a slow publish lets another key go meanwhile
 		case <-hedge:
 			hedge = nil
-			if !f.mayHedge() {
+			if !f.hedges.take() {
 				continue
 			}
 			hedges++
 			running++
-			r.tel.Hedged(msg.Context(), rw.Type, rw.Topic, time.Since(start))
+			r.tel.Hedged(pristine.Context(), rw.Type, rw.Topic, time.Since(start))
 			r.log.DebugContext(ctx, "publish running long: sent again beside it (hedge)",
 				slog.Int64("id", rw.ID), slog.String("event_id", rw.EventID), slog.String("key", rw.Key),
 				slog.String("topic", rw.Topic), slog.Duration("after", time.Since(start)), slog.Int("hedge", hedges))
-			call(pristine.CopyWithContext())
+			m := pristine.CopyWithContext()
+			callCtx, cancel := context.WithCancel(pristine.Context())
+			defer cancel()
+			m.SetContext(callCtx)
+			call(m)
 			if hedges < MaxHedges {
 				hedgeTimer.Reset(after)
 				hedge = hedgeTimer.C
@@ -560,13 +576,21 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 	}
 }
 
+// hedgeWarmup is how many publishes the default HedgeAfter waits for
+// before the first hedge: until then the typical publish is not known.
+const hedgeWarmup = 16
+
 // hedgeAfter is how long a publish runs before Config.Hedge sends it
-// again: Config.HedgeAfter, or when it counts as slow.
-func (r *Relay) hedgeAfter(f *flow) time.Duration {
-	if r.opts.HedgeAfter > 0 {
-		return r.opts.HedgeAfter
+// again (Config.HedgeAfter, or when it counts as slow), and whether it
+// may be hedged at all.
+func (r *Relay) hedgeAfter(f *flow) (time.Duration, bool) {
+	switch {
+	case !r.opts.Hedge:
+		return 0, false
+	case r.opts.HedgeAfter > 0:
+		return r.opts.HedgeAfter, true
 	}
-	return f.slowAfter()
+	return f.slowAfter(), f.seen.Load() >= hedgeWarmup
 }
 
 func (r *Relay) reportFailed(ctx context.Context, fs []driver.Failure, failed []int64) {

@@ -98,12 +98,12 @@ func NewRelay(tp trace.TracerProvider, mp metric.MeterProvider, publisher any, s
 		}
 	}
 	counter(&t.published, MetricPublished, "Messages the broker accepted, by event type and topic.")
-	counter(&t.failures, MetricPublishFailures, "Publish attempts that failed, by event type, topic and error.type (permanent, transient, interrupted, abandoned).")
+	counter(&t.failures, MetricPublishFailures, "Publish attempts that failed, by event type, topic and error.type (permanent, transient, interrupted, abandoned); a hedged publish (relay Config.Hedge) counts once, failed when all its calls failed.")
 	counter(&t.hedged, MetricHedged, "Publishes sent a second time because the first ran past the hedge delay (relay Config.Hedge), by event type and topic.")
 	counter(&t.rescheduled, MetricRescheduled, "Failed publishes recorded for a later retry (with backoff), by event type and topic.")
 	counter(&t.markedFailed, MetricMarkedFailed, "Outbox rows marked FAILED (attempts exhausted or a permanent error), by event type and topic: they wait for an operator.")
 	counter(&t.rescued, MetricSweeperRescued, "Overdue rows the sweeper published, by event type and topic.")
-	seconds(&t.publishDur, MetricPublishDuration, "Duration of one publish to the broker, by event type, topic and error.type (empty on success).", DurationBuckets)
+	seconds(&t.publishDur, MetricPublishDuration, "Duration of one publish to the broker, by event type, topic and error.type (empty on success); a hedged publish until its first call succeeded or all failed.", DurationBuckets)
 	seconds(&t.lag, MetricPublishLag, "Time from the event's insert (created_at) to its publish, by event type and topic.", LagBuckets)
 	seconds(&t.claimDur, MetricClaimDuration, "Duration of one claim (with the recording of the previous results).", DurationBuckets)
 	if err == nil {
