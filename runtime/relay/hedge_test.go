@@ -15,12 +15,9 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
-	"github.com/outboxgen/outboxgen/runtime/driver/sqldriver"
 	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
-	"github.com/outboxgen/outboxgen/templates"
 )
 
 // A key whose head's first publish hangs goes out through the hedge,
@@ -96,12 +93,7 @@ func newHedgeRig(t *testing.T, pub message.Publisher) *hedgeRig {
 
 func newHedgeRigAfter(t *testing.T, pub message.Publisher, after time.Duration) *hedgeRig {
 	t.Helper()
-	db := testdb.Open(t, "sqlite")
-	testdb.ApplySchema(t, db, "sqlite", templates.Tables{Outbox: tables.Outbox, Inbox: tables.Inbox})
-	drv, err := sqldriver.New(db, testdb.SchemaWith(dialect.SQLite, tables))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, drv := sqliteRelayDB(t)
 	reader := sdkmetric.NewManualReader()
 	opts := testOptions(pub, "rig")
 	opts.Hedge = true
@@ -426,12 +418,7 @@ func TestHedgeAfterNeedsHedge(t *testing.T) {
 // RunOnce waits for a call a hedge beat; once its context is done, at
 // most ShutdownTimeout longer.
 func TestRunOnceWaitsForBeatenCall(t *testing.T) {
-	db := testdb.Open(t, "sqlite")
-	testdb.ApplySchema(t, db, "sqlite", templates.Tables{Outbox: tables.Outbox, Inbox: tables.Inbox})
-	drv, err := sqldriver.New(db, testdb.SchemaWith(dialect.SQLite, tables))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, drv := sqliteRelayDB(t)
 	ins := insertEvents(t, db, dialect.SQLite, ev{Key: "a"})
 	hang := make(chan struct{})
 	defer close(hang)
