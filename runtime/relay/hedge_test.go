@@ -100,7 +100,7 @@ func newHedgeRigAfter(t *testing.T, pub message.Publisher, after time.Duration) 
 	opts.HedgeAfter = after
 	opts.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	r := mustRelay(t, drv, opts)
-	f := newFlow(r.opts, newThrottle())
+	f := newFlow(r.opts)
 	t.Cleanup(func() {
 		<-f.callsDone()
 		f.pool.stop()
@@ -214,7 +214,7 @@ func TestPublishRowHedge(t *testing.T) {
 		if pub.count() != 2 || h.hedged(t) != 1 {
 			t.Fatalf("calls %d, hedged %d; want 2 and 1", pub.count(), h.hedged(t))
 		}
-		if got := h.f.hedges.tokens.Load(); got != hedgeCap-hedgeCost {
+		if got := h.r.hedges.tokens.Load(); got != hedgeCap-hedgeCost {
 			t.Fatalf("throttle holds %d after a hedged publish, want %d: only publishes without a hedge refill it", got, hedgeCap-hedgeCost)
 		}
 	})
@@ -289,7 +289,7 @@ func TestPublishRowHedge(t *testing.T) {
 	t.Run("no hedge left in the throttle", func(t *testing.T) {
 		pub := &scriptPub{script: []scripted{{delay: 150 * time.Millisecond}}}
 		h := newHedgeRig(t, pub)
-		h.f.hedges.tokens.Store(hedgeCost - 1)
+		h.r.hedges.tokens.Store(hedgeCost - 1)
 		if err := h.publish(nil); err != nil {
 			t.Fatalf("publishRow: %v", err)
 		}

@@ -100,11 +100,9 @@ type flow struct {
 	pool   *workers     // the goroutines units and publishes run on
 	avg    atomic.Int64 // typical publish duration, ns (see slowAfter)
 	seen   atomic.Int64 // publishes observed (see Relay.hedgeAfter)
-	// hedges is Config.Hedge's throttle (the Relay's); calls counts the
-	// publisher calls running, hedges and the calls they raced included
-	// (see waitCalls).
-	hedges *throttle
-	calls  sync.WaitGroup
+	// calls counts the publisher calls running, hedges and the calls
+	// they raced included (see waitCalls).
+	calls sync.WaitGroup
 }
 
 // throttle is Config.Hedge's token bucket, in 1/HedgeEvery of a hedge:
@@ -158,8 +156,8 @@ func (f *flow) callsDone() <-chan struct{} {
 	return done
 }
 
-func newFlow(opts Config, hedges *throttle) *flow {
-	return &flow{slots: make(chan struct{}, opts.Concurrency), kick: make(chan struct{}, 1), batch: int64(opts.BatchSize), pool: newWorkers(), hedges: hedges}
+func newFlow(opts Config) *flow {
+	return &flow{slots: make(chan struct{}, opts.Concurrency), kick: make(chan struct{}, 1), batch: int64(opts.BatchSize), pool: newWorkers()}
 }
 
 // slowAfter is how long a publish holds its slot before it counts as
@@ -348,7 +346,7 @@ func (r *Relay) newPipeline(ctx context.Context, m mode) *pipeline {
 		keep:      r.opts.LeaseDuration - leaseMargin(r.opts.LeaseDuration),
 		results:   make(chan unitResult, r.opts.MaxInFlight+1),
 		claimed:   make(chan claimOutcome, r.opts.ParallelClaims),
-		flow:      newFlow(r.opts, r.hedges),
+		flow:      newFlow(r.opts),
 		abandon:   make(chan struct{}),
 		batches:   map[*batch]bool{},
 		leased:    map[int64]*batch{},

@@ -511,7 +511,7 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 	start := time.Now()
 	slow := time.NewTimer(f.slowAfter())
 	defer slow.Stop()
-	running, hedges := 1, 0
+	running, hedged := 1, 0
 	var failed error // the first failure, while other calls run
 	for {
 		select {
@@ -525,8 +525,8 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 				continue // another call may still succeed
 			}
 			f.observe(time.Since(start))
-			if r.opts.Hedge && hedges == 0 {
-				f.hedges.refill()
+			if r.opts.Hedge && hedged == 0 {
+				r.hedges.refill()
 			}
 			if err != nil {
 				err = failed
@@ -537,21 +537,21 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 			<-f.slots // a slow publish lets another key go meanwhile
 		case <-hedge:
 			hedge = nil
-			if !f.hedges.take() {
+			if !r.hedges.take() {
 				continue
 			}
-			hedges++
+			hedged++
 			running++
 			r.tel.Hedged(pristine.Context(), rw.Type, rw.Topic, time.Since(start))
 			r.log.DebugContext(ctx, "publish running long: sent again beside it (hedge)",
 				slog.Int64("id", rw.ID), slog.String("event_id", rw.EventID), slog.String("key", rw.Key),
-				slog.String("topic", rw.Topic), slog.Duration("after", time.Since(start)), slog.Int("hedge", hedges))
+				slog.String("topic", rw.Topic), slog.Duration("after", time.Since(start)), slog.Int("hedge", hedged))
 			m := pristine.CopyWithContext()
 			callCtx, cancel := context.WithCancel(pristine.Context())
 			defer cancel()
 			m.SetContext(callCtx)
 			call(m)
-			if hedges < MaxHedges {
+			if hedged < MaxHedges {
 				hedgeTimer.Reset(after)
 				hedge = hedgeTimer.C
 			}
