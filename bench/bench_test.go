@@ -73,20 +73,30 @@ func steps(srv *servers) []step {
 	var out []step
 	ceil := func(group, d string, c ceiling, n, limit int) step {
 		return step{group, string(c), func(b *testing.B) map[string]float64 {
-			return map[string]float64{group + "." + string(c): runCeiling(b, srv, d, c, n, limit)}
+			k := group + "." + string(c)
+			rate, cpu := runCeiling(b, srv, d, c, n, limit)
+			out := map[string]float64{k: rate}
+			cpu.values(k, out)
+			return out
 		}}
 	}
 	relayStep := func(group, name, d string, n int, rr relayRun) step {
 		return step{group, name, func(b *testing.B) map[string]float64 {
 			r := runRelay(b, srv, d, n, rr)
 			k := group + "." + name
-			return map[string]float64{k: r.rate, k + ".claim_ms": r.claimMean, k + ".claim_max_ms": r.claimMax,
+			out := map[string]float64{k: r.rate, k + ".claim_ms": r.claimMean, k + ".claim_max_ms": r.claimMax,
 				k + ".claim_rows": r.rows, k + ".claim_asked": r.asked, k + ".claims": float64(r.claims), k + ".extends": float64(r.extends)}
+			r.cpu.values(k, out)
+			return out
 		}}
 	}
 	wmStep := func(group, d string, n int, delay time.Duration) step {
 		return step{group, "watermill", func(b *testing.B) map[string]float64 {
-			return map[string]float64{group + ".watermill": runWatermill(b, srv, d, n, delay)}
+			k := group + ".watermill"
+			rate, cpu := runWatermill(b, srv, d, n, delay)
+			out := map[string]float64{k: rate}
+			cpu.values(k, out)
+			return out
 		}}
 	}
 	// 1. PostgreSQL, -rows backlog, no publish latency.
@@ -614,10 +624,31 @@ func scaleTable(rs results, started time.Time, took time.Duration, load, pgDesc,
 		}
 		return "—"
 	}
+	// cpu says what the drains of group cost per row (cpuMeter).
+	cpu := func(group string, names ...string) string {
+		var parts []string
+		for _, name := range names {
+			k := group + "." + name
+			own, ok := rs.med(k + ".cpu_own_us")
+			if !ok {
+				continue
+			}
+			part := fmt.Sprintf("%s %.0f", name, own)
+			if rest, ok := rs.med(k + ".cpu_rest_us"); ok {
+				busy, _ := rs.med(k + ".busy_cores")
+				part += fmt.Sprintf(" + %.0f (%.1f cores busy)", rest, busy)
+			}
+			parts = append(parts, part)
+		}
+		if len(parts) == 0 {
+			return ""
+		}
+		return "; CPU µs/row, process + rest of machine: " + strings.Join(parts, ", ")
+	}
 	// 1.
-	w("| 1 | PostgreSQL %s backlog, no publish latency | %s (claim %s/batch) | %s | %s | %s a2, %s a1 | ≥ 0.9× a2 and ≥ 0.6× a1 | %s |\n",
+	w("| 1 | PostgreSQL %s backlog, no publish latency | %s (claim %s/batch) | %s | %s | %s a2, %s a1%s | ≥ 0.9× a2 and ≥ 0.6× a1 | %s |\n",
 		count(*flagRows), rs.rate("pg.relay"), claim("pg.relay.claim_ms"), rs.rate("pg.a1"), rs.rate("pg.a2"),
-		rs.x("pg.relay", "pg.a2"), rs.x("pg.relay", "pg.a1"), joinVerdicts(rs.check("pg.relay", "pg.a2", 0.9, false), rs.check("pg.relay", "pg.a1", 0.6, false)))
+		rs.x("pg.relay", "pg.a2"), rs.x("pg.relay", "pg.a1"), cpu("pg", "relay", "a2", "a1"), joinVerdicts(rs.check("pg.relay", "pg.a2", 0.9, false), rs.check("pg.relay", "pg.a1", 0.6, false)))
 	// 2.
 	part := ""
 	if *flagBigPart > 0 && *flagBigPart < *flagBigRows {
@@ -627,11 +658,11 @@ func scaleTable(rs results, started time.Time, took time.Duration, load, pgDesc,
 	if v, ok := rs.med("pgbig.relay.claim_max_ms"); ok {
 		claimMax = fmt.Sprintf("%.0f ms", v)
 	}
-	w("| 2 | PostgreSQL %s backlog%s | %s | %s | %s | %s a2 (%s a1); relay claim %s/batch at %s vs %s at %s = %s (slowest claim %s) | ≥ 0.85× a2; claim cost flat (taken as ≤ 1.2×) | %s |\n",
+	w("| 2 | PostgreSQL %s backlog%s | %s | %s | %s | %s a2 (%s a1); relay claim %s/batch at %s vs %s at %s = %s (slowest claim %s)%s | ≥ 0.85× a2; claim cost flat (taken as ≤ 1.2×) | %s |\n",
 		count(*flagBigRows), part, rs.rate("pgbig.relay"), rs.rate("pgbig.a1"), rs.rate("pgbig.a2"),
 		rs.x("pgbig.relay", "pgbig.a2"), rs.x("pgbig.relay", "pgbig.a1"),
 		claim("pgbig.relay.claim_ms"), count(*flagBigRows), claim("pg.relay.claim_ms"), count(*flagRows), rs.x("pgbig.relay.claim_ms", "pg.relay.claim_ms"), claimMax,
-		joinVerdicts(rs.check("pgbig.relay", "pgbig.a2", 0.85, false), rs.check("pgbig.relay.claim_ms", "pg.relay.claim_ms", 1.2, true)))
+		cpu("pgbig", "relay", "a2", "a1"), joinVerdicts(rs.check("pgbig.relay", "pgbig.a2", 0.85, false), rs.check("pgbig.relay.claim_ms", "pg.relay.claim_ms", 1.2, true)))
 	// 3.
 	sizes := heldSizes()
 	last := sizes[len(sizes)-1]
@@ -695,10 +726,10 @@ func scaleTable(rs results, started time.Time, took time.Duration, load, pgDesc,
 		rs.rate("chaos.hedged.delivered"), rs.x("chaos.hedged.delivered", "chaos.clean.delivered"),
 		rs.check("chaos.hedged.rate", "chaos.clean.rate", 0.8, false), rs.check("chaos.hedged.delivered", "chaos.clean.delivered", 0.8, false))
 	// 5.
-	w("| 5 | MariaDB %s backlog, no publish latency | %s | %s | %s | %s a2 (%s a1), %s watermill Forwarder (%s) | ≥ 0.85× a2, ≥ 2× watermill | %s |\n",
+	w("| 5 | MariaDB %s backlog, no publish latency | %s | %s | %s | %s a2 (%s a1), %s watermill Forwarder (%s)%s | ≥ 0.85× a2, ≥ 2× watermill | %s |\n",
 		count(*flagMyRows), rs.rate("my.relay"), rs.rate("my.a1"), rs.rate("my.a2"),
 		rs.x("my.relay", "my.a2"), rs.x("my.relay", "my.a1"), rs.x("my.relay", "my.watermill"), rs.rate("my.watermill"),
-		joinVerdicts(rs.check("my.relay", "my.a2", 0.85, false), rs.check("my.relay", "my.watermill", 2, false)))
+		cpu("my", "relay", "a2", "a1", "watermill"), joinVerdicts(rs.check("my.relay", "my.a2", 0.85, false), rs.check("my.relay", "my.watermill", 2, false)))
 	// 6.
 	n := max(*flagScale, 1)
 	w("| 6 | 1 ms publish latency, defaults (PostgreSQL %s backlog; watermill's %s): relay vs watermill Forwarder | %s | (row 1) | (row 1) | %s watermill (%s) | keep ≥ 5× | %s |\n",
@@ -715,6 +746,7 @@ func scaleTable(rs results, started time.Time, took time.Duration, load, pgDesc,
 
 	w("\nClaim times are the relay's own driver.Claim calls that leased rows, timed around the driver (mean per call over the drain; a Claim that also records earlier results, ClaimParams.Record, counts whole; row 1 drains %s → 0 pending rows, row 2 %s → %s). ",
 		count(*flagRows), count(*flagBigRows), count(*flagBigRows-min(*flagBigPart, *flagBigRows)))
+	w("CPU µs/row (rows 1, 2 and 5): CPU time per row drained, of this process (the relay or the ceiling's client, and the in-process GoChannel broker the relay publishes to) and of the rest of the machine (the database servers: nothing else runs meanwhile), from getrusage and /proc/stat over the drain; \"cores busy\" is the whole machine's average. Both parts share the %d cores, so a relay that costs more per row in either drains slower even when neither waits for the other. ", numCPU())
 	w("Row 3: a relay ran over the H rows first (as it would have since the heads failed), then drains %s new rows of 1,000 other keys; clean = H = 0. ", count(drainable))
 	w("Row 4: drain rate = rows sent after the writers stopped / time until none is pending (at most %s); delivered = (rows written − rows pending when the writers stop) / the writing time, the rate the relays kept up with while slow publishes happened. The drain cannot be fast with slow publishes: a key whose next publish takes %s waits that long, so the fewer rows the relays left behind, the lower the drain rate; \"at most\" is every row pending at writer stop over the longest time one key had to wait out slow publishes after the stop: the rest of its slow publish under way then, plus each of its publishes that turned slow later (per-key order runs them one after the other, so no relay that keeps it drains sooner given those slow publishes; fast publishes counted as taking no time). ", *flagChaosDrainMax, *flagChaosDelay)
 	w("Row 6: the %d instances are relay.Relay values in one process with distinct InstanceIDs, each with its own driver on one connection pool; every Publish sleeps 1 ms first; \"without publish latency\" is the same instances, backlog and machine with Publish not sleeping, the most they reach here. ", n)

@@ -151,8 +151,8 @@ func ceilingBatchOnce(ctx context.Context, db *sql.DB, d string, c ceiling, owne
 }
 
 // runCeiling fills a fresh database with n pending rows and drains limit
-// of them (0: all) with c; it returns rows/s.
-func runCeiling(b *testing.B, srv *servers, d string, c ceiling, n, limit int) float64 {
+// of them (0: all) with c; it returns rows/s and the drain's CPU.
+func runCeiling(b *testing.B, srv *servers, d string, c ceiling, n, limit int) (float64, cpuUse) {
 	db := freshOutbox(b, d)
 	srv.fill(b)
 	fillBacklog(b, db, d, n)
@@ -162,7 +162,7 @@ func runCeiling(b *testing.B, srv *servers, d string, c ceiling, n, limit int) f
 	}
 	ctx := context.Background()
 	total := 0
-	start := time.Now()
+	start, cpu := time.Now(), startCPU()
 	for total < limit {
 		k, err := ceilingBatchOnce(ctx, db, d, c, "raw-"+string(c))
 		if err != nil {
@@ -173,7 +173,7 @@ func runCeiling(b *testing.B, srv *servers, d string, c ceiling, n, limit int) f
 		}
 		total += k
 	}
-	return float64(total) / time.Since(start).Seconds()
+	return float64(total) / time.Since(start).Seconds(), cpu.stop(total)
 }
 
 // ---------------------------------------------------------------------------
@@ -194,6 +194,7 @@ type relayResult struct {
 	rows      float64 // rows leased per such call
 	asked     float64 // rows asked for per such call
 	extends   int     // ExtendLease calls of the heartbeat
+	cpu       cpuUse  // of the drain
 }
 
 // timedDriver times the Claim calls of the relay (calls that leased no
@@ -300,17 +301,19 @@ func runRelay(b *testing.B, srv *servers, d string, n int, rr relayRun) relayRes
 	for i, r := range relays {
 		runs[i] = r.Run
 	}
+	cpu := startCPU()
 	start, stop := background(b, "relay", runs...)
 	s.wait(b, 30*time.Minute)
 	if want == n {
 		waitDrained(b, db, time.Minute)
 	}
 	dur := time.Since(start)
+	use := cpu.stop(want)
 	stop()
 	if s.dups > 0 {
 		b.Logf("%d duplicate deliveries", s.dups)
 	}
-	res := relayResult{rate: float64(want) / dur.Seconds()}
+	res := relayResult{rate: float64(want) / dur.Seconds(), cpu: use}
 	var total, mx time.Duration
 	var rows, asked int
 	for _, td := range timed {
@@ -342,7 +345,7 @@ func watermillAdapters(d string) (wsql.SchemaAdapter, wsql.OffsetsAdapter) {
 	return wsql.DefaultPostgreSQLSchema{}, wsql.DefaultPostgreSQLOffsetsAdapter{}
 }
 
-func runWatermill(b *testing.B, srv *servers, d string, n int, delay time.Duration) float64 {
+func runWatermill(b *testing.B, srv *servers, d string, n int, delay time.Duration) (float64, cpuUse) {
 	db := testdb.Open(b, d)
 	logger := watermill.NopLogger{}
 	schema, offsets := watermillAdapters(d)
@@ -367,15 +370,17 @@ func runWatermill(b *testing.B, srv *servers, d string, n int, delay time.Durati
 		b.Fatal(err)
 	}
 	srv.measure(b)
+	cpu := startCPU()
 	start, stop := background(b, "forwarder", fwd.Run)
 	s.wait(b, 30*time.Minute)
 	dur := time.Since(start)
+	use := cpu.stop(n)
 	stop()
 	_ = fwd.Close()
 	if s.dups > 0 {
 		b.Logf("%d duplicate deliveries", s.dups)
 	}
-	return float64(n) / dur.Seconds()
+	return float64(n) / dur.Seconds(), use
 }
 
 // fillWatermill writes n messages the way an application using watermill's

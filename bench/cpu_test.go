@@ -1,0 +1,123 @@
+package bench
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// cpuMeter measures the CPU a drain costs per row, split into this
+// process (the relay, or the ceiling's client, and the in-process broker)
+// and the rest of the machine: on the benchmark's machine that is the
+// database servers, since nothing else should run meanwhile. On a 2-core
+// machine both share the cores, so a relay that needs more CPU per row
+// than a ceiling, in either part, drains slower than it even when neither
+// waits for the other.
+type cpuMeter struct {
+	start       time.Time
+	own         time.Duration // user + system time of this process
+	busy, total uint64        // /proc/stat jiffies of the machine: busy and all
+	machine     bool          // /proc/stat was read (Linux)
+}
+
+// cpuUse is what a drain cost.
+type cpuUse struct {
+	ownPerRow     float64 // µs of this process's CPU per row
+	machinePerRow float64 // µs of the rest of the machine's CPU per row (0: unknown)
+	busyCores     float64 // cores the whole machine kept busy on average (0: unknown)
+}
+
+func startCPU() cpuMeter {
+	m := cpuMeter{start: time.Now(), own: ownCPU()}
+	m.busy, m.total, m.machine = machineCPU()
+	return m
+}
+
+// stop returns the cost per row of rows drained since m started.
+func (m cpuMeter) stop(rows int) cpuUse {
+	wall := time.Since(m.start)
+	own := ownCPU() - m.own
+	if rows <= 0 || wall <= 0 {
+		return cpuUse{}
+	}
+	u := cpuUse{ownPerRow: float64(own.Microseconds()) / float64(rows)}
+	busy, total, ok := machineCPU()
+	if !ok || !m.machine || total <= m.total {
+		return u
+	}
+	// The share of all cores' time the machine was busy, over the wall
+	// time, is the machine's CPU time; less this process's, the rest.
+	cores := float64(numCPU())
+	u.busyCores = cores * float64(busy-m.busy) / float64(total-m.total)
+	rest := u.busyCores*wall.Seconds() - own.Seconds()
+	u.machinePerRow = max(rest, 0) * 1e6 / float64(rows)
+	return u
+}
+
+// values adds u to out under prefix k.
+func (u cpuUse) values(k string, out map[string]float64) {
+	if u.ownPerRow > 0 {
+		out[k+".cpu_own_us"] = u.ownPerRow
+	}
+	if u.busyCores > 0 {
+		out[k+".cpu_rest_us"] = u.machinePerRow
+		out[k+".busy_cores"] = u.busyCores
+	}
+}
+
+func ownCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
+}
+
+// machineCPU reads the first line of /proc/stat: busy and all jiffies of
+// every core (busy: all but idle, iowait and steal, the time a virtual
+// machine's cores waited for the host).
+func machineCPU() (busy, total uint64, ok bool) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	// user nice system idle iowait irq softirq steal (guest time is in
+	// user already).
+	var v [8]uint64
+	for i := range v {
+		if i+1 >= len(f) {
+			break
+		}
+		v[i], err = strconv.ParseUint(f[i+1], 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+	}
+	for _, x := range v {
+		total += x
+	}
+	return total - v[3] - v[4] - v[7], total, true
+}
+
+// numCPU is how many cores /proc/stat's totals add up (the machine's, not
+// GOMAXPROCS).
+func numCPU() int {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 1
+	}
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "cpu") && len(line) > 3 && line[3] >= '0' && line[3] <= '9' {
+			n++
+		}
+	}
+	return max(n, 1)
+}
