@@ -9,12 +9,12 @@ import (
 )
 
 // cpuMeter measures the CPU a drain costs per row, split into this
-// process (the relay, or the ceiling's client, and the in-process broker)
-// and the rest of the machine: on the benchmark's machine that is the
-// database servers, since nothing else should run meanwhile. On a 2-core
-// machine both share the cores, so a relay that needs more CPU per row
-// than a ceiling, in either part, drains slower than it even when neither
-// waits for the other.
+// process (the relay, or the ceiling's client, the in-process broker and
+// the sink) and the rest of the machine: on the benchmark's machine
+// mostly the database servers, since nothing else should run meanwhile.
+// On a 2-core machine both share the cores, so a relay that needs more
+// CPU per row than a ceiling, in either part, drains slower than it even
+// when neither waits for the other.
 type cpuMeter struct {
 	start       time.Time
 	own         time.Duration // user + system time of this process
@@ -85,16 +85,13 @@ func machineCPU() (busy, total uint64, ok bool) {
 	}
 	line, _, _ := strings.Cut(string(data), "\n")
 	f := strings.Fields(line)
-	if len(f) < 8 || f[0] != "cpu" {
+	if len(f) < 9 || f[0] != "cpu" {
 		return 0, 0, false
 	}
 	// user nice system idle iowait irq softirq steal (guest time is in
 	// user already).
 	var v [8]uint64
 	for i := range v {
-		if i+1 >= len(f) {
-			break
-		}
 		v[i], err = strconv.ParseUint(f[i+1], 10, 64)
 		if err != nil {
 			return 0, 0, false

@@ -55,13 +55,13 @@
 // table prints the settings, the versions, the CPU and the flags.
 //
 // Rows 1, 2 and 5 also show what each drain cost in CPU per row: this
-// process's (the relay or the ceiling's client, and the in-process
-// broker; getrusage) and the rest of the machine's (/proc/stat less this
-// process: the database servers, as nothing else should run meanwhile),
-// with the cores the machine kept busy. The ceilings run one client and
-// leave cores idle; the relay runs claims and publishes concurrently and
-// keeps the machine busy, so on a small machine its rate is the cores
-// over its CPU per row, both parts together.
+// process's (the relay or the ceiling's client, the in-process broker and
+// the sink; getrusage) and the rest of the machine's (/proc/stat less
+// this process: mostly the database servers, as nothing else should run
+// meanwhile), with the cores the machine kept busy. The ceilings run one
+// client and leave cores idle; the relay runs claims and publishes
+// concurrently and keeps the machine busy, so on a small machine it goes
+// faster only by costing less per row, in either part.
 //
 // Run it with (see the Makefile's bench target, about 20 minutes):
 //
