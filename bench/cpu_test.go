@@ -31,7 +31,7 @@ type cpuUse struct {
 
 func startCPU() cpuMeter {
 	m := cpuMeter{start: time.Now(), own: ownCPU()}
-	m.busy, m.total, m.machine = machineCPU()
+	m.busy, m.total, _, m.machine = machineCPU()
 	return m
 }
 
@@ -43,14 +43,13 @@ func (m cpuMeter) stop(rows int) cpuUse {
 		return cpuUse{}
 	}
 	u := cpuUse{ownPerRow: float64(own.Microseconds()) / float64(rows)}
-	busy, total, ok := machineCPU()
+	busy, total, cores, ok := machineCPU()
 	if !ok || !m.machine || total <= m.total {
 		return u
 	}
 	// The share of all cores' time the machine was busy, over the wall
 	// time, is the machine's CPU time; less this process's, the rest.
-	cores := float64(numCPU())
-	u.busyCores = cores * float64(busy-m.busy) / float64(total-m.total)
+	u.busyCores = float64(cores) * float64(busy-m.busy) / float64(total-m.total)
 	rest := u.busyCores*wall.Seconds() - own.Seconds()
 	u.machinePerRow = max(rest, 0) * 1e6 / float64(rows)
 	return u
@@ -75,18 +74,19 @@ func ownCPU() time.Duration {
 	return time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
 }
 
-// machineCPU reads the first line of /proc/stat: busy and all jiffies of
-// every core (busy: all but idle, iowait and steal, the time a virtual
-// machine's cores waited for the host).
-func machineCPU() (busy, total uint64, ok bool) {
+// machineCPU reads /proc/stat: busy and all jiffies of every core
+// (busy: all but idle, iowait and steal, the time a virtual machine's
+// cores waited for the host), from its first line, and how many cores
+// those add up (its cpuN lines: the machine's, not GOMAXPROCS).
+func machineCPU() (busy, total uint64, cores int, ok bool) {
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	f := strings.Fields(line)
+	lines := strings.Split(string(data), "\n")
+	f := strings.Fields(lines[0])
 	if len(f) < 9 || f[0] != "cpu" {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	// user nice system idle iowait irq softirq steal (guest time is in
 	// user already).
@@ -94,27 +94,16 @@ func machineCPU() (busy, total uint64, ok bool) {
 	for i := range v {
 		v[i], err = strconv.ParseUint(f[i+1], 10, 64)
 		if err != nil {
-			return 0, 0, false
+			return 0, 0, 0, false
 		}
 	}
 	for _, x := range v {
 		total += x
 	}
-	return total - v[3] - v[4] - v[7], total, true
-}
-
-// numCPU is how many cores /proc/stat's totals add up (the machine's, not
-// GOMAXPROCS).
-func numCPU() int {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 1
-	}
-	n := 0
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "cpu") && len(line) > 3 && line[3] >= '0' && line[3] <= '9' {
-			n++
+	for _, line := range lines[1:] {
+		if len(line) > 3 && strings.HasPrefix(line, "cpu") && line[3] >= '0' && line[3] <= '9' {
+			cores++
 		}
 	}
-	return max(n, 1)
+	return total - v[3] - v[4] - v[7], total, max(cores, 1), true
 }
