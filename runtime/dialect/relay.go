@@ -68,10 +68,11 @@ var (
 	// MySQL's has a locking section (see ClaimByCandidates).
 	// max_rows is written into the text: see asLiteral.
 	// The front section (ClaimFrom, PostgreSQL) returns the claim's
-	// front, the from section starts its read there. MySQL's skip_on
+	// front, the from section starts its read there (of one stripe of
+	// the keys with stripes 2 or more). MySQL's skip_on
 	// section passes over the keys in skip (see ClaimCandidates).
-	sClaim = define(nil, "RelayClaim", "owner", "lease", "max_rows", "hold", "overdue", "young", "from_us", "from_id", "skip").
-		withFixed("unordered", "overdue_on", "locking", "front", "from", "skip_on").mayOmit("owner", "lease", "hold", "overdue", "young", "from_us", "from_id", "skip").
+	sClaim = define(nil, "RelayClaim", "owner", "lease", "max_rows", "hold", "overdue", "young", "from_us", "from_id", "skip", "stripes", "stripe").
+		withFixed("unordered", "overdue_on", "locking", "front", "from", "skip_on").mayOmit("owner", "lease", "hold", "overdue", "young", "from_us", "from_id", "skip", "stripes", "stripe").
 		asLiteral("max_rows")
 	sClaimLock    = define(needCandidates, "RelayClaimLock", "ids", "max_rows").withFixed("unordered")
 	sClaimBlocked = define(needClaimInTx, "RelayClaimBlocked", "ids", "hold").withFixed("unordered")
@@ -254,7 +255,7 @@ var FrontColumns = []string{"front_us", "front_id"}
 // for how to run it. On dialects with HoldsInFlight, rows behind a row of
 // their key in flight for young or more are held until it is recorded.
 func (q *RelayQueries) Claim(owner string, lease time.Duration, limit int, hold, young time.Duration) (string, []any) {
-	return q.claim.render(owner, lease, limit, hold, time.Duration(0), young, int64(0), int64(0))
+	return q.claim.render(owner, lease, limit, hold, time.Duration(0), young, int64(0), int64(0), nil, 0, 0)
 }
 
 // ClaimOverdue is Claim restricted to rows created at least overdueAfter
@@ -262,7 +263,7 @@ func (q *RelayQueries) Claim(owner string, lease time.Duration, limit int, hold,
 // younger rows to the relay. Per-key order holds as in Claim. It is run
 // like Claim (see ClaimInTransaction).
 func (q *RelayQueries) ClaimOverdue(owner string, lease time.Duration, limit int, hold, overdueAfter, young time.Duration) (string, []any) {
-	return q.overdue.render(owner, lease, limit, hold, overdueAfter, young, int64(0), int64(0))
+	return q.overdue.render(owner, lease, limit, hold, overdueAfter, young, int64(0), int64(0), nil, 0, 0)
 }
 
 // ScansFrom reports whether a claim can return its front, the oldest
@@ -284,9 +285,11 @@ func (q *RelayQueries) ScansFrom() bool { return q.s.scanFrom }
 // first: rows due before it are not claimed. dueMicros is a
 // next_retry_time in microseconds since the Unix epoch, as a claim
 // returned it in its front; it is no clock reading. overdueAfter > 0
-// makes it ClaimOverdue's. It returns "" when the dialect cannot (see
-// ScansFrom).
-func (q *RelayQueries) ClaimFrom(owner string, lease time.Duration, limit int, hold, overdueAfter, young time.Duration, dueMicros, id int64) (string, []any) {
+// makes it ClaimOverdue's. With id not 0 and stripes 2 or more it
+// claims only rows of the keys of stripe stripe (0 to stripes-1; see
+// driver.ClaimParams.Stripe), and reads past the others. It returns ""
+// when the dialect cannot (see ScansFrom).
+func (q *RelayQueries) ClaimFrom(owner string, lease time.Duration, limit int, hold, overdueAfter, young time.Duration, dueMicros, id int64, stripes, stripe int) (string, []any) {
 	p := q.claimFrom
 	switch {
 	case overdueAfter > 0 && id == 0:
@@ -296,7 +299,7 @@ func (q *RelayQueries) ClaimFrom(owner string, lease time.Duration, limit int, h
 	case id == 0:
 		p = q.claimFront
 	}
-	return p.render(owner, lease, limit, hold, overdueAfter, young, dueMicros, id)
+	return p.render(owner, lease, limit, hold, overdueAfter, young, dueMicros, id, nil, stripes, stripe)
 }
 
 // HoldsInFlight reports whether a claim holds the rows behind a row of

@@ -116,6 +116,17 @@ type ClaimParams struct {
 	// keys are passed over too (leave SkipKeys empty when Unordered is
 	// not). At most dialect.MaxInList keys; other dialects ignore it.
 	SkipKeys []string
+	// Stripe, when its Of is 2 or more, restricts a claim that reads From
+	// a front to the keys of one stripe: those whose hash modulo Of is
+	// Index. Claims running at once with distinct stripes of one Of read
+	// disjoint keys, so none reads past, checks and fails to lock the
+	// rows another is leasing (a relay's parallel claims while a backlog
+	// drains). Per-key order is unaffected: all rows of a key are in one
+	// stripe. Rows of other stripes are read past, so a stripe with no
+	// due rows reads every due row once: stripe only claims that run
+	// beside others, while a backlog of many keys drains. PostgreSQL;
+	// claims without From, and other dialects, ignore it.
+	Stripe Stripe
 	// Result, when not nil, receives what the claim did besides leasing.
 	Result *ClaimResult
 	// Record, when not nil, holds results of earlier claims of Owner:
@@ -158,6 +169,12 @@ type Recorded struct {
 	// ClaimParams.HoldBehindSlow) that are due again; in a ClaimResult,
 	// also those ClaimParams.ReleaseOrphans freed.
 	Unheld int64
+}
+
+// Stripe is one of Of disjoint sets of keys (see ClaimParams.Stripe);
+// the zero Stripe is every key.
+type Stripe struct {
+	Index, Of int
 }
 
 // ClaimResult is what a claim did besides leasing rows.

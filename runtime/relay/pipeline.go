@@ -9,7 +9,8 @@ package relay
 // database and the publishing overlap; while a backlog lasts (the last
 // claim came back full) up to ParallelClaims claims run at once, each
 // leasing under SKIP LOCKED as another instance's claim would, unless
-// the rows left wait behind rows in flight (saturated). Nothing else
+// the rows left wait behind rows in flight (saturated); on PostgreSQL
+// each reads a stripe of the keys of its own (takeStripe). Nothing else
 // touches the database while a claim runs.
 //
 // Claimed rows are grouped into units (one ordered key's rows, or one
@@ -279,6 +280,7 @@ type pipeline struct {
 	pendAt  time.Time        // when the oldest pending result arrived
 
 	claiming  int       // claims in flight: no other database call starts
+	stripes   uint64    // the stripes of the keys claims in flight read (bit i: Stripe.Index i)
 	claimRows int       // rows the claims in flight may lease
 	claimSeq  int       // claims started
 	backlog   bool      // the last claim came back full: another may run beside one in flight
@@ -472,7 +474,7 @@ func (p *pipeline) act() (bool, error) {
 	if p.claiming > 0 {
 		// Beside claims in flight only another claim starts: while a
 		// backlog lasts, and unless a heartbeat waits for them to end.
-		if ok && p.backlog && !p.hbDue && p.claiming < r.opts.ParallelClaims && !p.saturated(now) && !p.rescanning && !now.Before(p.aloneUntil) {
+		if ok && p.claiming < r.opts.ParallelClaims && p.besideOK(now) {
 			return true, p.claim(limit)
 		}
 		return false, nil
@@ -484,6 +486,32 @@ func (p *pipeline) act() (bool, error) {
 		return true, p.record()
 	}
 	return false, nil
+}
+
+// besideOK reports whether claims may run beside each other now: while
+// a backlog lasts (the last claim came back full), unless a heartbeat
+// waits for the claims to end, the rows left wait behind rows in flight
+// (saturated), the first claim after that window runs (rescanning), or
+// an empty claim beside a leasing one asked for claims one at a time
+// (aloneUntil).
+func (p *pipeline) besideOK(now time.Time) bool {
+	return p.backlog && p.r.opts.ParallelClaims > 1 && !p.hbDue && !p.saturated(now) && !p.rescanning && !now.Before(p.aloneUntil)
+}
+
+// takeStripe returns a stripe of the keys (driver.ClaimParams.Stripe)
+// that no claim in flight reads, one of ParallelClaims, and marks it
+// taken until the claim returns. Claims in flight are at most
+// ParallelClaims, so one is free; were none, the zero Stripe (every
+// key) is as correct, only slower.
+func (p *pipeline) takeStripe() driver.Stripe {
+	n := p.r.opts.ParallelClaims
+	for i := range n {
+		if p.stripes&(1<<i) == 0 {
+			p.stripes |= 1 << i
+			return driver.Stripe{Index: i, Of: n}
+		}
+	}
+	return driver.Stripe{}
 }
 
 // saturated reports whether the due rows left wait behind rows in
@@ -771,6 +799,8 @@ type claimOutcome struct {
 	inFlight  int  // rows of ours in flight beside it: leased, results not carried
 	rescan    bool // the first claim since the saturated window ended (see rescanning)
 	leased    int  // p.leasedClaims when it started
+	// stripe is the keys it read (the zero Stripe: all; see takeStripe).
+	stripe driver.Stripe
 }
 
 // claim records the pending results and claims up to limit rows in one
@@ -827,6 +857,13 @@ func (p *pipeline) claim(limit int) error {
 	params.Front = p.backlog // its front is of use if it comes back full too
 	if !p.from.IsZero() && !params.ReleaseOrphans && out.claimedAt.Sub(p.scannedAt) < rescanEvery {
 		params.From, out.from = p.from, true
+		if p.besideOK(out.claimedAt) {
+			// Claims run beside each other: each reads its own stripe
+			// of the keys, not the rows the others are leasing (only
+			// claims From a front do; see driver.ClaimParams.Stripe).
+			out.stripe = p.takeStripe()
+			params.Stripe = out.stripe
+		}
 	} else {
 		p.scannedAt = out.claimedAt
 	}
@@ -843,6 +880,9 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 	r := p.r
 	p.claiming--
 	p.claimRows -= out.limit
+	if out.stripe.Of > 0 {
+		p.stripes &^= 1 << out.stripe.Index
+	}
 	if out.rescan {
 		p.rescanning = false
 	}
@@ -869,7 +909,7 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 	p.backlog = found >= out.limit
 	now := time.Now()
 	switch {
-	case found == 0 && out.inFlight > 0 && p.claiming == 0 && out.leased == p.leasedClaims:
+	case found == 0 && out.inFlight > 0 && p.claiming == 0 && out.leased == p.leasedClaims && out.stripe.Of == 0:
 		p.saturatedAt = now
 	case found == 0 && out.inFlight > 0:
 		// Beside a claim of ours that leased rows (it returned while this
@@ -880,7 +920,8 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 		// claims for a rescanEvery whenever a key with a long backlog
 		// leased its next rows (TestEmptyClaimBesideLeasingClaim). Claims
 		// run one at a time for that long instead, at once after a full
-		// one: the next that finds nothing tells.
+		// one: the next that finds nothing tells. The same for a claim
+		// of one stripe of the keys: the others may have rows to lease.
 		p.aloneUntil = now.Add(rescanEvery)
 	case p.backlog && out.rec == nil, out.rescan && found > 0:
 		// A full claim that recorded nothing, or the first one after a

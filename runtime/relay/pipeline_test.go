@@ -304,7 +304,9 @@ func TestResultsRecordedWithNextClaim(t *testing.T) {
 }
 
 // claimGauge counts the claims running at once (each made to last at
-// least hold, so that overlaps show) and the lease extensions.
+// least hold, so that overlaps show), the lease extensions, the claims
+// of one stripe of the keys, and those that ran beside a claim of the
+// same stripe.
 type claimGauge struct {
 	driver.Driver
 	hold    time.Duration
@@ -312,16 +314,32 @@ type claimGauge struct {
 	cur     int
 	max     int
 	extends int
+	striped int
+	clash   int
+	stripes map[driver.Stripe]int // of the claims running
 }
 
 func (g *claimGauge) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
 	g.mu.Lock()
 	g.cur++
 	g.max = max(g.max, g.cur)
+	if p.Stripe.Of > 0 {
+		g.striped++
+		if g.stripes == nil {
+			g.stripes = map[driver.Stripe]int{}
+		}
+		if g.stripes[p.Stripe] > 0 || p.Stripe.Index >= p.Stripe.Of {
+			g.clash++
+		}
+		g.stripes[p.Stripe]++
+	}
 	g.mu.Unlock()
 	defer func() {
 		g.mu.Lock()
 		g.cur--
+		if p.Stripe.Of > 0 {
+			g.stripes[p.Stripe]--
+		}
 		g.mu.Unlock()
 	}()
 	t := time.NewTimer(g.hold)
@@ -348,8 +366,8 @@ func (g *claimGauge) peak() int {
 }
 
 // While a backlog lasts, ParallelClaims claims run at once (and never
-// more; one on SQLite); every event is still published once, each key in
-// order.
+// more; one on SQLite), on PostgreSQL each of a stripe of the keys of its
+// own; every event is still published once, each key in order.
 func TestParallelClaimsKeepKeyOrder(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
 		ins := insertEvents(t, db, d, roundRobin(900, 30)...)
@@ -377,9 +395,49 @@ func TestParallelClaimsKeepKeyOrder(t *testing.T) {
 			if p := g.peak(); p != want {
 				t.Fatalf("ParallelClaims %d: at most %d claims ran at once, want %d", parallel, p, want)
 			}
+			g.mu.Lock()
+			striped, clash := g.striped, g.clash
+			g.mu.Unlock()
+			if clash > 0 {
+				t.Fatalf("ParallelClaims %d: %d claims ran beside one of the same stripe (or of none of %d)", parallel, clash, parallel)
+			}
+			if striped > 0 && (d != dialect.Postgres || parallel == 1) {
+				t.Fatalf("ParallelClaims %d on %s: %d claims of one stripe of the keys, want none", parallel, d, striped)
+			}
 			checkPublishedOnce(t, pub, ins)
 			checkKeyOrder(t, pub, ins)
 		}
+	})
+}
+
+// While a backlog of many keys drains on PostgreSQL, the claims running
+// beside each other read stripes of the keys of their own: no two at once
+// of the same stripe, and every event still published once.
+func TestParallelClaimsReadStripes(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		if d != dialect.Postgres {
+			t.Skip("stripes: PostgreSQL's claims from a front")
+		}
+		ins := insertEvents(t, db, d, roundRobin(1200, 1200)...)
+		g := &claimGauge{Driver: drv, hold: 5 * time.Millisecond}
+		pub := newRecPub(t)
+		opts := testOptions(pub, "stripes")
+		opts.BatchSize = 20
+		opts.MaxInFlight = 200
+		opts.ParallelClaims = 3
+		failOnPollErrors(t, &opts)
+		n, err := mustRelay(t, g, opts).RunOnce(context.Background())
+		if err != nil || n != len(ins) {
+			t.Fatalf("RunOnce = %d, %v; want %d", n, err, len(ins))
+		}
+		g.mu.Lock()
+		striped, clash := g.striped, g.clash
+		g.mu.Unlock()
+		if clash > 0 || striped < 10 {
+			t.Fatalf("%d claims of one stripe of the keys (want 10 or more), %d beside one of the same stripe (want none)", striped, clash)
+		}
+		t.Logf("%d claims of one stripe", striped)
+		checkPublishedOnce(t, pub, ins)
 	})
 }
 

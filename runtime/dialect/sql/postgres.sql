@@ -104,8 +104,13 @@ WITH cand AS MATERIALIZED (
       -- From a position an earlier claim returned as its front (see
       -- front), not from the oldest entry of the due index: every row
       -- sent since the last VACUUM left an entry there, which each claim
-      -- would otherwise read past.
-      /* IF from */AND (c.next_retry_time, c.id) >= (to_timestamp(0) + sqlc.arg(from_us)::bigint * interval '1 microsecond', sqlc.arg(from_id)::bigint)/* END */
+      -- would otherwise read past. With stripes 2 or more, only the keys
+      -- of one stripe (hash modulo stripes = stripe): claims running at
+      -- once with distinct stripes read disjoint keys, so none reads,
+      -- checks and fails to lock the rows another is leasing. A key's
+      -- rows are all in one stripe, so per-key order is unaffected.
+      /* IF from */AND (c.next_retry_time, c.id) >= (to_timestamp(0) + sqlc.arg(from_us)::bigint * interval '1 microsecond', sqlc.arg(from_id)::bigint)
+      AND (sqlc.arg(stripes)::int < 2 OR (hashtext(c.biz_id) & 2147483647) % greatest(sqlc.arg(stripes)::int, 2) = sqlc.arg(stripe)::int)/* END */
       AND (c.lease_expires_at IS NULL OR c.lease_expires_at < now())
       -- Not behind a row of its key in flight for less than young: it
       -- could not be leased, and would take a place in the window of

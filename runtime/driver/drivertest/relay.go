@@ -65,6 +65,7 @@ func Run(t *testing.T, open func(t *testing.T) Env) {
 		{"ClaimSkipKeys", testClaimSkipKeys},
 		{"ClaimBesideHeldKeyFront", testClaimBesideHeldKeyFront},
 		{"ClaimFromFront", testClaimFromFront},
+		{"ClaimStripes", testClaimStripes},
 	}
 	tests = append(tests, heldTests...)
 	tests = append(tests, recordTests...)
@@ -900,5 +901,81 @@ func testClaimFromFront(t *testing.T, e *env) {
 	wantIDs(t, "claim from the start", got, late)
 	if front.ID != late[0] {
 		t.Fatalf("front of the claim from the start: %+v, want row %d", front, late[0])
+	}
+}
+
+// Claims From a front with distinct stripes of the keys lease disjoint
+// keys, each key's rows whole and in order, together every row; a
+// stripe is the same keys in every claim. A claim not From a front, and
+// every claim on other dialects than PostgreSQL, ignores its Stripe.
+func testClaimStripes(t *testing.T, e *env) {
+	var evs []seedEv
+	for range 3 {
+		for k := range 16 {
+			evs = append(evs, seedEv{Key: fmt.Sprintf("k%d", k)})
+		}
+	}
+	ids := e.insert(t, evs...)
+	keyOf := map[int64]string{}
+	for i, id := range ids {
+		keyOf[id] = evs[i].Key
+	}
+	claim := func(owner string, limit int, s driver.Stripe, from driver.ScanPos) ([]int64, driver.ScanPos) {
+		t.Helper()
+		var res driver.ClaimResult
+		p := claimP(owner, limit)
+		p.Front, p.From, p.Stripe, p.Result = true, from, s, &res
+		return e.claim(t, p), res.Front
+	}
+	// Not From a front: every key.
+	got, front := claim("first", 1, driver.Stripe{Index: 1, Of: 2}, driver.ScanPos{})
+	wantIDs(t, "claim of one stripe not From a front", got, ids[:1])
+	e.set(t, "status = 1", ids[0])
+	rest := ids[1:]
+	if e.d != dialect.Postgres {
+		got, _ = claim("other", 100, driver.Stripe{Index: 1, Of: 2}, driver.ScanPos{DueMicros: 1, ID: 1})
+		wantIDs(t, "claim of one stripe on "+string(e.d), got, rest)
+		return
+	}
+	var all []int64
+	stripeKeys := make([]map[string]bool, 3)
+	for i := range stripeKeys {
+		s := driver.Stripe{Index: i, Of: len(stripeKeys)}
+		got, _ = claim(fmt.Sprintf("s%d", i), 100, s, front)
+		if len(got) == 0 {
+			t.Fatalf("stripe %+v leased nothing of 16 keys", s)
+		}
+		stripeKeys[i] = map[string]bool{}
+		for _, id := range got {
+			stripeKeys[i][keyOf[id]] = true
+			for j := range i {
+				if stripeKeys[j][keyOf[id]] {
+					t.Fatalf("key %s leased in stripes %d and %d", keyOf[id], j, i)
+				}
+			}
+		}
+		// Each of its keys whole, in id order (rows of one key leased
+		// together, so claimable only if all older ones are too).
+		var want []int64
+		for _, id := range rest {
+			if stripeKeys[i][keyOf[id]] {
+				want = append(want, id)
+			}
+		}
+		wantIDs(t, fmt.Sprintf("stripe %+v: its keys' rows", s), got, want)
+		all = append(all, got...)
+	}
+	slices.Sort(all)
+	wantIDs(t, "the stripes together", all, rest)
+	// The same stripe again: the same keys.
+	e.set(t, "lease_owner = NULL, lease_expires_at = NULL", rest...)
+	got, _ = claim("again", 100, driver.Stripe{Index: 1, Of: 3}, front)
+	for _, id := range got {
+		if !stripeKeys[1][keyOf[id]] {
+			t.Fatalf("stripe 1 of 3 again: row %d of key %s, not of its keys %v", id, keyOf[id], stripeKeys[1])
+		}
+	}
+	if len(got) == 0 {
+		t.Fatal("stripe 1 of 3 again: nothing leased")
 	}
 }

@@ -101,7 +101,7 @@ SELECT gen_random_uuid(), 'ORDER_PAID', 'k' || g, 'orders', '{}' FROM generate_s
 	if err != nil {
 		t.Fatal(err)
 	}
-	query, args := q.ClaimFrom("r1", time.Minute, 50, time.Minute, 0, 500*time.Millisecond, res.Front.DueMicros, res.Front.ID)
+	query, args := q.ClaimFrom("r1", time.Minute, 50, time.Minute, 0, 500*time.Millisecond, res.Front.DueMicros, res.Front.ID, 0, 0)
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)

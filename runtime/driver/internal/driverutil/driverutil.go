@@ -78,7 +78,7 @@ func Claim(q *dialect.RelayQueries, p driver.ClaimParams) (string, []any) {
 		young = driver.DefaultHoldBehindSlow
 	}
 	if WantsFront(q, p) {
-		return q.ClaimFrom(p.Owner, p.Lease, p.Limit, hold, p.OverdueAfter, young, p.From.DueMicros, p.From.ID)
+		return q.ClaimFrom(p.Owner, p.Lease, p.Limit, hold, p.OverdueAfter, young, p.From.DueMicros, p.From.ID, p.Stripe.Of, p.Stripe.Index)
 	}
 	if p.OverdueAfter > 0 {
 		return q.ClaimOverdue(p.Owner, p.Lease, p.Limit, hold, p.OverdueAfter, young)
