@@ -108,9 +108,14 @@ WITH cand AS MATERIALIZED (
       -- of one stripe (hash modulo stripes = stripe): claims running at
       -- once with distinct stripes read disjoint keys, so none reads,
       -- checks and fails to lock the rows another is leasing. A key's
-      -- rows are all in one stripe, so per-key order is unaffected.
+      -- rows are all in one stripe, so per-key order is unaffected. A
+      -- CASE and int4eq, not an OR and =: the planner takes a CASE as met
+      -- by half the rows (generic plans) and a function call as met by a
+      -- third (custom plans, where the CASE is folded away), but the
+      -- comparison as met by 0.5 % of them: it then read a backlog of
+      -- 10,000 rows whole and sorted it (20 against 13 ms per claim).
       /* IF from */AND (c.next_retry_time, c.id) >= (to_timestamp(0) + sqlc.arg(from_us)::bigint * interval '1 microsecond', sqlc.arg(from_id)::bigint)
-      AND (sqlc.arg(stripes)::int < 2 OR (hashtext(c.biz_id) & 2147483647) % greatest(sqlc.arg(stripes)::int, 2) = sqlc.arg(stripe)::int)/* END */
+      AND CASE WHEN sqlc.arg(stripes)::int < 2 THEN true ELSE int4eq((hashtext(c.biz_id) & 2147483647) % greatest(sqlc.arg(stripes)::int, 2), sqlc.arg(stripe)::int) END/* END */
       AND (c.lease_expires_at IS NULL OR c.lease_expires_at < now())
       -- Not behind a row of its key in flight for less than young: it
       -- could not be leased, and would take a place in the window of

@@ -110,6 +110,40 @@ SELECT gen_random_uuid(), 'ORDER_PAID', 'k' || g, 'orders', '{}' FROM generate_s
 	if _, err := conn.Exec(ctx, "PREPARE claim_from AS "+query); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := conn.Query(ctx, "EXPLAIN EXECUTE claim_from("+literals(args)+")")
+	plan := readPlan(t, rs, err)
+	// The candidates' scan and the front's: each a scan of the due index
+	// whose condition is the position.
+	re := regexp.MustCompile(`Scan using outbox_event_due_idx on outbox_event \w+ [^\n]*\n\s+Index Cond: \([^\n]*ROW\(next_retry_time, id\) >= ROW\(`)
+	if n := len(re.FindAllString(plan, -1)); n != 2 {
+		t.Errorf("the generic plan of the claim from a front reads the due index from the position in %d scans, want 2 (candidates and front):\n%s", n, plan)
+	}
+
+	// A claim of one stripe of the keys likewise, planned for its
+	// arguments or not: were the stripe taken for a condition few rows
+	// meet, the candidates would be read by a scan of the whole table,
+	// then sorted.
+	query, args = q.ClaimFrom("r1", time.Minute, 50, time.Minute, 0, 500*time.Millisecond, res.Front.DueMicros, res.Front.ID, 2, 1)
+	if _, err := conn.Exec(ctx, "PREPARE claim_stripe AS "+query); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
+			t.Fatal(err)
+		}
+		rs, err := conn.Query(ctx, "EXPLAIN EXECUTE claim_stripe("+literals(args)+")")
+		plan := readPlan(t, rs, err)
+		if n := len(re.FindAllString(plan, -1)); n != 2 {
+			t.Errorf("the plan (%s) of the claim of one stripe from a front reads the due index from the position in %d scans, want 2 (candidates and front):\n%s", mode, n, plan)
+		}
+	}
+}
+
+// literals returns args as SQL literals, comma-separated (for EXECUTE).
+func literals(args []any) string {
 	lits := make([]string, len(args))
 	for i, a := range args {
 		switch v := a.(type) {
@@ -119,17 +153,7 @@ SELECT gen_random_uuid(), 'ORDER_PAID', 'k' || g, 'orders', '{}' FROM generate_s
 			lits[i] = fmt.Sprint(v)
 		}
 	}
-	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
-		t.Fatal(err)
-	}
-	rs, err := conn.Query(ctx, "EXPLAIN EXECUTE claim_from("+strings.Join(lits, ", ")+")")
-	plan := readPlan(t, rs, err)
-	// The candidates' scan and the front's: each a scan of the due index
-	// whose condition is the position.
-	re := regexp.MustCompile(`Scan using outbox_event_due_idx on outbox_event \w+ [^\n]*\n\s+Index Cond: \([^\n]*ROW\(next_retry_time, id\) >= ROW\(`)
-	if n := len(re.FindAllString(plan, -1)); n != 2 {
-		t.Errorf("the generic plan of the claim from a front reads the due index from the position in %d scans, want 2 (candidates and front):\n%s", n, plan)
-	}
+	return strings.Join(lits, ", ")
 }
 
 // readPlan returns the lines of an EXPLAIN's result rs (err: its
