@@ -417,7 +417,7 @@ func (q *RelayQueries) window(locking bool, limit int, overdueAfter time.Duratio
 	default:
 		p = q.candidates
 	}
-	return p.render("", time.Duration(0), limit, time.Duration(0), overdueAfter, time.Duration(0), int64(0), int64(0), skip)
+	return p.render("", time.Duration(0), limit, time.Duration(0), overdueAfter, time.Duration(0), int64(0), int64(0), skip, 0, 0)
 }
 
 func b2i(b bool) int {

@@ -123,9 +123,11 @@ type ClaimParams struct {
 	// rows another is leasing (a relay's parallel claims while a backlog
 	// drains). Per-key order is unaffected: all rows of a key are in one
 	// stripe. Rows of other stripes are read past, so a stripe with no
-	// due rows reads every due row once: stripe only claims that run
-	// beside others, while a backlog of many keys drains. PostgreSQL;
-	// claims without From, and other dialects, ignore it.
+	// due rows reads every due row once: stripe claims while a backlog
+	// of many keys drains, and take the stripes in turn. The front
+	// (Result.Front) is of every key. PostgreSQL; claims without From,
+	// Stripes with Index outside 0 to Of-1, and other dialects, read
+	// every key.
 	Stripe Stripe
 	// Result, when not nil, receives what the claim did besides leasing.
 	Result *ClaimResult

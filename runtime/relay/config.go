@@ -103,10 +103,11 @@ type Config struct {
 	// own, so the database works on one while it commits another. They
 	// lease under SKIP LOCKED like claims of separate instances, so
 	// per-key order holds exactly as it does between instances, and
-	// together they stay within MaxInFlight. On PostgreSQL each reads
-	// its own stripe of the keys (driver.ClaimParams.Stripe), so none
-	// reads past the rows another is leasing. On SQLite (one writer) New
-	// sets it to 1.
+	// together they stay within MaxInFlight. On PostgreSQL the claims
+	// from a front each read a stripe of the keys of their own
+	// (driver.ClaimParams.Stripe), taken in turn, so none reads past the
+	// rows another of them is leasing. On SQLite (one writer) New sets
+	// it to 1.
 	ParallelClaims int
 
 	// PollInterval is the delay between the end of a poll that found less

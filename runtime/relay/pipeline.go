@@ -279,18 +279,19 @@ type pipeline struct {
 	pendOf  map[int64]*batch // the batch each pending result's row was leased to
 	pendAt  time.Time        // when the oldest pending result arrived
 
-	claiming  int       // claims in flight: no other database call starts
-	stripes   uint64    // the stripes of the keys claims in flight read (bit i: Stripe.Index i)
-	claimRows int       // rows the claims in flight may lease
-	claimSeq  int       // claims started
-	backlog   bool      // the last claim came back full: another may run beside one in flight
-	hbDue     bool      // a heartbeat came due while claiming: it runs once they returned
-	claimNow  bool      // claim at the next chance (startup, full claim, Notify)
-	onceOwed  bool      // modeOnce: the last short claims ran beside other work; one with nothing beside it decides (owedNow)
-	nextPoll  time.Time // when !claimNow: the poll interval is over
-	done      bool      // claim no more (mode's end, shutdown, once-mode error)
-	stopping  bool      // ctx is done: shutdown under way
-	abandoned bool
+	claiming   int       // claims in flight: no other database call starts
+	stripes    uint64    // the stripes of the keys claims in flight read (bit i: Stripe.Index i)
+	stripeNext int       // the stripe takeStripe tries first
+	claimRows  int       // rows the claims in flight may lease
+	claimSeq   int       // claims started
+	backlog    bool      // the last claim came back full: another may run beside one in flight
+	hbDue      bool      // a heartbeat came due while claiming: it runs once they returned
+	claimNow   bool      // claim at the next chance (startup, full claim, Notify)
+	onceOwed   bool      // modeOnce: the last short claims ran beside other work; one with nothing beside it decides (owedNow)
+	nextPoll   time.Time // when !claimNow: the poll interval is over
+	done       bool      // claim no more (mode's end, shutdown, once-mode error)
+	stopping   bool      // ctx is done: shutdown under way
+	abandoned  bool
 
 	// Run's database error handling.
 	probed, started bool
@@ -500,12 +501,16 @@ func (p *pipeline) besideOK(now time.Time) bool {
 
 // takeStripe returns a stripe of the keys (driver.ClaimParams.Stripe)
 // that no claim in flight reads, one of ParallelClaims, and marks it
-// taken until the claim returns. Claims in flight are at most
-// ParallelClaims, so one is free; were none, the zero Stripe (every
-// key) is as correct, only slower.
+// taken until the claim returns. The stripes are taken in turn, so that
+// claims running one at a time (MaxInFlight or the slots leave room for
+// one only) read every stripe alike, not the first one until it drains.
+// Claims in flight are at most ParallelClaims, so one is free; were
+// none, the zero Stripe (every key) is as correct, only slower.
 func (p *pipeline) takeStripe() driver.Stripe {
 	n := p.r.opts.ParallelClaims
-	for i := range n {
+	for range n {
+		i := p.stripeNext
+		p.stripeNext = (i + 1) % n
 		if p.stripes&(1<<i) == 0 {
 			p.stripes |= 1 << i
 			return driver.Stripe{Index: i, Of: n}

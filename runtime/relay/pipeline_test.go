@@ -305,18 +305,20 @@ func TestResultsRecordedWithNextClaim(t *testing.T) {
 
 // claimGauge counts the claims running at once (each made to last at
 // least hold, so that overlaps show), the lease extensions, the claims
-// of one stripe of the keys, and those that ran beside a claim of the
-// same stripe.
+// of one stripe of the keys (in all, per stripe, started beside a claim
+// of another stripe, and beside one of the same: clash).
 type claimGauge struct {
 	driver.Driver
-	hold    time.Duration
-	mu      sync.Mutex
-	cur     int
-	max     int
-	extends int
-	striped int
-	clash   int
-	stripes map[driver.Stripe]int // of the claims running
+	hold     time.Duration
+	mu       sync.Mutex
+	cur      int
+	max      int
+	extends  int
+	striped  int
+	clash    int
+	beside   int
+	stripes  map[driver.Stripe]int // of the claims running
+	perIndex map[int]int           // striped claims per Stripe.Index
 }
 
 func (g *claimGauge) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
@@ -326,12 +328,19 @@ func (g *claimGauge) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.
 	if p.Stripe.Of > 0 {
 		g.striped++
 		if g.stripes == nil {
-			g.stripes = map[driver.Stripe]int{}
+			g.stripes, g.perIndex = map[driver.Stripe]int{}, map[int]int{}
 		}
 		if g.stripes[p.Stripe] > 0 || p.Stripe.Index >= p.Stripe.Of {
 			g.clash++
 		}
+		for st, n := range g.stripes {
+			if n > 0 && st != p.Stripe {
+				g.beside++
+				break
+			}
+		}
 		g.stripes[p.Stripe]++
+		g.perIndex[p.Stripe.Index]++
 	}
 	g.mu.Unlock()
 	defer func() {
@@ -412,32 +421,53 @@ func TestParallelClaimsKeepKeyOrder(t *testing.T) {
 
 // While a backlog of many keys drains on PostgreSQL, the claims running
 // beside each other read stripes of the keys of their own: no two at once
-// of the same stripe, and every event still published once.
+// of the same stripe, and every event still published once. Claims that
+// run mostly one at a time (MaxInFlight leaves room for one batch) take
+// the stripes in turn, not the first until it drains.
 func TestParallelClaimsReadStripes(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
 		if d != dialect.Postgres {
 			t.Skip("stripes: PostgreSQL's claims from a front")
 		}
 		ins := insertEvents(t, db, d, roundRobin(1200, 1200)...)
-		g := &claimGauge{Driver: drv, hold: 5 * time.Millisecond}
-		pub := newRecPub(t)
-		opts := testOptions(pub, "stripes")
-		opts.BatchSize = 20
-		opts.MaxInFlight = 200
-		opts.ParallelClaims = 3
-		failOnPollErrors(t, &opts)
-		n, err := mustRelay(t, g, opts).RunOnce(context.Background())
-		if err != nil || n != len(ins) {
-			t.Fatalf("RunOnce = %d, %v; want %d", n, err, len(ins))
+		// peak: the claims at once to see (0: any; MaxInFlight 20 leaves
+		// room for one batch, and for a second only beside results a
+		// claim carries).
+		for _, tc := range []struct {
+			parallel, inFlight, peak int
+		}{{3, 200, 3}, {2, 20, 0}} {
+			if _, err := db.Exec("UPDATE " + table + " SET status = 0, sent_at = NULL"); err != nil {
+				t.Fatal(err)
+			}
+			g := &claimGauge{Driver: drv, hold: 5 * time.Millisecond}
+			pub := newRecPub(t)
+			opts := testOptions(pub, fmt.Sprintf("stripes%d", tc.parallel))
+			opts.BatchSize = 20
+			opts.MaxInFlight = tc.inFlight
+			opts.ParallelClaims = tc.parallel
+			failOnPollErrors(t, &opts)
+			n, err := mustRelay(t, g, opts).RunOnce(context.Background())
+			if err != nil || n != len(ins) {
+				t.Fatalf("ParallelClaims %d: RunOnce = %d, %v; want %d", tc.parallel, n, err, len(ins))
+			}
+			g.mu.Lock()
+			striped, clash, beside, peak := g.striped, g.clash, g.beside, g.max
+			per := maps.Clone(g.perIndex)
+			g.mu.Unlock()
+			t.Logf("ParallelClaims %d, MaxInFlight %d: %d claims of one stripe (per stripe %v), %d beside one of another", tc.parallel, tc.inFlight, striped, per, beside)
+			if (tc.peak > 0 && peak != tc.peak) || clash > 0 || striped < 10 {
+				t.Fatalf("ParallelClaims %d, MaxInFlight %d: at most %d claims at once (want %d), %d claims of one stripe of the keys (want 10 or more), %d beside one of the same stripe (want none)", tc.parallel, tc.inFlight, peak, tc.peak, striped, clash)
+			}
+			if tc.peak > 1 && beside == 0 {
+				t.Fatalf("ParallelClaims %d: no claim of one stripe ran beside one of another", tc.parallel)
+			}
+			for i := range tc.parallel {
+				if per[i] < striped/(4*tc.parallel) {
+					t.Fatalf("ParallelClaims %d, MaxInFlight %d: stripes taken %v times of %d claims, want each at least a quarter of its share", tc.parallel, tc.inFlight, per, striped)
+				}
+			}
+			checkPublishedOnce(t, pub, ins)
 		}
-		g.mu.Lock()
-		striped, clash := g.striped, g.clash
-		g.mu.Unlock()
-		if clash > 0 || striped < 10 {
-			t.Fatalf("%d claims of one stripe of the keys (want 10 or more), %d beside one of the same stripe (want none)", striped, clash)
-		}
-		t.Logf("%d claims of one stripe", striped)
-		checkPublishedOnce(t, pub, ins)
 	})
 }
 

@@ -941,9 +941,15 @@ func testClaimStripes(t *testing.T, e *env) {
 	stripeKeys := make([]map[string]bool, 3)
 	for i := range stripeKeys {
 		s := driver.Stripe{Index: i, Of: len(stripeKeys)}
-		got, _ = claim(fmt.Sprintf("s%d", i), 100, s, front)
+		var sf driver.ScanPos
+		got, sf = claim(fmt.Sprintf("s%d", i), 100, s, front)
 		if len(got) == 0 {
 			t.Fatalf("stripe %+v leased nothing of 16 keys", s)
+		}
+		// Its front is of every key: the oldest pending row, leased or
+		// not, whatever its stripe.
+		if sf.ID != rest[0] {
+			t.Fatalf("front of the claim of stripe %+v: %+v, want row %d's", s, sf, rest[0])
 		}
 		stripeKeys[i] = map[string]bool{}
 		for _, id := range got {

@@ -78,7 +78,11 @@ func Claim(q *dialect.RelayQueries, p driver.ClaimParams) (string, []any) {
 		young = driver.DefaultHoldBehindSlow
 	}
 	if WantsFront(q, p) {
-		return q.ClaimFrom(p.Owner, p.Lease, p.Limit, hold, p.OverdueAfter, young, p.From.DueMicros, p.From.ID, p.Stripe.Of, p.Stripe.Index)
+		st := p.Stripe
+		if st.Of < 2 || st.Index < 0 || st.Index >= st.Of {
+			st = driver.Stripe{} // not a stripe: every key
+		}
+		return q.ClaimFrom(p.Owner, p.Lease, p.Limit, hold, p.OverdueAfter, young, p.From.DueMicros, p.From.ID, st.Of, st.Index)
 	}
 	if p.OverdueAfter > 0 {
 		return q.ClaimOverdue(p.Owner, p.Lease, p.Limit, hold, p.OverdueAfter, young)
