@@ -984,4 +984,8 @@ func testClaimStripes(t *testing.T, e *env) {
 	if len(got) == 0 {
 		t.Fatal("stripe 1 of 3 again: nothing leased")
 	}
+	// A stripe outside 0 to Of-1 is none: every key.
+	e.set(t, "lease_owner = NULL, lease_expires_at = NULL", rest...)
+	got, _ = claim("outside", 100, driver.Stripe{Index: 3, Of: 3}, front)
+	wantIDs(t, "claim of stripe 3 of 3", got, rest)
 }
