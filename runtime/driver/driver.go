@@ -137,7 +137,8 @@ type ClaimParams struct {
 	// pgxdriver, one round trip). The claim sees what they changed: a key
 	// whose head was just marked sent may have its next rows claimed.
 	// What they changed is in Result.Recorded; if the call fails, none
-	// of it happened.
+	// of it happened, unless Result.RecordedApart says the results were
+	// committed before the claim began (sqldriver on MySQL/MariaDB).
 	Record *Results
 }
 
@@ -188,6 +189,10 @@ type ClaimResult struct {
 	Moved int
 	// Recorded is what ClaimParams.Record changed.
 	Recorded Recorded
+	// RecordedApart reports that ClaimParams.Record was written in a
+	// transaction of its own, committed before the claim's: Recorded
+	// then holds what it changed even when Claim returns an error.
+	RecordedApart bool
 	// Front is, when ClaimParams.Front or From asked for it and the
 	// claim returned rows (PostgreSQL), the position of the oldest pending
 	// row at or after ClaimParams.From that the claim saw, leased or not:

@@ -23,7 +23,9 @@
 // backlog lasts, ParallelClaims claims run at once. Results
 // are recorded as publishes complete, in groups, with the next claim in
 // the same transaction (one commit, and on pgxdriver one round trip, for
-// both), or alone when no claim is due. PostgreSQL and
+// both; on MySQL/MariaDB committed just before the claim's, which spares
+// claims running beside it from reading past uncommitted changes), or
+// alone when no claim is due. PostgreSQL and
 // MySQL/MariaDB claim with SELECT ... FOR UPDATE SKIP LOCKED in one short
 // statement or transaction, so several relay instances share the work with
 // no external lock service; SQLite (one writer) claims with a single

@@ -20,8 +20,9 @@ package relay
 // running eight times the typical one (at most SlowPublish) gives its
 // slot back. Units report to the loop as they finish, and their
 // results are recorded with the next claim, in its transaction (one
-// commit), or alone when no claim comes soon enough (recordDelay) or room
-// is short. The loop claims again while fewer than MaxInFlight rows are
+// commit; sqldriver on MySQL/MariaDB commits them just before it, see
+// driver.ClaimResult.RecordedApart), or alone when no claim comes soon
+// enough (recordDelay) or room is short. The loop claims again while fewer than MaxInFlight rows are
 // leased and unrecorded, counting the rows whose results the claim takes
 // along as free (they are recorded in the commit that leases its rows),
 // and, when every slot is busy, the units waiting for one hold less than
@@ -894,7 +895,11 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 	if out.err != nil {
 		p.backlog = false
 		p.resetFrom() // what its recording did is unknown
-		p.restorePending(out.rec, out.of, out.err)
+		if out.res.RecordedApart {
+			p.recorded(out.rec, out.of, out.res.Recorded) // committed before the claim failed
+		} else {
+			p.restorePending(out.rec, out.of, out.err)
+		}
 		p.failed(out.err)
 		return
 	}

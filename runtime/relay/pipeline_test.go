@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -300,6 +302,93 @@ func TestResultsRecordedWithNextClaim(t *testing.T) {
 				cd.claims, cd.claimsWithRecord, cd.records, cd.markSent, cd.markRetry, cd.release)
 		}
 		t.Logf("claims %d (with results %d), records alone %d", cd.claims, cd.claimsWithRecord, cd.records)
+	})
+}
+
+// failsAfterRecordApart gives the first claim that carries results the
+// fate a claim of sqldriver on MySQL/MariaDB can have: its results are
+// recorded and committed apart (driver.ClaimResult.RecordedApart), then
+// the claim fails without leasing anything. It notes the ids of rows
+// recorded sent there that a later claim or Record carries again.
+type failsAfterRecordApart struct {
+	driver.Driver
+	failed atomic.Bool
+	mu     sync.Mutex
+	apart  map[int64]bool
+	again  []int64
+}
+
+func (f *failsAfterRecordApart) carriedAgain(r *driver.Results) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range r.Sent {
+		if f.apart[id] {
+			f.again = append(f.again, id)
+		}
+	}
+}
+
+func (f *failsAfterRecordApart) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
+	if p.Record.Empty() {
+		return f.Driver.Claim(ctx, p)
+	}
+	if !f.failed.CompareAndSwap(false, true) {
+		f.carriedAgain(p.Record)
+		return f.Driver.Claim(ctx, p)
+	}
+	got, err := f.Driver.Record(ctx, p.Owner, *p.Record)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.apart = map[int64]bool{}
+	for _, id := range p.Record.Sent {
+		f.apart[id] = true
+	}
+	f.mu.Unlock()
+	if p.Result != nil {
+		p.Result.Recorded, p.Result.RecordedApart = got, true
+	}
+	return nil, errors.New("claim failed after its results were committed (injected)")
+}
+
+func (f *failsAfterRecordApart) Record(ctx context.Context, owner string, r driver.Results) (driver.Recorded, error) {
+	f.carriedAgain(&r)
+	return f.Driver.Record(ctx, owner, r)
+}
+
+// A claim that fails after its results were committed apart
+// (RecordedApart) leaves them recorded: the relay does not record them
+// again (which would find their leases gone and warn of lost leases) and
+// every row is sent once.
+func TestClaimFailingAfterRecordApart(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		ins := insertEvents(t, db, d, roundRobin(300, 30)...)
+		fd := &failsAfterRecordApart{Driver: drv}
+		pub := newRecPub(t)
+		opts := testOptions(pub, "apart")
+		opts.BatchSize = 20
+		h := &errLog{}
+		opts.Logger = slog.New(h)
+		stop := runRelay(t, mustRelay(t, fd, opts))
+		waitFor(t, "all sent", func() bool { return count(t, db, "status = 1") == len(ins) })
+		stop()
+		if !fd.failed.Load() {
+			t.Fatal("no claim carried results: nothing was injected")
+		}
+		checkPublishedOnce(t, pub, ins)
+		fd.mu.Lock()
+		defer fd.mu.Unlock()
+		if len(fd.apart) == 0 || len(fd.again) > 0 {
+			t.Fatalf("%d rows recorded apart, %d of them carried again: %v", len(fd.apart), len(fd.again), fd.again)
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, m := range h.msgs {
+			if strings.Contains(m, "lease lost") {
+				t.Errorf("unexpected relay log: %s", m)
+			}
+		}
 	})
 }
 

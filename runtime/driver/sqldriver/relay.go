@@ -25,8 +25,9 @@ var _ driver.Driver = (*Driver)(nil)
 // LOCKED, the locking window filling the rest when other claims hold too
 // many of them), drop the rows whose older same-key rows another instance
 // holds, lease the rest, commit.
-// With p.Record, the results are written first in the same transaction:
-// one commit.
+// With p.Record, the results are written first: in the claim's
+// transaction (one commit), or on MySQL/MariaDB in one of their own,
+// committed before the claim's starts (see recordApart).
 func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
 	if err := driverutil.CheckClaim("sqldriver", p); err != nil {
 		return nil, err
@@ -68,12 +69,63 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 	// claims moving rows in the due index): the transaction was rolled
 	// back whole, so it runs again, a few times, before the relay hears
 	// of it.
+	if x.d == dialect.MySQL && len(before) > 0 {
+		rec, err := x.recordApart(ctx, before)
+		if err != nil {
+			return nil, err
+		}
+		if p.Result != nil {
+			p.Result.Recorded, p.Result.RecordedApart = rec, true
+		}
+		before = nil
+	}
 	var rows []driver.Row
 	err = driverutil.RetryConflicts(ctx, driverutil.ConflictTries, func() (err error) {
 		rows, err = x.claimTx(ctx, q, p, before, query, args, front)
 		return err
 	})
 	return rows, err
+}
+
+// recordApart runs a claim's recording (MySQL/MariaDB) before its
+// transaction, and commits it: one statement on its own (the usual
+// recording, the sent rows of the batches that returned), several in a
+// transaction. In the claim's transaction the recording left the rows it
+// marked uncommitted for the whole claim, and a claim running beside it
+// (relay.Config.ParallelClaims) then read, for every index entry of a
+// page it had changed, the clustered record and that row's older version
+// from the undo log, to see past the change: measured on MariaDB 10.11
+// draining a 50k backlog, 96-100 buffer-pool page reads per row drained
+// against 71-74 apart, and drains 0.96-1.28x as fast apart (four pairs;
+// few keys up to 1.8x), for a commit more per batch. The claim still
+// sees what the recording changed.
+func (x *Driver) recordApart(ctx context.Context, stmts []driverutil.Stmt) (driver.Recorded, error) {
+	var rec driver.Recorded
+	if len(stmts) == 1 && stmts[0].Kind == driverutil.KindSent {
+		s := stmts[0]
+		res, err := x.db.ExecContext(ctx, s.Query, s.Args...)
+		if err != nil {
+			return rec, fmt.Errorf("sqldriver: %s: %w", s.Describe(), err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return rec, fmt.Errorf("sqldriver: %s: rows affected: %w", s.Describe(), err)
+		}
+		s.Count(&rec, n)
+		return rec, nil
+	}
+	tx, err := x.beginRelayTx(ctx)
+	if err != nil {
+		return rec, fmt.Errorf("sqldriver: record: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	if err := runStmts(ctx, tx, stmts, &rec); err != nil {
+		return driver.Recorded{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return driver.Recorded{}, fmt.Errorf("sqldriver: record: commit: %w", err)
+	}
+	return rec, nil
 }
 
 // claimTx runs a claim in one transaction, the statements before
@@ -115,7 +167,9 @@ func (x *Driver) claimTx(ctx context.Context, q *dialect.RelayQueries, p driver.
 	}
 	if p.Result != nil {
 		p.Result.Moved, p.Result.Front = moved, pos
-		p.Result.Recorded = rec
+		if len(before) > 0 {
+			p.Result.Recorded = rec
+		}
 	}
 	driverutil.SortRows(rows)
 	return rows, nil

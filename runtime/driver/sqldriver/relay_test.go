@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/google/uuid"
 
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
@@ -346,5 +347,64 @@ func TestCheckWantsClaimIndex(t *testing.T) {
 	}
 	if err := drv.Check(ctx, driver.Outbox); err != nil {
 		t.Fatalf("Check(Outbox) with the index back: %v", err)
+	}
+}
+
+// A claim's results are committed apart on MySQL/MariaDB, before the
+// claim's transaction (ClaimResult.RecordedApart), and in it elsewhere;
+// either way the claim sees them: the row after a key's head just marked
+// sent is claimed by the same call, as is a row just released.
+func TestClaimRecordsApartOnMySQL(t *testing.T) {
+	for _, name := range testdb.Dialects() {
+		t.Run(name, func(t *testing.T) {
+			d, err := dialect.Parse(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db := testdb.Open(t, name)
+			testdb.ApplySchema(t, db, name, templates.DefaultTables)
+			drv, err := sqldriver.New(db, testdb.Schema(d))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			ins := d.InsertEvent(testdb.Tables.Outbox, false)
+			for i, key := range []string{"k", "j", "k", "k"} {
+				if _, err := db.ExecContext(ctx, ins, uuid.NewString(), "T", key, "t", 1, fmt.Sprintf(`{"n":%d}`, i), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// ids: k 1, 3, 4; j 2.
+			claim := func(limit int, rec driver.Results) ([]int64, driver.ClaimResult) {
+				t.Helper()
+				var res driver.ClaimResult
+				p := driver.ClaimParams{Owner: "r", Lease: time.Hour, Limit: limit, Result: &res}
+				if !rec.Empty() {
+					p.Record = &rec
+				}
+				rows, err := drv.Claim(ctx, p)
+				if err != nil {
+					t.Fatalf("claim with %+v: %v", rec, err)
+				}
+				ids := make([]int64, len(rows))
+				for i, r := range rows {
+					ids[i] = r.ID
+				}
+				return ids, res
+			}
+			if got, _ := claim(2, driver.Results{}); fmt.Sprint(got) != "[1 2]" {
+				t.Fatalf("first claim: %v, want [1 2]", got)
+			}
+			// One statement, on its own on MySQL.
+			got, res := claim(1, driver.Results{Sent: []int64{1}})
+			if fmt.Sprint(got) != "[3]" || res.Recorded.Sent != 1 || res.RecordedApart != (d == dialect.MySQL) {
+				t.Fatalf("claim recording 1 sent: %v, recorded %+v, apart %v; want [3], 1 sent, apart on MySQL only", got, res.Recorded, res.RecordedApart)
+			}
+			// Two statements: a transaction of their own on MySQL.
+			got, res = claim(2, driver.Results{Sent: []int64{3}, Release: []int64{2}})
+			if fmt.Sprint(got) != "[2 4]" || res.Recorded.Sent != 1 || res.Recorded.Released != 1 || res.RecordedApart != (d == dialect.MySQL) {
+				t.Fatalf("claim recording 3 sent, 2 released: %v, recorded %+v, apart %v; want [2 4], apart on MySQL only", got, res.Recorded, res.RecordedApart)
+			}
+		})
 	}
 }
