@@ -26,21 +26,29 @@ func TestConformance(t *testing.T) {
 	for _, name := range testdb.Dialects() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			d, err := dialect.Parse(name)
-			if err != nil {
-				t.Fatal(err)
-			}
 			drivertest.Run(t, func(t *testing.T) drivertest.Env {
-				db := testdb.Open(t, name)
-				testdb.ApplySchema(t, db, name, templates.DefaultTables)
-				drv, err := sqldriver.New(db, testdb.Schema(d))
-				if err != nil {
-					t.Fatal(err)
-				}
+				db, _, drv := openDriver(t, name)
 				return drivertest.Env{Driver: drv, DB: db}
 			})
 		})
 	}
+}
+
+// openDriver opens a fresh test database of the dialect named with the
+// outbox schema, and a driver on it.
+func openDriver(t *testing.T, name string) (*sql.DB, dialect.Dialect, *sqldriver.Driver) {
+	t.Helper()
+	d, err := dialect.Parse(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := testdb.Open(t, name)
+	testdb.ApplySchema(t, db, name, templates.DefaultTables)
+	drv, err := sqldriver.New(db, testdb.Schema(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, d, drv
 }
 
 // On MySQL/MariaDB, a driver whose sessions are not in UTC refuses to
@@ -357,16 +365,7 @@ func TestCheckWantsClaimIndex(t *testing.T) {
 func TestClaimRecordsApartOnMySQL(t *testing.T) {
 	for _, name := range testdb.Dialects() {
 		t.Run(name, func(t *testing.T) {
-			d, err := dialect.Parse(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			db := testdb.Open(t, name)
-			testdb.ApplySchema(t, db, name, templates.DefaultTables)
-			drv, err := sqldriver.New(db, testdb.Schema(d))
-			if err != nil {
-				t.Fatal(err)
-			}
+			db, d, drv := openDriver(t, name)
 			ctx := context.Background()
 			ins := d.InsertEvent(testdb.Tables.Outbox, false)
 			for i, key := range []string{"k", "j", "k", "k"} {
