@@ -22,10 +22,10 @@ package relay
 // results are recorded with the next claim, in its transaction (one
 // commit; sqldriver on MySQL/MariaDB commits them just before it, see
 // driver.ClaimResult.RecordedApart), or alone when no claim comes soon
-// enough (recordDelay) or room is short. The loop claims again while fewer than MaxInFlight rows are
-// leased and unrecorded, counting the rows whose results the claim takes
-// along as free (they are recorded in the commit that leases its rows),
-// and, when every slot is busy, the units waiting for one hold less than
+// enough (recordDelay) or room is short. The loop claims again while
+// fewer than MaxInFlight rows are leased and unrecorded, counting the
+// rows whose results the claim takes along as free (the claim records
+// them before it leases its rows), and, when every slot is busy, the units waiting for one hold less than
 // a batch: a slow publish holds back only its key.
 // Per-key order needs nothing more: a claim never leases a row while an
 // older unsent row of its key is unsent outside its own rows, and a key's

@@ -65,12 +65,16 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		driverutil.SortRows(rows) // RETURNING has no order
 		return rows, nil
 	}
-	// MySQL/MariaDB may pick a claim as a deadlock victim (concurrent
-	// claims moving rows in the due index): the transaction was rolled
-	// back whole, so it runs again, a few times, before the relay hears
-	// of it.
+	// MySQL/MariaDB may pick a claim, or a recording, as a deadlock
+	// victim (concurrent claims moving rows in the due index, a requeue
+	// locking a key's rows): the transaction was rolled back whole, so it
+	// runs again, a few times, before the relay hears of it.
 	if x.d == dialect.MySQL && len(before) > 0 {
-		rec, err := x.recordApart(ctx, before)
+		var rec driver.Recorded
+		err := driverutil.RetryConflicts(ctx, driverutil.ConflictTries, func() (err error) {
+			rec, err = x.recordApart(ctx, before)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -114,18 +118,7 @@ func (x *Driver) recordApart(ctx context.Context, stmts []driverutil.Stmt) (driv
 		s.Count(&rec, n)
 		return rec, nil
 	}
-	tx, err := x.beginRelayTx(ctx)
-	if err != nil {
-		return rec, fmt.Errorf("sqldriver: record: begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if err := runStmts(ctx, tx, stmts, &rec); err != nil {
-		return driver.Recorded{}, err
-	}
-	if err := tx.Commit(); err != nil {
-		return driver.Recorded{}, fmt.Errorf("sqldriver: record: commit: %w", err)
-	}
-	return rec, nil
+	return x.recordTx(ctx, stmts)
 }
 
 // claimTx runs a claim in one transaction, the statements before
@@ -214,13 +207,19 @@ func (x *Driver) Record(ctx context.Context, owner string, r driver.Results) (dr
 	if err != nil {
 		return driver.Recorded{}, fmt.Errorf("sqldriver: record: %w", err)
 	}
+	return x.recordTx(ctx, driverutil.RecordStmts(q, owner, &r, true))
+}
+
+// recordTx runs the statements of a recording in one transaction and
+// commits it.
+func (x *Driver) recordTx(ctx context.Context, stmts []driverutil.Stmt) (driver.Recorded, error) {
 	tx, err := x.beginRelayTx(ctx)
 	if err != nil {
 		return driver.Recorded{}, fmt.Errorf("sqldriver: record: begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 	var rec driver.Recorded
-	if err := runStmts(ctx, tx, driverutil.RecordStmts(q, owner, &r, true), &rec); err != nil {
+	if err := runStmts(ctx, tx, stmts, &rec); err != nil {
 		return driver.Recorded{}, err
 	}
 	if err := tx.Commit(); err != nil {
