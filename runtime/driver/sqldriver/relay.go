@@ -104,19 +104,10 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 // few keys up to 1.8x), for a commit more per batch. The claim still
 // sees what the recording changed.
 func (x *Driver) recordApart(ctx context.Context, stmts []driverutil.Stmt) (driver.Recorded, error) {
-	var rec driver.Recorded
 	if len(stmts) == 1 && stmts[0].Kind == driverutil.KindSent {
-		s := stmts[0]
-		res, err := x.db.ExecContext(ctx, s.Query, s.Args...)
-		if err != nil {
-			return rec, fmt.Errorf("sqldriver: %s: %w", s.Describe(), err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return rec, fmt.Errorf("sqldriver: %s: rows affected: %w", s.Describe(), err)
-		}
-		s.Count(&rec, n)
-		return rec, nil
+		var rec driver.Recorded
+		err := runStmts(ctx, x.db, stmts, &rec) // autocommit
+		return rec, err
 	}
 	return x.recordTx(ctx, stmts)
 }
@@ -181,9 +172,11 @@ func (x *Driver) beginRelayTx(ctx context.Context) (*sql.Tx, error) {
 	return x.db.BeginTx(ctx, opts)
 }
 
-// runStmts runs recording statements in tx and counts what they changed
-// into rec.
-func runStmts(ctx context.Context, tx *sql.Tx, stmts []driverutil.Stmt, rec *driver.Recorded) error {
+// runStmts runs recording statements in tx (a *sql.Tx, or the *sql.DB
+// for one statement on its own) and counts what they changed into rec.
+func runStmts(ctx context.Context, tx interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, stmts []driverutil.Stmt, rec *driver.Recorded) error {
 	for _, s := range stmts {
 		res, err := tx.ExecContext(ctx, s.Query, s.Args...)
 		if err != nil {
