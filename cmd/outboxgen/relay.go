@@ -155,7 +155,7 @@ func newProcFlags(cmd, synopsis string, groups int, stderr io.Writer) *procFlags
 		fl.Float64Var(&p.backoffJitter, "backoff-jitter", relay.DefaultBackoffJitter, "random spread of retry and breaker delays, 0 to <1 (0.2: ±20%)")
 		fl.DurationVar(&p.breakerInitial, "breaker-initial", relay.DefaultBreakerInitial, "circuit breaker pause after a batch failed on every key (broker outage), doubling")
 		fl.DurationVar(&p.breakerMax, "breaker-max", relay.DefaultBreakerMax, "longest circuit breaker pause")
-		fl.BoolVar(&p.hedge, "hedge", false, "send a publish again when it runs past -hedge-after (up to twice), and take the first success: a stalled broker call then holds back its key that long, not its whole length; costs a duplicate message (deduplicated by event id) when more than one call succeeds; at most one publish in ten after a burst of ten")
+		fl.BoolVar(&p.hedge, "hedge", false, "send a publish again when it runs past -hedge-after (up to twice), and take the first success: a stalled broker call then holds back its key that long, not its whole length; costs a duplicate message (deduplicated by event id) when more than one call succeeds; at most one publish in ten after a burst of ten; with sql.wal, the streaming relay's Publish calls too")
 		fl.DurationVar(&p.hedgeAfter, "hedge-after", 0, "with -hedge: how long a publish runs before it is sent again, up to twice; below -publish-timeout (0: when it counts as slow, 8x the typical publish, 2ms to 250ms)")
 		fl.DurationVar(&p.holdRecheck, "hold-recheck", relay.DefaultHoldRecheck, "how long rows waiting behind a FAILED event of their key stay out of claims (a requeue releases them at once)")
 	}
@@ -695,6 +695,7 @@ func (p *procFlags) openWAL(ctx context.Context, s *setup) (*walPart, error) {
 			w.relay, err = walrelay.New(w.pool, schema, walrelay.Config{
 				Publisher: s.pub, Slot: slot, Publication: walrelay.DefaultSlot(schema.Tables.Outbox), FailoverSlot: p.walFailover, NoCreateSlot: !p.walCreateSlot, Concurrency: p.concurrency,
 				PublishTimeout: p.publish, ShutdownTimeout: p.shutdown, MaxMessageBytes: p.walMaxMessage,
+				Hedge: p.hedge, HedgeAfter: p.hedgeAfter,
 				Backoff:        relay.ExponentialBackoff(p.backoffInitial, p.backoffMax, p.backoffJitter),
 				BreakerBackoff: relay.ExponentialBackoff(p.breakerInitial, p.breakerMax, p.backoffJitter),
 				Logger:         s.log.With(slog.String("part", "walrelay")),

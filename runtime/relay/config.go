@@ -14,6 +14,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
+	"github.com/outboxgen/outboxgen/runtime/internal/hedge"
 	"github.com/outboxgen/outboxgen/runtime/internal/instanceid"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
@@ -57,15 +58,15 @@ const (
 	// SlowPublish is the longest a publish runs before it stops counting
 	// against Config.Concurrency: eight times the recent typical publish
 	// (at least 2ms), at most this.
-	SlowPublish = 250 * time.Millisecond
+	SlowPublish = hedge.MaxSlow
 	// HedgeBurst and HedgeEvery throttle Config.Hedge: at most HedgeBurst
 	// hedges in a row, then one per HedgeEvery publishes that returned
 	// without one, so that a broker slow as a whole gets at most a tenth
 	// more calls.
-	HedgeBurst = 10
-	HedgeEvery = 10
+	HedgeBurst = hedge.Burst
+	HedgeEvery = hedge.Every
 	// MaxHedges is how many times Config.Hedge sends one publish again.
-	MaxHedges = 2
+	MaxHedges = hedge.Max
 	// MaxInstanceID is the longest InstanceID (the lease_owner column).
 	MaxInstanceID = instanceid.Max
 )

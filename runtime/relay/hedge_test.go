@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/outboxgen/outboxgen/runtime/internal/hedge"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -214,8 +215,8 @@ func TestPublishRowHedge(t *testing.T) {
 		if pub.count() != 2 || h.hedged(t) != 1 {
 			t.Fatalf("calls %d, hedged %d; want 2 and 1", pub.count(), h.hedged(t))
 		}
-		if got := h.r.hedges.tokens.Load(); got != hedgeCap-hedgeCost {
-			t.Fatalf("throttle holds %d after a hedged publish, want %d: only publishes without a hedge refill it", got, hedgeCap-hedgeCost)
+		if got := h.r.hedges.Tokens(); got != hedge.Cap-hedge.Cost {
+			t.Fatalf("throttle holds %d after a hedged publish, want %d: only publishes without a hedge refill it", got, hedge.Cap-hedge.Cost)
 		}
 	})
 	t.Run("first call fails after the hedges started: the first hedge decides", func(t *testing.T) {
@@ -289,7 +290,7 @@ func TestPublishRowHedge(t *testing.T) {
 	t.Run("no hedge left in the throttle", func(t *testing.T) {
 		pub := &scriptPub{script: []scripted{{delay: 150 * time.Millisecond}}}
 		h := newHedgeRig(t, pub)
-		h.r.hedges.tokens.Store(hedgeCost - 1)
+		h.r.hedges.SetTokens(hedge.Cost - 1)
 		if err := h.publish(nil); err != nil {
 			t.Fatalf("publishRow: %v", err)
 		}
@@ -325,9 +326,9 @@ func TestPublishRowHedge(t *testing.T) {
 			t.Fatalf("publishRow: %v", err)
 		}
 		if pub.count() != 1 {
-			t.Fatalf("calls %d, want 1: %d publishes seen, fewer than hedgeWarmup", pub.count(), h.f.seen.Load())
+			t.Fatalf("calls %d, want 1: %d publishes seen, fewer than hedge.Warmup", pub.count(), h.f.typ.Seen())
 		}
-		h.f.seen.Store(hedgeWarmup)
+		h.f.typ.Set(0, hedge.Warmup)
 		if err := h.publish(nil); err != nil {
 			t.Fatalf("publishRow: %v", err)
 		}
@@ -370,36 +371,6 @@ func (p *ctxPub) Publish(_ string, msgs ...*message.Message) error {
 }
 
 func (p *ctxPub) Close() error { return nil }
-
-// The throttle allows HedgeBurst hedges in a row, then one per HedgeEvery
-// publishes that returned without one.
-func TestHedgeThrottle(t *testing.T) {
-	f := newThrottle()
-	for i := range HedgeBurst {
-		if !f.take() {
-			t.Fatalf("hedge %d of the burst refused", i+1)
-		}
-	}
-	if f.take() {
-		t.Fatal("hedge past the burst allowed")
-	}
-	for i := range HedgeEvery - 1 {
-		f.refill()
-		if f.take() {
-			t.Fatalf("hedge allowed after %d publishes, want %d", i+1, HedgeEvery)
-		}
-	}
-	f.refill()
-	if !f.take() {
-		t.Fatalf("hedge refused after %d publishes", HedgeEvery)
-	}
-	for range 10 * hedgeCap {
-		f.refill()
-	}
-	if got := f.tokens.Load(); got != hedgeCap {
-		t.Fatalf("throttle holds %d, want its cap %d", got, hedgeCap)
-	}
-}
 
 func TestHedgeAfterNeedsHedge(t *testing.T) {
 	opts := testOptions(&scriptPub{}, "x")

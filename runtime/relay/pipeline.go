@@ -49,6 +49,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
 	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
+	"github.com/outboxgen/outboxgen/runtime/internal/hedge"
 )
 
 // recordDelay is how long results wait to be recorded while units still
@@ -99,53 +100,11 @@ type flow struct {
 	queued atomic.Int64
 	kick   chan struct{}
 	batch  int64
-	pool   *workers     // the goroutines units and publishes run on
-	avg    atomic.Int64 // typical publish duration, ns (see slowAfter)
-	seen   atomic.Int64 // publishes observed (see Relay.hedgeAfter)
+	pool   *workers      // the goroutines units and publishes run on
+	typ    hedge.Typical // the typical publish (see slowAfter)
 	// calls counts the publisher calls running, hedges and the calls
 	// they raced included (see waitCalls).
 	calls sync.WaitGroup
-}
-
-// throttle is Config.Hedge's token bucket, in 1/HedgeEvery of a hedge:
-// a hedge takes hedgeCost, and every publish that returned without one
-// puts one back, up to hedgeCap. The Relay keeps it across Run and
-// RunOnce calls, so that a sweeper's RunOnce every minute does not start
-// with a full burst each time.
-type throttle struct{ tokens atomic.Int64 }
-
-const (
-	hedgeCost = HedgeEvery
-	hedgeCap  = HedgeBurst * hedgeCost
-)
-
-func newThrottle() *throttle {
-	t := &throttle{}
-	t.tokens.Store(hedgeCap)
-	return t
-}
-
-// take takes a hedge, if one is left.
-func (t *throttle) take() bool {
-	for {
-		old := t.tokens.Load()
-		if old < hedgeCost {
-			return false
-		}
-		if t.tokens.CompareAndSwap(old, old-hedgeCost) {
-			return true
-		}
-	}
-}
-
-// refill puts a publish's share of a hedge back.
-func (t *throttle) refill() {
-	for {
-		old := t.tokens.Load()
-		if old >= hedgeCap || t.tokens.CompareAndSwap(old, old+1) {
-			return
-		}
-	}
 }
 
 // callsDone returns a channel closed once no publisher call runs.
@@ -165,28 +124,9 @@ func newFlow(opts Config) *flow {
 // slowAfter is how long a publish holds its slot before it counts as
 // slow and gives the slot back: eight times the recent typical publish
 // (an average of durations each capped at the threshold of its time, so
-// a few very slow publishes do not raise it), at least minSlow, at most
+// a few very slow publishes do not raise it), at least 2ms, at most
 // SlowPublish.
-func (f *flow) slowAfter() time.Duration {
-	return min(max(8*time.Duration(f.avg.Load()), minSlow), SlowPublish)
-}
-
-// observe feeds a publish's duration into the average slowAfter uses.
-func (f *flow) observe(d time.Duration) {
-	f.seen.Add(1)
-	d = min(d, f.slowAfter())
-	for {
-		old := f.avg.Load()
-		next := old + (int64(d)-old)/16
-		if f.avg.CompareAndSwap(old, next) {
-			return
-		}
-	}
-}
-
-// minSlow is the shortest slowAfter: below it a publish never gives its
-// slot back.
-const minSlow = 2 * time.Millisecond
+func (f *flow) slowAfter() time.Duration { return f.typ.Slow() }
 
 // started notes that a unit of n rows got its first slot (or gave up).
 func (f *flow) started(n int) {

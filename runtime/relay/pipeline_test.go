@@ -1088,7 +1088,7 @@ func TestUnitKeepsItsSlot(t *testing.T) {
 	r := mustRelay(t, drv, opts)
 	f := &flow{slots: make(chan struct{}, 1), kick: make(chan struct{}, 1), batch: 100, pool: newWorkers()}
 	defer f.pool.stop()
-	f.avg.Store(int64(time.Second)) // slowAfter: SlowPublish, so the held publish stays in its slot
+	f.typ.Set(time.Second, 0) // slowAfter: SlowPublish, so the held publish stays in its slot
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	publish := func(unit []driver.Row) {

@@ -15,6 +15,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
 	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
+	"github.com/outboxgen/outboxgen/runtime/internal/hedge"
 	"github.com/outboxgen/outboxgen/runtime/internal/outmsg"
 	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
@@ -77,7 +78,7 @@ type Relay struct {
 	// touches it.
 	brk breaker
 	// hedges throttles Config.Hedge across Run and RunOnce calls.
-	hedges *throttle
+	hedges *hedge.Throttle
 }
 
 // ErrRunning is returned by Run and RunOnce while another Run or RunOnce
@@ -111,7 +112,7 @@ func New(drv driver.Driver, opts Config) (*Relay, error) {
 		unorderedList: unordered,
 		passKeys:      len(unordered) == 0 && drv.Dialect().ClaimSkipsKeys(),
 		wake:          make(chan struct{}, 1),
-		hedges:        newThrottle(),
+		hedges:        hedge.NewThrottle(),
 	}
 	for _, u := range unordered {
 		r.unordered[u] = true
@@ -524,9 +525,9 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 				hedge = nil
 				continue // another call may still succeed
 			}
-			f.observe(time.Since(start))
+			f.typ.Observe(time.Since(start))
 			if r.opts.Hedge && hedged == 0 {
-				r.hedges.refill()
+				r.hedges.Refill()
 			}
 			if err != nil {
 				err = failed
@@ -537,7 +538,7 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 			<-f.slots // a slow publish lets another key go meanwhile
 		case <-hedge:
 			hedge = nil
-			if !r.hedges.take() {
+			if !r.hedges.Take() {
 				continue
 			}
 			hedged++
@@ -576,21 +577,14 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 	}
 }
 
-// hedgeWarmup is how many publishes the default HedgeAfter waits for
-// before the first hedge: until then the typical publish is not known.
-const hedgeWarmup = 16
-
 // hedgeAfter is how long a publish runs before Config.Hedge sends it
 // again (Config.HedgeAfter, or when it counts as slow), and whether it
 // may be hedged at all.
 func (r *Relay) hedgeAfter(f *flow) (time.Duration, bool) {
-	switch {
-	case !r.opts.Hedge:
+	if !r.opts.Hedge {
 		return 0, false
-	case r.opts.HedgeAfter > 0:
-		return r.opts.HedgeAfter, true
 	}
-	return f.slowAfter(), f.seen.Load() >= hedgeWarmup
+	return f.typ.After(r.opts.HedgeAfter)
 }
 
 func (r *Relay) reportFailed(ctx context.Context, fs []driver.Failure, failed []int64) {

@@ -125,6 +125,28 @@ type Config struct {
 	// is cancelled then; bound the publisher's own timeout too.
 	PublishTimeout time.Duration
 
+	// Hedge sends a Publish call again, beside the call under way, once
+	// that has run HedgeAfter without returning, and once more if neither
+	// returned HedgeAfter later (relay.MaxHedges); the first call to
+	// succeed counts, and the message contexts of the others are
+	// cancelled. It is the polling relay's Config.Hedge, with the same
+	// throttle (relay.HedgeBurst, relay.HedgeEvery, kept across Run's
+	// sessions): a call that stalls (a lost packet, a leader election)
+	// holds back the keys it carries, up to MaxPublishBatch of them, for
+	// about HedgeAfter instead of its whole length. A failure ends the
+	// hedging of its call (another call would be a retry without
+	// RetryDelay); the calls still running may yet succeed. The cost:
+	// when two calls succeed, the broker gets the messages twice, and a
+	// later copy can arrive after its key's next event; consumers that
+	// deduplicate by event id drop it. Run waits for the calls left
+	// running before it returns, at most ShutdownTimeout. Default false.
+	Hedge bool
+	// HedgeAfter is how long a Publish call runs before Hedge sends it
+	// again; shorter than PublishTimeout. Default (0): eight times the
+	// recent typical call, at least 2ms, at most 250ms, and no hedge
+	// before the relay has seen 16 calls.
+	HedgeAfter time.Duration
+
 	// StatusInterval is how often the relay reports its confirmed position
 	// to PostgreSQL and samples the slot's lag (default 1s; PostgreSQL's
 	// wal_sender_timeout, 60s by default, must be longer).
@@ -278,6 +300,13 @@ func (c Config) Validate() error {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("walrelay: Config.%s is %s: use a positive duration (or 0 for the default)", d.name, d.v))
 		}
+	}
+	if c.HedgeAfter < 0 {
+		errs = append(errs, fmt.Errorf("walrelay: Config.HedgeAfter is %s: use a positive duration (or 0 for eight times the typical publish)", c.HedgeAfter))
+	} else if c.HedgeAfter > 0 && !c.Hedge {
+		errs = append(errs, fmt.Errorf("walrelay: Config.HedgeAfter is %s but Config.Hedge is false: set Hedge to hedge publishes, or leave HedgeAfter 0", c.HedgeAfter))
+	} else if c.HedgeAfter > 0 && c.PublishTimeout > 0 && c.HedgeAfter >= c.PublishTimeout {
+		errs = append(errs, fmt.Errorf("walrelay: Config.HedgeAfter (%s) must be shorter than Config.PublishTimeout (%s): no hedge could start before the call times out", c.HedgeAfter, c.PublishTimeout))
 	}
 	if c.MaxParkedKeys < 1 {
 		errs = append(errs, fmt.Errorf("walrelay: Config.MaxParkedKeys is %d: use at least 1 (or 0 for %d)", c.MaxParkedKeys, DefaultMaxParkedKeys))

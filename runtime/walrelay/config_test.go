@@ -3,6 +3,7 @@ package walrelay
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
@@ -27,14 +28,30 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 	bad.MaxInFlightBytes = -1
 	bad.QuickRetries = -1
 	bad.StatusInterval = -1
+	bad.HedgeAfter = time.Second // without Hedge
 	err := bad.Validate()
 	if err == nil {
 		t.Fatal("invalid config accepted")
 	}
-	for _, want := range []string{"Publisher is nil", `Slot "Bad-Slot"`, "MaxInFlight is", "MaxInFlightBytes", "QuickRetries", "StatusInterval"} {
+	for _, want := range []string{"Publisher is nil", `Slot "Bad-Slot"`, "MaxInFlight is", "MaxInFlightBytes", "QuickRetries", "StatusInterval", "HedgeAfter is 1s but Config.Hedge is false"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}
+	}
+	for _, h := range []struct {
+		after time.Duration
+		want  string
+	}{{-time.Second, "HedgeAfter is -1s"}, {c.PublishTimeout, "must be shorter than Config.PublishTimeout"}} {
+		hc := c
+		hc.Hedge, hc.HedgeAfter = true, h.after
+		if err := hc.Validate(); err == nil || !strings.Contains(err.Error(), h.want) {
+			t.Errorf("Hedge with HedgeAfter %s: error %v, want one saying %q", h.after, err, h.want)
+		}
+	}
+	hc := c
+	hc.Hedge, hc.HedgeAfter = true, 100*time.Millisecond
+	if err := hc.Validate(); err != nil {
+		t.Errorf("Hedge with HedgeAfter 100ms: %v", err)
 	}
 }
 

@@ -101,6 +101,9 @@
 // (unsettled, or settled behind an unsettled transaction): memory stays
 // bounded however long an event takes. Settled events hold no content, so
 // a slow event holds back its key, not the others, until MaxUnconfirmed.
+// With Config.Hedge, a call that stalls is made again beside it after
+// HedgeAfter (the polling relay's hedged publishes), so it holds back the
+// keys it carries for about that long.
 //
 // The slot only retains WAL from its creation on: events written in WAL
 // mode before the slot exists are never streamed. Run Relay.Setup (a

@@ -123,6 +123,21 @@ func (d *dispatcher) stop(timeout time.Duration) {
 	case <-done:
 	case <-t.C:
 		d.r.log.Warn("publishes still running at the shutdown timeout: abandoned; their events are published again by the next stream")
+		return
+	}
+	// The Publish calls left running by the publishes that returned: a
+	// hedge's losing calls (cancelled), or a call past PublishTimeout.
+	// Polled, not a WaitGroup: a call that never returns would leave a
+	// waiter behind, and the next session's calls would reuse it.
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for d.r.calls.Load() > 0 {
+		select {
+		case <-tick.C:
+		case <-t.C:
+			d.r.log.Warn("publisher calls still running at the shutdown timeout (a hedge's losing call, or a call past Config.PublishTimeout): not waited for; their events were settled", slog.Int64("calls", d.r.calls.Load()))
+			return
+		}
 	}
 }
 
@@ -454,24 +469,17 @@ func (r *Relay) publish(ctx context.Context, ev *event, attempt int) (err error)
 	if err != nil {
 		return err
 	}
-	pctx, cancel := context.WithTimeout(sctx, r.cfg.PublishTimeout)
+	deadline := time.Now().Add(r.cfg.PublishTimeout)
+	pctx, cancel := context.WithDeadline(sctx, deadline)
 	defer cancel()
 	msg.SetContext(pctx)
-	res := make(chan error, 1)
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				res <- fmt.Errorf("walrelay: publisher panicked: %v", p)
-			}
-		}()
-		res <- r.cfg.Publisher.Publish(ev.Topic, msg)
-	}()
-	select {
-	case err = <-res:
+	if err := r.call([]*event{ev}, []*message.Message{msg}, deadline); err != nil {
+		if errors.Is(err, errTimeout) {
+			return fmt.Errorf("walrelay: publish of event %s did not return within %s (Config.PublishTimeout): %w", ev.ID, r.cfg.PublishTimeout, context.DeadlineExceeded)
+		}
 		return err
-	case <-pctx.Done():
-		return fmt.Errorf("walrelay: publish of event %s did not return within %s (Config.PublishTimeout): %w", ev.ID, r.cfg.PublishTimeout, context.Cause(pctx))
 	}
+	return nil
 }
 
 // publishMany publishes evs (one topic) in one Publish call, bounded by
@@ -506,21 +514,111 @@ func (r *Relay) publishMany(ctx context.Context, evs []*event) (err error) {
 		msg.SetContext(pctx)
 		msgs[i] = msg
 	}
-	res := make(chan error, 1)
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				res <- fmt.Errorf("walrelay: publisher panicked: %v", p)
-			}
-		}()
-		res <- r.cfg.Publisher.Publish(evs[0].Topic, msgs...)
-	}()
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	select {
-	case err = <-res:
+	if err := r.call(evs, msgs, deadline); err != nil {
+		if errors.Is(err, errTimeout) {
+			return fmt.Errorf("walrelay: publish of %d events did not return within %s (Config.PublishTimeout): %w", len(evs), r.cfg.PublishTimeout, context.DeadlineExceeded)
+		}
 		return err
-	case <-t.C:
-		return fmt.Errorf("walrelay: publish of %d events did not return within %s (Config.PublishTimeout): %w", len(evs), r.cfg.PublishTimeout, context.DeadlineExceeded)
+	}
+	return nil
+}
+
+// errTimeout is call's error when no call returned by the deadline.
+var errTimeout = errors.New("walrelay: publish timed out")
+
+// call publishes msgs, the messages of evs (one topic), in one Publish
+// call run in a goroutine of its own (a call that never returns is left
+// behind at deadline: errTimeout). With Config.Hedge, a call still
+// running at the hedge delay is made again beside it, with copies of the
+// messages, if the throttle allows, and again that delay later, up to
+// relay.MaxHedges times. The first call to succeed decides; the caller
+// then cancels the messages' contexts (each is its publish's, with the
+// deadline, and the copies share it), which stops the others. A failure
+// ends the hedging and waits for the calls still running (one may yet
+// succeed); when all fail, the first failure is returned. The calls left
+// running when it returns run on (r.calls, which Run waits for).
+func (r *Relay) call(evs []*event, msgs []*message.Message, deadline time.Time) error {
+	topic := evs[0].Topic
+	after, hedging := time.Duration(0), false
+	if r.cfg.Hedge {
+		after, hedging = r.typ.After(r.cfg.HedgeAfter)
+	}
+	var pristine []*message.Message // the hedges' source, never published
+	var hedge <-chan time.Time
+	if hedging {
+		// Copied before the first call starts: a publisher may write to
+		// its messages' metadata while it runs.
+		pristine = make([]*message.Message, len(msgs))
+		for i, m := range msgs {
+			pristine[i] = m.CopyWithContext()
+		}
+		t := time.NewTimer(after)
+		defer t.Stop()
+		hedge = t.C
+	}
+	res := make(chan error, 1+relay.MaxHedges)
+	start := func(ms []*message.Message) {
+		r.calls.Add(1)
+		go func() {
+			defer r.calls.Add(-1)
+			defer func() {
+				if p := recover(); p != nil {
+					res <- fmt.Errorf("walrelay: publisher panicked: %v", p)
+				}
+			}()
+			res <- r.cfg.Publisher.Publish(topic, ms...)
+		}()
+	}
+	began := time.Now()
+	start(msgs)
+	timeout := time.NewTimer(time.Until(deadline))
+	defer timeout.Stop()
+	running, hedged := 1, 0
+	var failed error // the first failure, while other calls run
+	for {
+		select {
+		case err := <-res:
+			running--
+			if err != nil && failed == nil {
+				failed = err
+			}
+			if err != nil && running > 0 {
+				hedge = nil
+				continue // another call may still succeed
+			}
+			r.typ.Observe(time.Since(began))
+			if r.cfg.Hedge && hedged == 0 {
+				r.hedges.Refill()
+			}
+			if err != nil {
+				return failed
+			}
+			return nil
+		case <-hedge:
+			hedge = nil
+			if !r.hedges.Take() {
+				continue
+			}
+			hedged++
+			running++
+			for i, m := range pristine {
+				r.tel.Hedged(m.Context(), evs[i].Type, topic, time.Since(began))
+			}
+			r.log.Debug("publish running long: sent again beside it (hedge)", slog.Int("events", len(evs)),
+				slog.String("event_id", evs[0].ID.String()), slog.String("key", evs[0].Key), slog.String("topic", topic),
+				slog.Duration("after", time.Since(began)), slog.Int("hedge", hedged))
+			ms := make([]*message.Message, len(pristine))
+			for i, m := range pristine {
+				ms[i] = m.CopyWithContext()
+			}
+			start(ms)
+			if hedged < relay.MaxHedges {
+				t := time.NewTimer(after)
+				defer t.Stop()
+				hedge = t.C
+			}
+		case <-timeout.C:
+			return errTimeout
+		}
 	}
 }

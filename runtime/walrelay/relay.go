@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
+	"github.com/outboxgen/outboxgen/runtime/internal/hedge"
 	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
@@ -34,6 +36,13 @@ type Relay struct {
 	q      queries
 
 	running sync.Mutex
+
+	// Config.Hedge: the throttle and the typical call, kept across Run's
+	// sessions, and the calls still running (hedges, and the calls they
+	// raced), which Run waits for.
+	hedges *hedge.Throttle
+	typ    hedge.Typical
+	calls  atomic.Int64
 
 	// state read by Status, metrics and tests.
 	mu     sync.Mutex
@@ -139,7 +148,7 @@ func New(pool *pgxpool.Pool, schema outbox.Schema, cfg Config) (*Relay, error) {
 	r := &Relay{
 		cfg: cfg, pool: pool, table: table, prefix: outbox.WALPrefix(table), repl: repl,
 		log: cfg.Logger.With(slog.String("walrelay", cfg.InstanceID), slog.String("slot", cfg.Slot), slog.String("table", table)),
-		tel: tel, q: queries{wq},
+		tel: tel, q: queries{wq}, hedges: hedge.NewThrottle(),
 	}
 	if r.met, err = newMetrics(mp, r); err != nil {
 		return nil, fmt.Errorf("walrelay: metrics: %w", err)

@@ -1,0 +1,119 @@
+// Package hedge holds what the polling relay (package relay) and the
+// streaming relay (package walrelay) share to hedge publishes (their
+// Config.Hedge): the throttle that bounds the extra calls, and the
+// typical publish duration the default hedge delay is taken from.
+package hedge
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+const (
+	// Burst and Every throttle the hedges: at most Burst in a row, then
+	// one per Every publishes that returned without one, so that a
+	// broker slow as a whole gets at most a tenth more calls.
+	Burst = 10
+	Every = 10
+	// Max is how many times one publish is sent again.
+	Max = 2
+	// Warmup is how many publishes the default delay waits for before
+	// the first hedge: until then the typical publish is not known.
+	Warmup = 16
+	// MinSlow and MaxSlow bound Typical.Slow.
+	MinSlow = 2 * time.Millisecond
+	MaxSlow = 250 * time.Millisecond
+)
+
+// Throttle is the hedges' token bucket, in 1/Every of a hedge: a hedge
+// takes Every, and every publish that returned without one puts one
+// back, up to Burst hedges. Its zero value is empty: use NewThrottle.
+type Throttle struct{ tokens atomic.Int64 }
+
+const (
+	// Cost is what one hedge takes from a Throttle.
+	Cost = Every
+	// Cap is the most a Throttle holds (Burst hedges).
+	Cap = Burst * Cost
+)
+
+// NewThrottle returns a full throttle.
+func NewThrottle() *Throttle {
+	t := &Throttle{}
+	t.tokens.Store(Cap)
+	return t
+}
+
+// Take takes a hedge, if one is left.
+func (t *Throttle) Take() bool {
+	for {
+		old := t.tokens.Load()
+		if old < Cost {
+			return false
+		}
+		if t.tokens.CompareAndSwap(old, old-Cost) {
+			return true
+		}
+	}
+}
+
+// Refill puts back the share of a publish that returned without a hedge.
+func (t *Throttle) Refill() {
+	for {
+		old := t.tokens.Load()
+		if old >= Cap || t.tokens.CompareAndSwap(old, old+1) {
+			return
+		}
+	}
+}
+
+// Tokens is what the throttle holds, in 1/Every of a hedge.
+func (t *Throttle) Tokens() int64 { return t.tokens.Load() }
+
+// SetTokens sets what the throttle holds (tests).
+func (t *Throttle) SetTokens(n int64) { t.tokens.Store(n) }
+
+// Typical is the recent typical publish duration: an average of
+// durations each capped at the slow threshold of its time, so a few very
+// slow publishes do not raise it. Its zero value is ready to use.
+type Typical struct {
+	avg  atomic.Int64 // ns
+	seen atomic.Int64 // publishes observed
+}
+
+// Slow is when a publish counts as slow: eight times the typical one, at
+// least MinSlow, at most MaxSlow.
+func (t *Typical) Slow() time.Duration {
+	return min(max(8*time.Duration(t.avg.Load()), MinSlow), MaxSlow)
+}
+
+// Observe feeds a publish's duration into the average.
+func (t *Typical) Observe(d time.Duration) {
+	t.seen.Add(1)
+	d = min(d, t.Slow())
+	for {
+		old := t.avg.Load()
+		next := old + (int64(d)-old)/16
+		if t.avg.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// Seen is how many publishes were observed.
+func (t *Typical) Seen() int64 { return t.seen.Load() }
+
+// Set sets the average and the count (tests).
+func (t *Typical) Set(avg time.Duration, seen int64) {
+	t.avg.Store(int64(avg))
+	t.seen.Store(seen)
+}
+
+// After is the hedge delay: after when set, else Slow once Warmup
+// publishes were seen; ok is false while no hedge may start yet.
+func (t *Typical) After(after time.Duration) (d time.Duration, ok bool) {
+	if after > 0 {
+		return after, true
+	}
+	return t.Slow(), t.Seen() >= Warmup
+}
