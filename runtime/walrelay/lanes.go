@@ -469,11 +469,10 @@ func (r *Relay) publish(ctx context.Context, ev *event, attempt int) (err error)
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(r.cfg.PublishTimeout)
-	pctx, cancel := context.WithDeadline(sctx, deadline)
+	pctx, cancel := context.WithTimeout(sctx, r.cfg.PublishTimeout)
 	defer cancel()
 	msg.SetContext(pctx)
-	if err := r.call([]*event{ev}, []*message.Message{msg}, deadline); err != nil {
+	if err := r.call([]*event{ev}, []*message.Message{msg}, pctx.Done()); err != nil {
 		if errors.Is(err, errTimeout) {
 			return fmt.Errorf("walrelay: publish of event %s did not return within %s (Config.PublishTimeout): %w", ev.ID, r.cfg.PublishTimeout, context.DeadlineExceeded)
 		}
@@ -514,7 +513,9 @@ func (r *Relay) publishMany(ctx context.Context, evs []*event) (err error) {
 		msg.SetContext(pctx)
 		msgs[i] = msg
 	}
-	if err := r.call(evs, msgs, deadline); err != nil {
+	expire, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if err := r.call(evs, msgs, expire.Done()); err != nil {
 		if errors.Is(err, errTimeout) {
 			return fmt.Errorf("walrelay: publish of %d events did not return within %s (Config.PublishTimeout): %w", len(evs), r.cfg.PublishTimeout, context.DeadlineExceeded)
 		}
@@ -528,7 +529,7 @@ var errTimeout = errors.New("walrelay: publish timed out")
 
 // call publishes msgs, the messages of evs (one topic), in one Publish
 // call run in a goroutine of its own (a call that never returns is left
-// behind at deadline: errTimeout). With Config.Hedge, a call still
+// behind when expired is ready: errTimeout). With Config.Hedge, a call still
 // running at the hedge delay is made again beside it, with copies of the
 // messages, if the throttle allows, and again that delay later, up to
 // relay.MaxHedges times. The first call to succeed decides; the caller
@@ -537,7 +538,7 @@ var errTimeout = errors.New("walrelay: publish timed out")
 // ends the hedging and waits for the calls still running (one may yet
 // succeed); when all fail, the first failure is returned. The calls left
 // running when it returns run on (r.calls, which Run waits for).
-func (r *Relay) call(evs []*event, msgs []*message.Message, deadline time.Time) error {
+func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struct{}) error {
 	topic := evs[0].Topic
 	after, hedging := time.Duration(0), false
 	if r.cfg.Hedge {
@@ -556,7 +557,11 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, deadline time.Time) 
 		defer t.Stop()
 		hedge = t.C
 	}
-	res := make(chan error, 1+relay.MaxHedges)
+	calls := 1
+	if hedging {
+		calls += relay.MaxHedges
+	}
+	res := make(chan error, calls)
 	start := func(ms []*message.Message) {
 		r.calls.Add(1)
 		go func() {
@@ -571,8 +576,18 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, deadline time.Time) 
 	}
 	began := time.Now()
 	start(msgs)
-	timeout := time.NewTimer(time.Until(deadline))
-	defer timeout.Stop()
+	if !hedging {
+		select {
+		case err := <-res:
+			if r.cfg.Hedge { // still warming up: the typical call is the default delay's
+				r.typ.Observe(time.Since(began))
+				r.hedges.Refill()
+			}
+			return err
+		case <-expired:
+			return errTimeout
+		}
+	}
 	running, hedged := 1, 0
 	var failed error // the first failure, while other calls run
 	for {
@@ -587,7 +602,7 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, deadline time.Time) 
 				continue // another call may still succeed
 			}
 			r.typ.Observe(time.Since(began))
-			if r.cfg.Hedge && hedged == 0 {
+			if hedged == 0 {
 				r.hedges.Refill()
 			}
 			if err != nil {
@@ -617,7 +632,7 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, deadline time.Time) 
 				defer t.Stop()
 				hedge = t.C
 			}
-		case <-timeout.C:
+		case <-expired:
 			return errTimeout
 		}
 	}
