@@ -2,8 +2,9 @@ package bench
 
 // BenchmarkWAL: issue 15's benchmark, the WAL mode (outbox.WALWriter and
 // runtime/walrelay) beside the table outbox and the polling relay, in one
-// run on one PostgreSQL server with wal_level=logical (the durability
-// settings are the server's own: run it on a server with fsync on):
+// run on one PostgreSQL server with wal_level=logical, with fsync,
+// synchronous_commit and full_page_writes on for the whole run (-durable,
+// the default; durable_test.go), restored at its end:
 //
 //  1. writer tx/s (-wal-slices rounds of -wal-slice per mode, the modes in
 //     rotating order on one database, so outside load hits all alike),
@@ -22,7 +23,10 @@ package bench
 //     polling relay (in-process Notify after commit, its fastest mode)
 //     against the WAL relay;
 //  4. the WAL a slot retains per hour while the relay is down, writing
-//     -wal-rate events/s (UPDATE + event).
+//     -wal-rate events/s (UPDATE + event);
+//  5. the WAL relay's commit→publish latency of 3 with a fraction
+//     -chaos-slow (0.5 %) of its publishes taking -chaos-delay (3 s, row
+//     4 of BenchmarkOutbox), without and with Config.Hedge.
 //
 // The publisher is an in-memory sink (the broker is not the subject).
 //
@@ -271,8 +275,12 @@ func saturate(b *testing.B, pool *pgxpool.Pool, m walMode, d time.Duration, afte
 
 // walRelay starts a WAL relay on pool publishing to pub and waits until
 // it streams; the returned function stops it.
-func walRelay(b *testing.B, pool *pgxpool.Pool, pub message.Publisher) (*walrelay.Relay, func()) {
-	r, err := walrelay.New(pool, testdb.Schema(outbox.Postgres), walrelay.Config{Publisher: pub, Logger: discard, StatusInterval: 100 * time.Millisecond})
+func walRelay(b *testing.B, pool *pgxpool.Pool, pub message.Publisher, mods ...func(*walrelay.Config)) (*walrelay.Relay, func()) {
+	cfg := walrelay.Config{Publisher: pub, Logger: discard, StatusInterval: 100 * time.Millisecond}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	r, err := walrelay.New(pool, testdb.Schema(outbox.Postgres), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -399,6 +407,35 @@ func latency(b *testing.B, wal bool) (p50, p99, r50, r99 time.Duration, lost int
 	return percentile(lat, 0.50), percentile(lat, 0.99), percentile(ret, 0.50), percentile(ret, 0.99), lost
 }
 
+// slowLatency is latency's WAL relay, with a fraction -chaos-slow of its
+// publishes taking -chaos-delay (3 s; row 4's stalls: the call sleeps,
+// whatever its context), with or without Config.Hedge: the sorted
+// commit→publish latencies (from COMMIT returned), the events lost, and
+// the Publish calls made and slowed.
+func slowLatency(b *testing.B, hedge bool) (lat []time.Duration, lost int, calls, slow int64) {
+	pool := walDB(b)
+	sink := newWALSink()
+	pub := chaosPublisher{Publisher: sink, calls: &atomic.Int64{}, frac: *flagChaosSlow, delay: *flagChaosDelay, slow: &atomic.Int64{}, busy: &slowKeys{}}
+	_, stop := walRelay(b, pool, pub, func(c *walrelay.Config) { c.Hedge = hedge })
+	commits, returned := paced(b, pool, modeWAL, *flagWALLatFor, nil)
+	deadline := time.Now().Add(time.Minute)
+	for sink.count() < len(commits) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	for id := range commits {
+		got, ok := sink.recv[id]
+		if !ok {
+			lost++
+			continue
+		}
+		lat = append(lat, max(got.Sub(returned[id]), 0))
+	}
+	return sortDurations(lat), lost, pub.calls.Load(), pub.slow.Load()
+}
+
 // paced commits -wal-rate transactions per second (UPDATE + event) for d
 // across the clients and returns when each event's COMMIT was sent and
 // when it returned.
@@ -477,6 +514,11 @@ func BenchmarkWAL(b *testing.B) {
 	if testing.Short() {
 		b.Skip("heavy benchmark; not run with -short")
 	}
+	// The whole run with -durable's settings (durable_test.go): with the
+	// test server's synchronous_commit off, WAL reaches the walsender only
+	// when the WAL writer flushes it (wal_writer_delay, 200 ms), which
+	// would be the WAL relay's latency.
+	openServers(b).measure(b)
 	// Writers: one database, the four modes in short slices, in rotating
 	// order, so that load from outside the benchmark (a shared host) falls
 	// on every mode alike; a round is one slice of each mode, and each
@@ -537,6 +579,28 @@ func BenchmarkWAL(b *testing.B) {
 			}
 		})
 	}
+	type slowRun struct {
+		lat               []time.Duration
+		lost              int
+		calls, slow, over int64
+	}
+	slowRuns := map[bool]slowRun{}
+	for _, hedge := range []bool{false, true} {
+		b.Run(fmt.Sprintf("slow/hedge=%v", hedge), func(b *testing.B) {
+			for range b.N {
+				lat, lost, calls, slow := slowLatency(b, hedge)
+				var over int64
+				for _, d := range lat {
+					if d > 100*time.Millisecond {
+						over++
+					}
+				}
+				slowRuns[hedge] = slowRun{lat, lost, calls, slow, over}
+				b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
+				b.ReportMetric(float64(percentile(lat, 0.999).Microseconds())/1000, "p99.9-ms")
+			}
+		})
+	}
 	var perHour, perEvent float64
 	b.Run("retained", func(b *testing.B) {
 		for range b.N {
@@ -585,6 +649,20 @@ func BenchmarkWAL(b *testing.B) {
 	}
 	fmt.Fprintf(&sb, "\nGoal p99 < 5 ms: from COMMIT returned %s; from COMMIT sent (the commit's own fsync included) %s\n\n",
 		verdict(lats[true].r99 < 5*time.Millisecond), verdict(lats[true].p99 < 5*time.Millisecond))
+	if len(slowRuns) > 0 {
+		fmt.Fprintf(&sb, "| WAL relay, %d events/s, %.1f %% of publishes take %s, COMMIT returned → published, ms | p50 | p99 | p99.9 | max | events over 100 ms | Publish calls (slowed) | lost |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+			*flagWALRate, *flagChaosSlow*100, *flagChaosDelay)
+		for _, hedge := range []bool{false, true} {
+			r, ok := slowRuns[hedge]
+			if !ok {
+				continue
+			}
+			name := map[bool]string{false: "without Hedge", true: "with Hedge (HedgeAfter default)"}[hedge]
+			fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %d of %d | %d (%d) | %d |\n", name, ms(percentile(r.lat, 0.5)), ms(percentile(r.lat, 0.99)),
+				ms(percentile(r.lat, 0.999)), ms(percentile(r.lat, 1)), r.over, len(r.lat), r.calls, r.slow, r.lost)
+		}
+		fmt.Fprintln(&sb)
+	}
 	fmt.Fprintf(&sb, "Relay down, %d events/s (UPDATE + event each): the slot retains %.1f GiB of WAL per hour (%.0f bytes per transaction).\n",
 		*flagWALRate, perHour/(1<<30), perEvent)
 	fmt.Fprint(os.Stdout, sb.String())
