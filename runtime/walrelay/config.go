@@ -77,7 +77,11 @@ type Config struct {
 	// (default 16). A call carries one event or, when events of several
 	// keys are waiting, the next events of up to MaxPublishBatch keys (of
 	// one topic). Events of one key are published one at a time, in
-	// commit order.
+	// commit order. A call that runs eight times the typical one (2ms to
+	// 250ms) stops counting: another takes its place, so calls that stall
+	// hold back their own keys, not the others (as the polling relay's
+	// slow publishes give back their slot). The calls at once are then
+	// bounded by MaxInFlight, since each holds at least one event.
 	Concurrency int
 	// MaxInFlight bounds the events received from the stream and not yet
 	// settled (default 4096): neither acknowledged by the broker nor

@@ -99,8 +99,11 @@
 // the unsettled ones hold MaxInFlightBytes of content (at least one event
 // is always read), or while MaxUnconfirmed events are not confirmed
 // (unsettled, or settled behind an unsettled transaction): memory stays
-// bounded however long an event takes. Settled events hold no content, so
-// a slow event holds back its key, not the others, until MaxUnconfirmed.
+// bounded however long an event takes. A call that runs eight times the
+// typical one (2ms to 250ms) gives its place among the Concurrency calls
+// to another, so stalled calls hold back their own keys only. Settled
+// events hold no content, so a slow event holds back its key, not the
+// others, until MaxUnconfirmed.
 // With Config.Hedge, a call that stalls is made again beside it after
 // HedgeAfter (the polling relay's hedged publishes), so it holds back the
 // keys it carries for about that long.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -120,4 +121,52 @@ func TestNoHedgeWithoutConfig(t *testing.T) {
 		t.Errorf("the events took %s, less than the stalled call's PublishTimeout (2s): something was hedged without Config.Hedge", took)
 	}
 	checkOrder(t, b.messages(t), map[string]int{"stall": 2})
+}
+
+// TestSlowCallFreesItsWorker: with one worker (Concurrency 1) and no
+// hedging, a call that stalls (until PublishTimeout, 10s) holds back its
+// key only: once it counts as slow, another worker takes its place, and
+// the other keys' events, written after the stall began, arrive while it
+// lasts; the stalled key's next event waits for it (per-key order).
+func TestSlowCallFreesItsWorker(t *testing.T) {
+	pool := logicalPool(t)
+	b := startNATS(t)
+	w := walWriter(t)
+	pub := &stallOnce{Publisher: b.pub, key: "stall"}
+	r := newRelay(t, pool, pub, func(c *walrelay.Config) {
+		c.Concurrency = 1
+		c.PublishTimeout = 10 * time.Second
+	})
+	runRelay(t, r)
+	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
+	write(t, pool, w, false, payload{Key: "stall", N: 1})
+	waitFor(t, 10*time.Second, "the stalled call", func() bool {
+		pub.mu.Lock()
+		defer pub.mu.Unlock()
+		return pub.stalled
+	})
+	start := time.Now()
+	write(t, pool, w, false, payload{Key: "stall", N: 2})
+	want := map[string]int{"stall": 2}
+	// One at a time, each once the one before arrived: each is then
+	// delivered alone (the path with a place of Concurrency of its own,
+	// which the stalled delivery gives back too), not in a batch.
+	for k := range 5 {
+		key := "other" + strconv.Itoa(k)
+		want[key] = 2
+		for n := 1; n <= 2; n++ {
+			write(t, pool, w, false, payload{Key: key, N: n})
+			waitFor(t, 2*time.Second, key+"'s event while the call stalls", func() bool { return distinct(b.messages(t)) >= 2*k+n })
+		}
+	}
+	if took := time.Since(start); took > 5*time.Second || pub.returned.Load() {
+		t.Errorf("the other keys' events took %s (the stalled call returned: %v): they should not wait for it", took, pub.returned.Load())
+	}
+	for _, m := range b.messages(t) {
+		if m.Key == "stall" {
+			t.Errorf("event %d of the stalled key arrived before its first event's call returned", m.N)
+		}
+	}
+	waitFor(t, 30*time.Second, "every event, once the stalled call timed out", func() bool { return distinct(b.messages(t)) >= 12 })
+	checkOrder(t, b.messages(t), want)
 }

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -182,11 +183,28 @@ func (d *dispatcher) done(ev *event) {
 	d.mu.Unlock()
 }
 
-// worker publishes the heads of ready lanes until the dispatcher stops.
+// worker publishes the heads of ready lanes until the dispatcher stops,
+// or until one of its calls ran slow: a call that runs for Slow (eight
+// times the typical call, 2ms to 250ms) starts another worker in its
+// place, which takes the ready lanes meanwhile, and this one ends once
+// the events it took are settled. So Concurrency calls that stall do not
+// stop the other keys; the workers (and calls) at once stay bounded by
+// the events in flight (MaxInFlight), as each slow call holds at least
+// one.
 func (d *dispatcher) worker() {
 	defer d.wg.Done()
 	var buf, batch []*event
+	var handedOff atomic.Bool
+	slow := func() {
+		if handedOff.CompareAndSwap(false, true) {
+			d.wg.Add(1)
+			go d.worker()
+		}
+	}
 	for {
+		if handedOff.Load() {
+			return
+		}
 		evs := d.take(buf[:0])
 		if evs == nil {
 			return
@@ -218,11 +236,11 @@ func (d *dispatcher) worker() {
 				}
 			}
 			batch = rest
-			if len(group) == 1 || !d.publishBatch(group) {
+			if len(group) == 1 || !d.publishBatch(group, slow) {
 				singles = append(singles, group...)
 			}
 		}
-		if !d.deliverAll(singles) {
+		if !d.deliverAll(singles, slow) {
 			return // shutting down: the unsettled events are streamed again
 		}
 	}
@@ -232,13 +250,13 @@ func (d *dispatcher) worker() {
 // call and settles them when the broker takes it; false when it did not
 // (nothing settled: the caller publishes them one by one), or when the
 // breaker opened meanwhile.
-func (d *dispatcher) publishBatch(evs []*event) bool {
+func (d *dispatcher) publishBatch(evs []*event, slow func()) bool {
 	r := d.r
 	if d.ctx.Err() != nil {
 		return false
 	}
 	d.brk.begin()
-	err := r.publishMany(context.WithoutCancel(d.ctx), evs)
+	err := r.publishMany(context.WithoutCancel(d.ctx), evs, slow)
 	d.brk.end()
 	if err != nil {
 		r.log.Debug("batch publish failed: publishing its events one by one", slog.Int("events", len(evs)), slog.String("error", telemetry.ErrorText(err)))
@@ -257,15 +275,22 @@ func (d *dispatcher) publishBatch(evs []*event) bool {
 // parking), concurrently (at most Concurrency single deliveries at once
 // across the workers, so parking checks cannot swamp the pool), and
 // settles them; false when shutdown cut one off.
-func (d *dispatcher) deliverAll(evs []*event) bool {
+func (d *dispatcher) deliverAll(evs []*event, slow func()) bool {
 	one := func(ev *event) bool {
 		select {
 		case d.singles <- struct{}{}:
 		case <-d.ctx.Done():
 			return false
 		}
-		ok := d.deliver(ev)
-		<-d.singles
+		// A slow delivery gives its place back, as its worker does.
+		var freed atomic.Bool
+		free := func() {
+			if freed.CompareAndSwap(false, true) {
+				<-d.singles
+			}
+		}
+		ok := d.deliver(ev, func() { free(); slow() })
+		free()
 		if !ok {
 			return false
 		}
@@ -296,7 +321,7 @@ func (d *dispatcher) deliverAll(evs []*event) bool {
 
 // deliver publishes ev, or parks it; false when shutdown cut it off
 // (unsettled).
-func (d *dispatcher) deliver(ev *event) bool {
+func (d *dispatcher) deliver(ev *event, slow func()) bool {
 	r := d.r
 	if d.parked.mayHave(ev.Key) {
 		// It reads the key's rows and may insert ev: SELECT and INSERT.
@@ -321,7 +346,7 @@ func (d *dispatcher) deliver(ev *event) bool {
 		epoch := d.brk.epochNow()
 		// A publish under way at shutdown is waited for (stop), not cut.
 		d.brk.begin()
-		err := r.publish(context.WithoutCancel(d.ctx), ev, attempts+1)
+		err := r.publish(context.WithoutCancel(d.ctx), ev, attempts+1, slow)
 		d.brk.end()
 		if err == nil {
 			d.brk.success(probe)
@@ -455,7 +480,7 @@ func buildMessage(ctx context.Context, ev *event) (*message.Message, error) {
 
 // publish publishes ev once, bounded by PublishTimeout, with the polling
 // relay's producer span and publish metrics.
-func (r *Relay) publish(ctx context.Context, ev *event, attempt int) (err error) {
+func (r *Relay) publish(ctx context.Context, ev *event, attempt int, slow func()) (err error) {
 	msg, err := buildMessage(ctx, ev)
 	var md map[string]string
 	if msg != nil {
@@ -472,7 +497,7 @@ func (r *Relay) publish(ctx context.Context, ev *event, attempt int) (err error)
 	pctx, cancel := context.WithTimeout(sctx, r.cfg.PublishTimeout)
 	defer cancel()
 	msg.SetContext(pctx)
-	if err := r.call([]*event{ev}, []*message.Message{msg}, pctx.Done()); err != nil {
+	if err := r.call([]*event{ev}, []*message.Message{msg}, pctx.Done(), slow); err != nil {
 		if errors.Is(err, errTimeout) {
 			return fmt.Errorf("walrelay: publish of event %s did not return within %s (Config.PublishTimeout): %w", ev.ID, r.cfg.PublishTimeout, context.DeadlineExceeded)
 		}
@@ -485,7 +510,7 @@ func (r *Relay) publish(ctx context.Context, ev *event, attempt int) (err error)
 // PublishTimeout, each message with its own producer span and publish
 // metrics, as publish gives a single one. An event whose message cannot be
 // built fails the call before anything is sent.
-func (r *Relay) publishMany(ctx context.Context, evs []*event) (err error) {
+func (r *Relay) publishMany(ctx context.Context, evs []*event, slow func()) (err error) {
 	msgs := make([]*message.Message, len(evs))
 	ends := make([]func(error), 0, len(evs))
 	cancels := make([]context.CancelFunc, 0, len(evs))
@@ -515,7 +540,7 @@ func (r *Relay) publishMany(ctx context.Context, evs []*event) (err error) {
 	}
 	expire, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	if err := r.call(evs, msgs, expire.Done()); err != nil {
+	if err := r.call(evs, msgs, expire.Done(), slow); err != nil {
 		if errors.Is(err, errTimeout) {
 			return fmt.Errorf("walrelay: publish of %d events did not return within %s (Config.PublishTimeout): %w", len(evs), r.cfg.PublishTimeout, context.DeadlineExceeded)
 		}
@@ -537,8 +562,10 @@ var errTimeout = errors.New("walrelay: publish timed out")
 // deadline, and the copies share it), which stops the others. A failure
 // ends the hedging and waits for the calls still running (one may yet
 // succeed); when all fail, the first failure is returned. The calls left
-// running when it returns run on (r.calls, which Run waits for).
-func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struct{}) error {
+// running when it returns run on (r.calls, which Run waits for). slow, if
+// not nil, is called once the call has run for Slow (see
+// dispatcher.worker).
+func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struct{}, slow func()) error {
 	topic := evs[0].Topic
 	after, hedging := time.Duration(0), false
 	if r.cfg.Hedge {
@@ -576,17 +603,11 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 	}
 	began := time.Now()
 	start(msgs)
-	if !hedging {
-		select {
-		case err := <-res:
-			if r.cfg.Hedge { // still warming up: the typical call is the default delay's
-				r.typ.Observe(time.Since(began))
-				r.hedges.Refill()
-			}
-			return err
-		case <-expired:
-			return errTimeout
-		}
+	var slowC <-chan time.Time
+	if slow != nil {
+		t := time.NewTimer(r.typ.Slow())
+		defer t.Stop()
+		slowC = t.C
 	}
 	running, hedged := 1, 0
 	var failed error // the first failure, while other calls run
@@ -602,7 +623,7 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 				continue // another call may still succeed
 			}
 			r.typ.Observe(time.Since(began))
-			if hedged == 0 {
+			if r.cfg.Hedge && hedged == 0 {
 				r.hedges.Refill()
 			}
 			if err != nil {
@@ -632,6 +653,9 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 				defer t.Stop()
 				hedge = t.C
 			}
+		case <-slowC:
+			slowC = nil
+			slow()
 		case <-expired:
 			return errTimeout
 		}
