@@ -360,12 +360,8 @@ func (o Config) Validate() error {
 	if o.DatabaseBackoffMax <= 0 {
 		errs = append(errs, fmt.Errorf("relay: Config.DatabaseBackoffMax is %s: use a positive duration (or 0 for %s)", o.DatabaseBackoffMax, DefaultDatabaseBackoffMax))
 	}
-	if o.HedgeAfter < 0 {
-		errs = append(errs, fmt.Errorf("relay: Config.HedgeAfter is %s: use a positive duration (or 0 for the adaptive slow-publish threshold)", o.HedgeAfter))
-	} else if o.HedgeAfter > 0 && !o.Hedge {
-		errs = append(errs, fmt.Errorf("relay: Config.HedgeAfter is %s but Config.Hedge is false: set Hedge to hedge publishes, or leave HedgeAfter 0", o.HedgeAfter))
-	} else if o.HedgeAfter > 0 && o.PublishTimeout > 0 && o.HedgeAfter >= o.PublishTimeout {
-		errs = append(errs, fmt.Errorf("relay: Config.HedgeAfter (%s) must be shorter than Config.PublishTimeout (%s): no hedge could start before the batch stops", o.HedgeAfter, o.PublishTimeout))
+	if err := hedge.CheckConfig("relay", o.Hedge, o.HedgeAfter, o.PublishTimeout); err != nil {
+		errs = append(errs, err)
 	}
 	if o.OverdueAfter < 0 {
 		errs = append(errs, fmt.Errorf("relay: Config.OverdueAfter is %s: use 0 (claim every row) or a positive duration", o.OverdueAfter))

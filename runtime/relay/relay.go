@@ -481,7 +481,11 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 		return held, err
 	}
 	var pristine *message.Message // the hedges' source, never published
-	var hedge <-chan time.Time
+	var hedges <-chan time.Time
+	var throttle *hedge.Throttle // refilled by an unhedged publish (nil: Hedge off)
+	if r.opts.Hedge {
+		throttle = r.hedges
+	}
 	var hedgeTimer *time.Timer
 	after, hedging := r.hedgeAfter(f)
 	if hedging {
@@ -493,7 +497,7 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 		msg.SetContext(callCtx)
 		hedgeTimer = time.NewTimer(after)
 		defer hedgeTimer.Stop()
-		hedge = hedgeTimer.C
+		hedges = hedgeTimer.C
 	}
 	res := make(chan error, 1+MaxHedges)
 	call := func(m *message.Message) {
@@ -512,37 +516,26 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 	start := time.Now()
 	slow := time.NewTimer(f.slowAfter())
 	defer slow.Stop()
-	running, hedged := 1, 0
-	var failed error // the first failure, while other calls run
+	race := hedge.NewRace()
 	for {
 		select {
 		case err := <-res:
-			running--
-			if err != nil && failed == nil {
-				failed = err
-			}
-			if err != nil && running > 0 {
-				hedge = nil
+			done, err := race.Returned(err)
+			if !done {
+				hedges = nil
 				continue // another call may still succeed
 			}
-			f.typ.Observe(time.Since(start))
-			if r.opts.Hedge && hedged == 0 {
-				r.hedges.Refill()
-			}
-			if err != nil {
-				err = failed
-			}
+			race.Done(&f.typ, throttle, time.Since(start))
 			return held, err
 		case <-slow.C:
 			held = false
 			<-f.slots // a slow publish lets another key go meanwhile
-		case <-hedge:
-			hedge = nil
+		case <-hedges:
+			hedges = nil
 			if !r.hedges.Take() {
 				continue
 			}
-			hedged++
-			running++
+			hedged, more := race.Hedge()
 			r.tel.Hedged(pristine.Context(), rw.Type, rw.Topic, time.Since(start))
 			r.log.DebugContext(ctx, "publish running long: sent again beside it (hedge)",
 				slog.Int64("id", rw.ID), slog.String("event_id", rw.EventID), slog.String("key", rw.Key),
@@ -552,27 +545,23 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 			defer cancel()
 			m.SetContext(callCtx)
 			call(m)
-			if hedged < MaxHedges {
+			if more {
 				hedgeTimer.Reset(after)
-				hedge = hedgeTimer.C
+				hedges = hedgeTimer.C
 			}
 		case <-abandon:
-			for running > 0 {
+			for race.Running() > 0 {
 				select {
 				case err := <-res: // one did finish
-					if err == nil {
-						return held, nil
-					}
-					running--
-					if failed == nil {
-						failed = err
+					if done, err := race.Returned(err); done {
+						return held, err
 					}
 					continue
 				default:
 				}
 				return held, errAbandoned
 			}
-			return held, failed
+			return held, race.Failed()
 		}
 	}
 }

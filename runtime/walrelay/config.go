@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outboxgen/outboxgen/runtime/internal/hedge"
 	"github.com/outboxgen/outboxgen/runtime/internal/instanceid"
 	"github.com/outboxgen/outboxgen/runtime/relay"
 )
@@ -305,12 +306,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("walrelay: Config.%s is %s: use a positive duration (or 0 for the default)", d.name, d.v))
 		}
 	}
-	if c.HedgeAfter < 0 {
-		errs = append(errs, fmt.Errorf("walrelay: Config.HedgeAfter is %s: use a positive duration (or 0 for eight times the typical publish)", c.HedgeAfter))
-	} else if c.HedgeAfter > 0 && !c.Hedge {
-		errs = append(errs, fmt.Errorf("walrelay: Config.HedgeAfter is %s but Config.Hedge is false: set Hedge to hedge publishes, or leave HedgeAfter 0", c.HedgeAfter))
-	} else if c.HedgeAfter > 0 && c.PublishTimeout > 0 && c.HedgeAfter >= c.PublishTimeout {
-		errs = append(errs, fmt.Errorf("walrelay: Config.HedgeAfter (%s) must be shorter than Config.PublishTimeout (%s): no hedge could start before the call times out", c.HedgeAfter, c.PublishTimeout))
+	if err := hedge.CheckConfig("walrelay", c.Hedge, c.HedgeAfter, c.PublishTimeout); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MaxParkedKeys < 1 {
 		errs = append(errs, fmt.Errorf("walrelay: Config.MaxParkedKeys is %d: use at least 1 (or 0 for %d)", c.MaxParkedKeys, DefaultMaxParkedKeys))

@@ -1,7 +1,6 @@
 package walrelay_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/outboxgen/outboxgen/runtime/walrelay"
 )
@@ -66,9 +64,7 @@ func TestHedgeFreesKeyBehindStalledCall(t *testing.T) {
 	pool := logicalPool(t)
 	b := startNATS(t)
 	w := walWriter(t)
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	reader, mp := testMeter(t)
 	pub := &stallOnce{Publisher: b.pub, key: "stall", linger: 2 * time.Second}
 	r := newRelay(t, pool, pub, func(c *walrelay.Config) {
 		c.Hedge = true

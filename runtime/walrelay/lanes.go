@@ -29,6 +29,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
+	"github.com/outboxgen/outboxgen/runtime/internal/hedge"
 	"github.com/outboxgen/outboxgen/runtime/internal/outmsg"
 	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
 	"github.com/outboxgen/outboxgen/runtime/relay"
@@ -572,7 +573,11 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 		after, hedging = r.typ.After(r.cfg.HedgeAfter)
 	}
 	var pristine []*message.Message // the hedges' source, never published
-	var hedge <-chan time.Time
+	var hedges <-chan time.Time
+	var throttle *hedge.Throttle // refilled by an unhedged call (nil: Hedge off)
+	if r.cfg.Hedge {
+		throttle = r.hedges
+	}
 	if hedging {
 		// Copied before the first call starts: a publisher may write to
 		// its messages' metadata while it runs.
@@ -582,7 +587,7 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 		}
 		t := time.NewTimer(after)
 		defer t.Stop()
-		hedge = t.C
+		hedges = t.C
 	}
 	calls := 1
 	if hedging {
@@ -609,34 +614,23 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 		defer t.Stop()
 		slowC = t.C
 	}
-	running, hedged := 1, 0
-	var failed error // the first failure, while other calls run
+	race := hedge.NewRace()
 	for {
 		select {
 		case err := <-res:
-			running--
-			if err != nil && failed == nil {
-				failed = err
-			}
-			if err != nil && running > 0 {
-				hedge = nil
+			done, err := race.Returned(err)
+			if !done {
+				hedges = nil
 				continue // another call may still succeed
 			}
-			r.typ.Observe(time.Since(began))
-			if r.cfg.Hedge && hedged == 0 {
-				r.hedges.Refill()
-			}
-			if err != nil {
-				return failed
-			}
-			return nil
-		case <-hedge:
-			hedge = nil
+			race.Done(&r.typ, throttle, time.Since(began))
+			return err
+		case <-hedges:
+			hedges = nil
 			if !r.hedges.Take() {
 				continue
 			}
-			hedged++
-			running++
+			hedged, more := race.Hedge()
 			for i, m := range pristine {
 				r.tel.Hedged(m.Context(), evs[i].Type, topic, time.Since(began))
 			}
@@ -648,10 +642,10 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 				ms[i] = m.CopyWithContext()
 			}
 			start(ms)
-			if hedged < relay.MaxHedges {
+			if more {
 				t := time.NewTimer(after)
 				defer t.Stop()
-				hedge = t.C
+				hedges = t.C
 			}
 		case <-slowC:
 			slowC = nil

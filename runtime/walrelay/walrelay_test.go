@@ -759,9 +759,7 @@ func TestMetrics(t *testing.T) {
 	pool := logicalPool(t)
 	b := startNATS(t)
 	w := walWriter(t)
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	reader, mp := testMeter(t)
 	r := newRelay(t, pool, b.pub, func(c *walrelay.Config) { c.MeterProvider = mp })
 	runRelay(t, r)
 	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
@@ -794,6 +792,15 @@ func TestMetrics(t *testing.T) {
 	if v, ok := found[walrelay.MetricSlotLagSeconds]; !ok || v < 0 {
 		t.Errorf("%s missing or negative: %v", walrelay.MetricSlotLagSeconds, found)
 	}
+}
+
+// testMeter is a meter provider for a relay, and the reader of its
+// metrics (metricValues), shut down when the test ends.
+func testMeter(t *testing.T) (*sdkmetric.ManualReader, *sdkmetric.MeterProvider) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	return reader, mp
 }
 
 // metricValues reads reader's metrics by name: counters summed over their

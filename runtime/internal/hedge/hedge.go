@@ -5,6 +5,7 @@
 package hedge
 
 import (
+	"fmt"
 	"sync/atomic"
 	"time"
 )
@@ -116,4 +117,71 @@ func (t *Typical) After(after time.Duration) (d time.Duration, ok bool) {
 		return after, true
 	}
 	return t.Slow(), t.Seen() >= Warmup
+}
+
+// Race is the state of one hedged publish: the calls running, the hedges
+// made, and the first failure. Start it with NewRace when the first call
+// starts.
+type Race struct {
+	running, hedged int
+	failed          error
+}
+
+// NewRace returns the state of a publish whose first call started.
+func NewRace() Race { return Race{running: 1} }
+
+// Returned notes a call's result. done reports whether the publish is
+// decided: a success, or a failure with no call left running (err is
+// then the first failure). It is not decided by a failure while other
+// calls run, one of which may yet succeed; no hedge should start then
+// (another call would be a retry without backoff).
+func (r *Race) Returned(err error) (done bool, result error) {
+	r.running--
+	if err != nil && r.failed == nil {
+		r.failed = err
+	}
+	switch {
+	case err == nil:
+		return true, nil
+	case r.running > 0:
+		return false, nil
+	}
+	return true, r.failed
+}
+
+// Hedge notes a hedge started beside the calls running; more reports
+// whether another may follow it (Max).
+func (r *Race) Hedge() (n int, more bool) {
+	r.hedged++
+	r.running++
+	return r.hedged, r.hedged < Max
+}
+
+// Running is the number of calls still running.
+func (r *Race) Running() int { return r.running }
+
+// Failed is the first failure so far.
+func (r *Race) Failed() error { return r.failed }
+
+// Done accounts a decided publish of duration d: it feeds t, and refills
+// th when the publish was not hedged (th nil: hedging is off).
+func (r *Race) Done(t *Typical, th *Throttle, d time.Duration) {
+	t.Observe(d)
+	if th != nil && r.hedged == 0 {
+		th.Refill()
+	}
+}
+
+// CheckConfig checks a relay's Hedge and HedgeAfter against its
+// PublishTimeout; pkg prefixes the error ("relay", "walrelay").
+func CheckConfig(pkg string, on bool, after, publishTimeout time.Duration) error {
+	switch {
+	case after < 0:
+		return fmt.Errorf("%s: Config.HedgeAfter is %s: use a positive duration (or 0 for eight times the typical publish)", pkg, after)
+	case after > 0 && !on:
+		return fmt.Errorf("%s: Config.HedgeAfter is %s but Config.Hedge is false: set Hedge to hedge publishes, or leave HedgeAfter 0", pkg, after)
+	case after > 0 && publishTimeout > 0 && after >= publishTimeout:
+		return fmt.Errorf("%s: Config.HedgeAfter (%s) must be shorter than Config.PublishTimeout (%s): no hedge could start before the publish times out", pkg, after, publishTimeout)
+	}
+	return nil
 }

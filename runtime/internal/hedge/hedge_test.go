@@ -1,6 +1,7 @@
 package hedge
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -68,4 +69,47 @@ func TestTypical(t *testing.T) {
 	if got := ty.Slow(); got != MaxSlow {
 		t.Fatalf("Slow = %s with a 1h average, want %s", got, MaxSlow)
 	}
+}
+
+// A race is decided by its first success, or by its last call's failure,
+// which reports the first failure; Hedge allows Max hedges.
+func TestRace(t *testing.T) {
+	first, second := errors.New("first"), errors.New("second")
+	r := NewRace()
+	if n, more := r.Hedge(); n != 1 || !more {
+		t.Fatalf("first hedge: %d, more %v; want 1, true", n, more)
+	}
+	if n, more := r.Hedge(); n != 2 || more {
+		t.Fatalf("second hedge: %d, more %v; want 2, false (Max %d)", n, more, Max)
+	}
+	if done, _ := r.Returned(first); done {
+		t.Fatal("a failure with two calls running decided the race")
+	}
+	if done, err := r.Returned(nil); !done || err != nil {
+		t.Fatalf("a success after a failure: done %v, err %v; want true, nil", done, err)
+	}
+
+	r = NewRace()
+	r.Hedge()
+	if done, _ := r.Returned(first); done || r.Running() != 1 {
+		t.Fatalf("a failure with a call running: decided, or %d running", r.Running())
+	}
+	if done, err := r.Returned(second); !done || err != first {
+		t.Fatalf("the last call failed: done %v, err %v; want true, the first failure", done, err)
+	}
+
+	var ty Typical
+	th := NewThrottle()
+	th.SetTokens(0)
+	r = NewRace()
+	r.Done(&ty, th, time.Millisecond)
+	if th.Tokens() != 1 || ty.Seen() != 1 {
+		t.Fatalf("an unhedged publish: throttle %d, seen %d; want 1, 1", th.Tokens(), ty.Seen())
+	}
+	r.Hedge()
+	r.Done(&ty, th, time.Millisecond)
+	if th.Tokens() != 1 || ty.Seen() != 2 {
+		t.Fatalf("a hedged publish: throttle %d, seen %d; want 1 (no refill), 2", th.Tokens(), ty.Seen())
+	}
+	r.Done(&ty, nil, time.Millisecond) // hedging off: nothing to refill
 }
