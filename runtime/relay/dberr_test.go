@@ -48,7 +48,7 @@ func (c *countingDriver) ExtendLease(ctx context.Context, owner string, ids []in
 func (c *countingDriver) attempts() int64 { return c.claims.Load() + c.extends.Load() }
 
 // sqliteRelayDB is a fresh SQLite outbox and a counting driver on it.
-func sqliteRelayDB(t *testing.T) (*sql.DB, *countingDriver) {
+func sqliteRelayDB(t testing.TB) (*sql.DB, *countingDriver) {
 	t.Helper()
 	db := testdb.Open(t, "sqlite")
 	testdb.ApplySchema(t, db, "sqlite", templates.Tables{Outbox: tables.Outbox, Inbox: tables.Inbox})

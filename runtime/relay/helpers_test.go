@@ -232,7 +232,7 @@ func testOptions(pub message.Publisher, id string) Config {
 	}
 }
 
-func mustRelay(t *testing.T, drv driver.Driver, opts Config) *Relay {
+func mustRelay(t testing.TB, drv driver.Driver, opts Config) *Relay {
 	t.Helper()
 	r, err := New(drv, opts)
 	if err != nil {
