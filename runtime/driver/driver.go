@@ -134,7 +134,9 @@ type ClaimParams struct {
 	// Record, when not nil, holds results of earlier claims of Owner:
 	// they are written first, in the claim's own transaction, so a relay
 	// records one batch and claims the next with one commit (and, on
-	// pgxdriver, one round trip). The claim sees what they changed: a key
+	// pgxdriver, one round trip); sqldriver on MySQL/MariaDB commits them
+	// just before the claim's transaction instead (Result.RecordedApart,
+	// see sqldriver). The claim sees what they changed: a key
 	// whose head was just marked sent may have its next rows claimed.
 	// What they changed is in Result.Recorded; if the call fails, none
 	// of it happened, unless Result.RecordedApart says the results were

@@ -120,6 +120,32 @@ func (h *hedgeRig) publish(abandon <-chan struct{}) error {
 	return err
 }
 
+// gaugeValue reads the last value of the int64 gauge name, failing the
+// test if it was never recorded.
+func gaugeValue(t *testing.T, reader *sdkmetric.ManualReader, name string) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	found := false
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == name {
+				for _, p := range m.Data.(metricdata.Gauge[int64]).DataPoints {
+					n += p.Value
+					found = true
+				}
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("%s was never recorded", name)
+	}
+	return n
+}
+
 // hedged reads outboxgen.relay.hedged.
 func (h *hedgeRig) hedged(t *testing.T) int64 {
 	t.Helper()

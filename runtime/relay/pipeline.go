@@ -533,8 +533,9 @@ func claimSize(room, batch int) int {
 // carried counts the rows whose results wait to be recorded and are
 // still leased to this relay, up to need (the loop asks on every turn, and
 // results can pile up while the database is down). A claim takes those
-// results along (takePending) and records them in its own commit, which
-// is also when its new rows are leased, so they make room for it: claims
+// results along (takePending) and records them in its own commit (on
+// MySQL/MariaDB the commit just before it), which is also when its new
+// rows are leased, so they make room for it: claims
 // stay full batches instead of the crumbs left beside rows published but
 // not yet recorded, and at every commit the relay holds at most
 // MaxInFlight rows.
@@ -556,7 +557,7 @@ func (p *pipeline) carried(need int) int {
 // when half a batch has gathered while fewer than a batch of rows are
 // free. Act then claims with them when the gate is open (they count as
 // its room, see carried) and records them alone when it is not; otherwise
-// the next claim takes them along in its one commit, as a recording alone
+// the next claim takes them along, as a recording alone
 // would hold that claim up.
 func (p *pipeline) flushDue(now time.Time) bool {
 	r := p.r

@@ -16,9 +16,11 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
+	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
@@ -370,6 +372,8 @@ func TestClaimFailingAfterRecordApart(t *testing.T) {
 		opts.BatchSize = 20
 		h := &errLog{}
 		opts.Logger = slog.New(h)
+		reader := sdkmetric.NewManualReader()
+		opts.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 		stop := runRelay(t, mustRelay(t, fd, opts))
 		waitFor(t, "all sent", func() bool { return count(t, db, "status = 1") == len(ins) })
 		stop()
@@ -377,6 +381,14 @@ func TestClaimFailingAfterRecordApart(t *testing.T) {
 			t.Fatal("no claim carried results: nothing was injected")
 		}
 		checkPublishedOnce(t, pub, ins)
+		// The rows recorded apart left the relay's books: nothing in flight,
+		// nothing leased.
+		if n := gaugeValue(t, reader, telemetry.MetricInFlight); n != 0 {
+			t.Errorf("%s = %d after the drain, want 0", telemetry.MetricInFlight, n)
+		}
+		if n := count(t, db, "lease_owner IS NOT NULL"); n != 0 {
+			t.Errorf("%d rows still leased after the drain", n)
+		}
 		fd.mu.Lock()
 		defer fd.mu.Unlock()
 		if len(fd.apart) == 0 || len(fd.again) > 0 {

@@ -137,7 +137,9 @@ func (o observed) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row
 	rows, err := o.Driver.Claim(ctx, p)
 	o.done(ctx, "claim", err)
 	o.add(o.c.claimed, int64(len(rows)))
-	if err == nil && p.Record != nil {
+	// A MySQL claim records apart, in its own commit, before it leases: that
+	// recording stands even when the lease after it fails.
+	if p.Record != nil && (err == nil || p.Result.RecordedApart) {
 		o.recorded(p.Result.Recorded)
 	}
 	return rows, err

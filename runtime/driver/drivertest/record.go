@@ -1,7 +1,8 @@
 package drivertest
 
 // Recording: Record, and Claim with ClaimParams.Record (the relay's
-// "record one batch, claim the next" in one transaction).
+// "record one batch, claim the next" in one transaction; on MySQL/MariaDB
+// sqldriver commits the recording just before the claim's).
 
 import (
 	"testing"
@@ -19,8 +20,9 @@ var recordTests = []struct {
 	{"RecordAlone", testRecordAlone},
 }
 
-// testRecordWithClaim: the results are written before the claim, in its
-// transaction, so the next row of a key whose head was just marked sent
+// testRecordWithClaim: the results are written before the claim (in its
+// transaction, or committed just before it when the driver says
+// ClaimResult.RecordedApart), so the next row of a key whose head was just marked sent
 // is claimed by the same call; failures and releases are counted.
 func testRecordWithClaim(t *testing.T, e *env) {
 	ids := e.insert(t, seedEv{Key: "a"}, seedEv{Key: "b"}, seedEv{Key: "c"}, seedEv{Key: "d"})

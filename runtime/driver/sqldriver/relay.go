@@ -102,7 +102,10 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 // draining a 50k backlog, 96-100 buffer-pool page reads per row drained
 // against 71-74 apart, and drains 0.96-1.28x as fast apart (four pairs;
 // few keys up to 1.8x), for a commit more per batch. The claim still
-// sees what the recording changed.
+// sees what the recording changed. The lone mark-sent commits on its own
+// (autocommit), at the session's isolation level: at MySQL's default
+// REPEATABLE READ an UPDATE by primary key locks the rows it finds, and
+// the gap of an id that is gone (a row deleted meanwhile), nothing else.
 func (x *Driver) recordApart(ctx context.Context, stmts []driverutil.Stmt) (driver.Recorded, error) {
 	if len(stmts) == 1 && stmts[0].Kind == driverutil.KindSent {
 		var rec driver.Recorded
@@ -161,7 +164,9 @@ func (x *Driver) claimTx(ctx context.Context, q *dialect.RelayQueries, p driver.
 
 // beginRelayTx starts the transaction of a claim or a recording. MySQL
 // runs it READ COMMITTED: the claim's blocked-check must see rows
-// committed after its locking read, and it takes no gap locks. SQLite's
+// committed after its locking read, and it takes no gap locks. (The lone
+// mark-sent of recordApart runs autocommit at the session's level: an
+// UPDATE by primary key that reads nothing else.) SQLite's
 // transaction (BEGIN IMMEDIATE, see runtime/dsn) holds the write lock
 // throughout.
 func (x *Driver) beginRelayTx(ctx context.Context) (*sql.Tx, error) {

@@ -404,6 +404,38 @@ func TestClaimRecordsApartOnMySQL(t *testing.T) {
 			if fmt.Sprint(got) != "[2 4]" || res.Recorded.Sent != 1 || res.Recorded.Released != 1 || res.RecordedApart != (d == dialect.MySQL) {
 				t.Fatalf("claim recording 3 sent, 2 released: %v, recorded %+v, apart %v; want [2 4], apart on MySQL only", got, res.Recorded, res.RecordedApart)
 			}
+			if d != dialect.MySQL {
+				return
+			}
+			// A lease that fails after the recording committed: the claim
+			// fails, and says the recording stands (row 4 is sent).
+			if _, err := db.ExecContext(ctx, ins, uuid.NewString(), "T", "m", "t", 1, `{"n":4}`, nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.ExecContext(ctx, "CREATE TRIGGER refuse_lease BEFORE UPDATE ON "+testdb.Tables.Outbox+
+				" FOR EACH ROW BEGIN IF NEW.lease_owner = 'r' AND OLD.lease_owner IS NULL THEN"+
+				" SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'lease refused (test)'; END IF; END"); err != nil {
+				t.Fatal(err)
+			}
+			res = driver.ClaimResult{}
+			rows, err := drv.Claim(ctx, driver.ClaimParams{Owner: "r", Lease: time.Hour, Limit: 1, Result: &res, Record: &driver.Results{Sent: []int64{4}}})
+			if err == nil || !strings.Contains(err.Error(), "lease refused") || len(rows) != 0 {
+				t.Fatalf("claim whose lease fails: %d rows, %v; want the trigger's error", len(rows), err)
+			}
+			if !res.RecordedApart || res.Recorded.Sent != 1 {
+				t.Fatalf("claim whose lease fails: recorded %+v, apart %v; want 1 sent, apart", res.Recorded, res.RecordedApart)
+			}
+			var status int
+			var owner sql.NullString
+			if err := db.QueryRowContext(ctx, "SELECT status, lease_owner FROM "+testdb.Tables.Outbox+" WHERE id = 4").Scan(&status, &owner); err != nil {
+				t.Fatal(err)
+			}
+			if status != 1 || owner.Valid {
+				t.Fatalf("row 4 after the failed claim: status %d, lease_owner %v; want sent, no lease", status, owner)
+			}
+			if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+testdb.Tables.Outbox+" WHERE id = 5 AND lease_owner IS NULL AND status = 0").Scan(&status); err != nil || status != 1 {
+				t.Fatalf("row 5 after the failed claim: %d unleased pending (%v), want 1", status, err)
+			}
 		})
 	}
 }

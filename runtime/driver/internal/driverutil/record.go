@@ -78,7 +78,8 @@ func RecordStmts(q *dialect.RelayQueries, owner string, r *driver.Results, chunk
 }
 
 // ClaimRecordStmts returns the statements a claim with p runs before its
-// claim statement, in its transaction: the orphaned holds' release when
+// claim statement, in its transaction (on MySQL/MariaDB, sqldriver commits
+// them just before it): the orphaned holds' release when
 // p.ReleaseOrphans, then the recording of p.Record (RecordStmts).
 func ClaimRecordStmts(q *dialect.RelayQueries, p driver.ClaimParams, chunk bool) []Stmt {
 	var out []Stmt
