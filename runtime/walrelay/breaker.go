@@ -155,8 +155,11 @@ func (b *breaker) successCount() uint64 {
 // since (the broker works: the event is poison) or no other publish is
 // under way (nothing else to learn from: a lone failing key is parked);
 // false once the breaker opened (an outage: the event waits with the
-// others and is tried again when a probe closes the breaker). ok is false
-// when ctx ends.
+// others and is tried again when a probe closes the breaker). The
+// publishes under way include slow calls that gave their place back:
+// their outcome is evidence too (a broker that hangs rather than
+// refuses), so a verdict may wait for them, at most PublishTimeout. ok is
+// false when ctx ends.
 func (b *breaker) verdict(ctx context.Context, since uint64) (park, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -81,8 +81,11 @@ type Config struct {
 	// commit order. A call that runs eight times the typical one (2ms to
 	// 250ms) stops counting: another takes its place, so calls that stall
 	// hold back their own keys, not the others (as the polling relay's
-	// slow publishes give back their slot). The calls at once are then
-	// bounded by MaxInFlight, since each holds at least one event.
+	// slow publishes give back their slot). At most SlowCallsPerSlot ×
+	// Concurrency calls give their place back at once; beyond them a slow
+	// call keeps it, so the calls under way stay a small multiple of
+	// Concurrency even when the broker stalls every call (times 1 +
+	// relay.MaxHedges with Hedge).
 	Concurrency int
 	// MaxInFlight bounds the events received from the stream and not yet
 	// settled (default 4096): neither acknowledged by the broker nor
@@ -143,8 +146,9 @@ type Config struct {
 	// RetryDelay); the calls still running may yet succeed. The cost:
 	// when two calls succeed, the broker gets the messages twice, and a
 	// later copy can arrive after its key's next event; consumers that
-	// deduplicate by event id drop it. Run waits for the calls left
-	// running before it returns, at most ShutdownTimeout. Default false.
+	// deduplicate by event id drop it. Run waits for the losing calls,
+	// cancelled, before it returns, at most ShutdownTimeout (not for a
+	// call given up at PublishTimeout). Default false.
 	Hedge bool
 	// HedgeAfter is how long a Publish call runs before Hedge sends it
 	// again; shorter than PublishTimeout. Default (0): eight times the

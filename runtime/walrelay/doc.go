@@ -88,7 +88,8 @@
 // again (duplicates, which consumers drop by event id), none is lost.
 //
 // Events are published with bounded concurrency across keys
-// (Concurrency Publish calls at once) and one at a time within a key, in
+// (Concurrency Publish calls at once, besides slow ones, see below) and
+// one at a time within a key, in
 // stream order. When events of several keys wait, one Publish call
 // carries the next event of each (at most MaxPublishBatch, one topic); a
 // key's next event is taken only once its previous one is settled, so a
@@ -101,7 +102,10 @@
 // (unsettled, or settled behind an unsettled transaction): memory stays
 // bounded however long an event takes. A call that runs eight times the
 // typical one (2ms to 250ms) gives its place among the Concurrency calls
-// to another, so stalled calls hold back their own keys only. Settled
+// to another, with the events taken beside it that had not started, so
+// stalled calls hold back their own keys only; at most SlowCallsPerSlot ×
+// Concurrency of them at once, so a broker that stalls every call does
+// not multiply the calls without bound. Settled
 // events hold no content, so a slow event holds back its key, not the
 // others, until MaxUnconfirmed.
 // With Config.Hedge, a call that stalls is made again beside it after

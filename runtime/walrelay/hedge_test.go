@@ -17,12 +17,12 @@ import (
 // stallOnce passes Publish calls to a real broker, but the first call
 // that carries the event of key stall with n 1 stalls instead: it sends
 // nothing, and returns only once its message context is cancelled (a
-// hedge won), and then linger later, as a client that notices a
-// cancellation late; or after the test's patience is gone.
+// hedge won) and then hold is closed (when not nil), as a client that
+// notices a cancellation late; or after the test's patience is gone.
 type stallOnce struct {
 	message.Publisher
-	key    string
-	linger time.Duration
+	key  string
+	hold chan struct{}
 
 	mu        sync.Mutex
 	stalled   bool
@@ -47,7 +47,9 @@ func (s *stallOnce) Publish(topic string, msgs ...*message.Message) error {
 	select {
 	case <-stall.Context().Done():
 		s.cancelled.Store(true)
-		time.Sleep(s.linger)
+		if s.hold != nil {
+			<-s.hold
+		}
 		return stall.Context().Err()
 	case <-time.After(time.Minute):
 		return errors.New("stalled call gave up (test)")
@@ -59,13 +61,13 @@ func (s *stallOnce) Publish(topic string, msgs ...*message.Message) error {
 // the stalled key's next events go at once (the stall would hold them for
 // PublishTimeout, 20s here), per-key order holds, the stalled call's
 // message context is cancelled, the hedge is counted, and Run returns
-// only after the stalled call did.
+// only after the stalled call did (it waits for a hedge's losing calls).
 func TestHedgeFreesKeyBehindStalledCall(t *testing.T) {
 	pool := logicalPool(t)
 	b := startNATS(t)
 	w := walWriter(t)
 	reader, mp := testMeter(t)
-	pub := &stallOnce{Publisher: b.pub, key: "stall", linger: 2 * time.Second}
+	pub := &stallOnce{Publisher: b.pub, key: "stall", hold: make(chan struct{})}
 	r := newRelay(t, pool, pub, func(c *walrelay.Config) {
 		c.Hedge = true
 		c.HedgeAfter = 50 * time.Millisecond
@@ -84,16 +86,22 @@ func TestHedgeFreesKeyBehindStalledCall(t *testing.T) {
 	if dups := checkOrder(t, b.messages(t), want); dups != 0 {
 		t.Errorf("%d duplicates: the stalled call sent nothing", dups)
 	}
-	if !pub.cancelled.Load() {
-		t.Error("the stalled call's message context was not cancelled when the hedge succeeded")
-	}
+	waitFor(t, 5*time.Second, "the stalled call's message context to be cancelled once the hedge succeeded", pub.cancelled.Load)
 	if took > 5*time.Second {
 		t.Errorf("the events took %s: the hedge did not free the stalled key", took)
 	}
 	settled(t, "a hedge counted", 1, func() int64 { return int64(metricValues(t, reader)["outboxgen.relay.hedged"]) })
-	stop()
-	if !pub.returned.Load() {
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	select {
+	case <-stopped:
 		t.Error("Run returned while the stalled call was still running: it must wait for it (at most ShutdownTimeout)")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(pub.hold)
+	<-stopped
+	if !pub.returned.Load() {
+		t.Error("the stalled call did not return")
 	}
 	if st := r.Status(); st.Published != 6 || st.Parked != 0 {
 		t.Errorf("status %+v: want 6 published, nothing parked", st)

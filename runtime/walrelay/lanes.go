@@ -50,6 +50,8 @@ type dispatcher struct {
 	settled chan<- settlement
 	brk     *breaker
 	singles chan struct{} // bounds the events delivered one by one at once (Concurrency)
+	stalls  chan struct{} // places given back by slow calls (SlowCallsPerSlot × Concurrency)
+	losers  atomic.Int64  // calls left running after a hedged call succeeded: stop waits for them
 
 	ctx    context.Context // cancelled by stop: start no new publish
 	cancel context.CancelFunc
@@ -71,12 +73,20 @@ type dispatcher struct {
 // carries: the heads of that many keys' lanes, when that many are ready.
 const MaxPublishBatch = 64
 
+// SlowCallsPerSlot bounds the calls that ran slow and gave their place
+// back (see Config.Concurrency): SlowCallsPerSlot × Concurrency at once.
+// A call that runs slow beyond them keeps its place, so when the broker
+// stalls every call, the calls under way stay a small multiple of
+// Concurrency instead of one per event in flight.
+const SlowCallsPerSlot = 4
+
 func newDispatcher(r *Relay, parked *parkedKeys, settled chan<- settlement) *dispatcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &dispatcher{
 		r: r, parked: parked, settled: settled,
 		brk:     newBreaker(r),
 		singles: make(chan struct{}, r.cfg.Concurrency),
+		stalls:  make(chan struct{}, SlowCallsPerSlot*r.cfg.Concurrency),
 		ctx:     ctx, cancel: cancel,
 		failed: make(chan struct{}),
 		lanes:  map[string]*lane{},
@@ -89,20 +99,40 @@ func newDispatcher(r *Relay, parked *parkedKeys, settled chan<- settlement) *dis
 	return d
 }
 
-// dispatch queues ev on its key's lane; a lane that was empty becomes
+// dispatch queues evs on their keys' lanes; a lane that was empty becomes
 // ready.
-func (d *dispatcher) dispatch(ev *event) {
+func (d *dispatcher) dispatch(evs ...*event) {
 	d.mu.Lock()
-	l := d.lanes[ev.Key]
-	if l == nil {
-		l = &lane{key: ev.Key}
-		d.lanes[ev.Key] = l
+	for _, ev := range evs {
+		l := d.lanes[ev.Key]
+		if l == nil {
+			l = &lane{key: ev.Key}
+			d.lanes[ev.Key] = l
+		}
+		l.queue = append(l.queue, ev)
+		if len(l.queue) == 1 && !l.busy {
+			d.ready = append(d.ready, l)
+			d.cond.Signal()
+		}
 	}
-	l.queue = append(l.queue, ev)
-	if len(l.queue) == 1 && !l.busy {
-		d.ready = append(d.ready, l)
-		d.cond.Signal()
+	d.mu.Unlock()
+}
+
+// giveBack returns taken events that have not started to their lanes,
+// which are ready again ahead of the others, in evs's order.
+func (d *dispatcher) giveBack(evs []*event) {
+	if len(evs) == 0 {
+		return
 	}
+	d.mu.Lock()
+	ready := make([]*lane, 0, len(evs)+len(d.ready))
+	for _, ev := range evs {
+		l := d.lanes[ev.Key]
+		l.busy = false
+		ready = append(ready, l)
+	}
+	d.ready = append(ready, d.ready...)
+	d.cond.Broadcast()
 	d.mu.Unlock()
 }
 
@@ -127,17 +157,18 @@ func (d *dispatcher) stop(timeout time.Duration) {
 		d.r.log.Warn("publishes still running at the shutdown timeout: abandoned; their events are published again by the next stream")
 		return
 	}
-	// The Publish calls left running by the publishes that returned: a
-	// hedge's losing calls (cancelled), or a call past PublishTimeout.
+	// The losing calls of hedged calls that succeeded: cancelled, they
+	// should return soon, and the publisher may be closed once Run
+	// returns. (A call past PublishTimeout was given up: not waited for.)
 	// Polled, not a WaitGroup: a call that never returns would leave a
-	// waiter behind, and the next session's calls would reuse it.
+	// waiter behind.
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for d.r.calls.Load() > 0 {
+	for d.losers.Load() > 0 {
 		select {
 		case <-tick.C:
 		case <-t.C:
-			d.r.log.Warn("publisher calls still running at the shutdown timeout (a hedge's losing call, or a call past Config.PublishTimeout): not waited for; their events were settled", slog.Int64("calls", d.r.calls.Load()))
+			d.r.log.Warn("losing calls of hedged publishes still running at the shutdown timeout: not waited for; their events were settled", slog.Int64("calls", d.losers.Load()))
 			return
 		}
 	}
@@ -187,25 +218,61 @@ func (d *dispatcher) done(ev *event) {
 // worker publishes the heads of ready lanes until the dispatcher stops,
 // or until one of its calls ran slow: a call that runs for Slow (eight
 // times the typical call, 2ms to 250ms) starts another worker in its
-// place, which takes the ready lanes meanwhile, and this one ends once
-// the events it took are settled. So Concurrency calls that stall do not
-// stop the other keys; the workers (and calls) at once stay bounded by
-// the events in flight (MaxInFlight), as each slow call holds at least
-// one.
+// place, gives back the events it took and has not started (other topics'
+// batches, single deliveries), and this worker ends once the events it
+// started are settled. So Concurrency calls that stall do not stop the
+// other keys. At most SlowCallsPerSlot × Concurrency calls are handed off
+// at once (stalls); a slow call beyond them keeps its place.
 func (d *dispatcher) worker() {
 	defer d.wg.Done()
-	var buf, batch []*event
-	var handedOff atomic.Bool
-	slow := func() {
-		if handedOff.CompareAndSwap(false, true) {
-			d.wg.Add(1)
-			go d.worker()
+	var (
+		mu        sync.Mutex
+		handedOff bool     // a slow call gave this worker's place to another
+		waiting   []*event // taken, not started: given back at the hand-off
+	)
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if handedOff {
+			<-d.stalls
 		}
+	}()
+	// slow runs in the goroutine of the slow call (the worker's, or a
+	// single delivery's).
+	slow := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if handedOff {
+			return true
+		}
+		select {
+		case d.stalls <- struct{}{}:
+		default:
+			return false
+		}
+		handedOff = true
+		d.wg.Add(1)
+		go d.worker()
+		d.giveBack(waiting)
+		waiting = nil
+		return true
 	}
-	for {
-		if handedOff.Load() {
-			return
+	// wait sets the events waiting; false once the worker was handed off
+	// (they were given back).
+	wait := func(evs ...[]*event) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if handedOff {
+			return false
 		}
+		waiting = waiting[:0]
+		for _, e := range evs {
+			waiting = append(waiting, e...)
+		}
+		return true
+	}
+	var buf, batch, singles []*event
+	for {
 		evs := d.take(buf[:0])
 		if evs == nil {
 			return
@@ -214,8 +281,7 @@ func (d *dispatcher) worker() {
 		// Events of keys that may have parked rows are checked against the
 		// table first (deliver); the others of one topic go out together
 		// while the breaker is closed.
-		batch = batch[:0]
-		var singles []*event
+		batch, singles = batch[:0], singles[:0]
 		for _, ev := range evs {
 			if d.parked.mayHave(ev.Key) {
 				singles = append(singles, ev)
@@ -226,23 +292,42 @@ func (d *dispatcher) worker() {
 		if d.brk.isOpen() {
 			singles, batch = append(singles, batch...), batch[:0]
 		}
+		var refused []*event // of batches the broker refused: published one by one
 		for len(batch) > 0 {
-			// One topic per Publish call: the batch's first event's.
+			// One topic per Publish call: the batch's first event's. (Read
+			// before the loop: rest overwrites batch as it goes.)
+			topic := batch[0].Topic
 			group, rest := batch[:0:0], batch[:0]
 			for _, ev := range batch {
-				if ev.Topic == batch[0].Topic {
+				if ev.Topic == topic {
 					group = append(group, ev)
 				} else {
 					rest = append(rest, ev)
 				}
 			}
 			batch = rest
-			if len(group) == 1 || !d.publishBatch(group, slow) {
+			if len(group) == 1 {
 				singles = append(singles, group...)
+				continue
+			}
+			wait(batch, singles, refused)
+			ok := d.publishBatch(group, slow)
+			if !wait() {
+				batch, singles, refused = nil, nil, nil // given back
+			}
+			if !ok {
+				refused = append(refused, group...)
 			}
 		}
+		singles = append(singles, refused...)
 		if !d.deliverAll(singles, slow) {
 			return // shutting down: the unsettled events are streamed again
+		}
+		mu.Lock()
+		off := handedOff
+		mu.Unlock()
+		if off {
+			return
 		}
 	}
 }
@@ -251,13 +336,13 @@ func (d *dispatcher) worker() {
 // call and settles them when the broker takes it; false when it did not
 // (nothing settled: the caller publishes them one by one), or when the
 // breaker opened meanwhile.
-func (d *dispatcher) publishBatch(evs []*event, slow func()) bool {
+func (d *dispatcher) publishBatch(evs []*event, slow func() bool) bool {
 	r := d.r
 	if d.ctx.Err() != nil {
 		return false
 	}
 	d.brk.begin()
-	err := r.publishMany(context.WithoutCancel(d.ctx), evs, slow)
+	err := r.publishMany(context.WithoutCancel(d.ctx), evs, hooks{slow: slow, losers: &d.losers})
 	d.brk.end()
 	if err != nil {
 		r.log.Debug("batch publish failed: publishing its events one by one", slog.Int("events", len(evs)), slog.String("error", telemetry.ErrorText(err)))
@@ -274,24 +359,19 @@ func (d *dispatcher) publishBatch(evs []*event, slow func()) bool {
 
 // deliverAll delivers evs one by one (each with its own retries and
 // parking), concurrently (at most Concurrency single deliveries at once
-// across the workers, so parking checks cannot swamp the pool), and
-// settles them; false when shutdown cut one off.
-func (d *dispatcher) deliverAll(evs []*event, slow func()) bool {
+// across the workers, so parking checks cannot swamp the pool, besides
+// those whose call ran slow, see place), and settles them; false when
+// shutdown cut one off.
+func (d *dispatcher) deliverAll(evs []*event, slow func() bool) bool {
 	one := func(ev *event) bool {
 		select {
 		case d.singles <- struct{}{}:
 		case <-d.ctx.Done():
 			return false
 		}
-		// A slow delivery gives its place back, as its worker does.
-		var freed atomic.Bool
-		free := func() {
-			if freed.CompareAndSwap(false, true) {
-				<-d.singles
-			}
-		}
-		ok := d.deliver(ev, func() { free(); slow() })
-		free()
+		p := &place{d: d, worker: slow, held: true}
+		ok := d.deliver(ev, p)
+		p.leave()
 		if !ok {
 			return false
 		}
@@ -320,9 +400,65 @@ func (d *dispatcher) deliverAll(evs []*event, slow func()) bool {
 	return true
 }
 
+// place is a single delivery's place among the Concurrency ones
+// (dispatcher.singles). A call that runs slow gives it back, taking one
+// of the stalls, and hands its worker off; the delivery takes a place
+// again before it retries or parks (back). Its methods run in the
+// delivery's goroutine.
+type place struct {
+	d       *dispatcher
+	worker  func() bool // the worker's hand-off
+	held    bool        // holds a place of singles
+	stalled bool        // holds one of stalls
+}
+
+// slow is the hook of the delivery's calls (see hooks).
+func (p *place) slow() bool {
+	select {
+	case p.d.stalls <- struct{}{}:
+	default:
+		return false
+	}
+	p.stalled = true
+	p.held = false
+	<-p.d.singles
+	p.worker()
+	return true
+}
+
+// back ends a slow call's stall and takes a place again; false when the
+// dispatcher stops first.
+func (p *place) back() bool {
+	if p.stalled {
+		p.stalled = false
+		<-p.d.stalls
+	}
+	if !p.held {
+		select {
+		case p.d.singles <- struct{}{}:
+			p.held = true
+		case <-p.d.ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// leave gives back what the delivery holds.
+func (p *place) leave() {
+	if p.stalled {
+		p.stalled = false
+		<-p.d.stalls
+	}
+	if p.held {
+		p.held = false
+		<-p.d.singles
+	}
+}
+
 // deliver publishes ev, or parks it; false when shutdown cut it off
 // (unsettled).
-func (d *dispatcher) deliver(ev *event, slow func()) bool {
+func (d *dispatcher) deliver(ev *event, p *place) bool {
 	r := d.r
 	if d.parked.mayHave(ev.Key) {
 		// It reads the key's rows and may insert ev: SELECT and INSERT.
@@ -347,12 +483,16 @@ func (d *dispatcher) deliver(ev *event, slow func()) bool {
 		epoch := d.brk.epochNow()
 		// A publish under way at shutdown is waited for (stop), not cut.
 		d.brk.begin()
-		err := r.publish(context.WithoutCancel(d.ctx), ev, attempts+1, slow)
+		err := r.publish(context.WithoutCancel(d.ctx), ev, attempts+1, hooks{slow: p.slow, losers: &d.losers})
 		d.brk.end()
 		if err == nil {
 			d.brk.success(probe)
 			r.update(func(s *Status) { s.Published++ })
 			return true
+		}
+		// Retries and parking count among the Concurrency deliveries.
+		if !p.back() {
+			return false
 		}
 		if d.ctx.Err() != nil && !errors.Is(err, relay.ErrPermanent) {
 			return false // shutting down: streamed again by the next session
@@ -481,7 +621,7 @@ func buildMessage(ctx context.Context, ev *event) (*message.Message, error) {
 
 // publish publishes ev once, bounded by PublishTimeout, with the polling
 // relay's producer span and publish metrics.
-func (r *Relay) publish(ctx context.Context, ev *event, attempt int, slow func()) (err error) {
+func (r *Relay) publish(ctx context.Context, ev *event, attempt int, h hooks) (err error) {
 	msg, err := buildMessage(ctx, ev)
 	var md map[string]string
 	if msg != nil {
@@ -498,7 +638,7 @@ func (r *Relay) publish(ctx context.Context, ev *event, attempt int, slow func()
 	pctx, cancel := context.WithTimeout(sctx, r.cfg.PublishTimeout)
 	defer cancel()
 	msg.SetContext(pctx)
-	if err := r.call([]*event{ev}, []*message.Message{msg}, pctx.Done(), slow); err != nil {
+	if err := r.call([]*event{ev}, []*message.Message{msg}, pctx.Done(), h); err != nil {
 		if errors.Is(err, errTimeout) {
 			return fmt.Errorf("walrelay: publish of event %s did not return within %s (Config.PublishTimeout): %w", ev.ID, r.cfg.PublishTimeout, context.DeadlineExceeded)
 		}
@@ -511,7 +651,7 @@ func (r *Relay) publish(ctx context.Context, ev *event, attempt int, slow func()
 // PublishTimeout, each message with its own producer span and publish
 // metrics, as publish gives a single one. An event whose message cannot be
 // built fails the call before anything is sent.
-func (r *Relay) publishMany(ctx context.Context, evs []*event, slow func()) (err error) {
+func (r *Relay) publishMany(ctx context.Context, evs []*event, h hooks) (err error) {
 	msgs := make([]*message.Message, len(evs))
 	ends := make([]func(error), 0, len(evs))
 	cancels := make([]context.CancelFunc, 0, len(evs))
@@ -541,7 +681,7 @@ func (r *Relay) publishMany(ctx context.Context, evs []*event, slow func()) (err
 	}
 	expire, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	if err := r.call(evs, msgs, expire.Done(), slow); err != nil {
+	if err := r.call(evs, msgs, expire.Done(), h); err != nil {
 		if errors.Is(err, errTimeout) {
 			return fmt.Errorf("walrelay: publish of %d events did not return within %s (Config.PublishTimeout): %w", len(evs), r.cfg.PublishTimeout, context.DeadlineExceeded)
 		}
@@ -553,6 +693,19 @@ func (r *Relay) publishMany(ctx context.Context, evs []*event, slow func()) (err
 // errTimeout is call's error when no call returned by the deadline.
 var errTimeout = errors.New("walrelay: publish timed out")
 
+// hooks connect a Publish call to its dispatcher.
+type hooks struct {
+	// slow, if not nil, is called once the call has run for Slow
+	// (hedge.Typical): the worker's hand-off (dispatcher.worker), or a
+	// single delivery's (place). False: the call keeps its place, and
+	// slow is called again after another Slow.
+	slow func() bool
+	// losers, if not nil, counts the calls left running after a hedged
+	// call succeeded (cancelled, they should return soon), which the
+	// dispatcher's stop waits for.
+	losers *atomic.Int64
+}
+
 // call publishes msgs, the messages of evs (one topic), in one Publish
 // call run in a goroutine of its own (a call that never returns is left
 // behind when expired is ready: errTimeout). With Config.Hedge, a call still
@@ -560,13 +713,11 @@ var errTimeout = errors.New("walrelay: publish timed out")
 // messages, if the throttle allows, and again that delay later, up to
 // relay.MaxHedges times. The first call to succeed decides; the caller
 // then cancels the messages' contexts (each is its publish's, with the
-// deadline, and the copies share it), which stops the others. A failure
-// ends the hedging and waits for the calls still running (one may yet
-// succeed); when all fail, the first failure is returned. The calls left
-// running when it returns run on (r.calls, which Run waits for). slow, if
-// not nil, is called once the call has run for Slow (see
-// dispatcher.worker).
-func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struct{}, slow func()) error {
+// deadline, and the copies share it), which stops the others, counted in
+// h.losers until they return. A failure ends the hedging and waits for
+// the calls still running (one may yet succeed); when all fail, the
+// first failure is returned.
+func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struct{}, h hooks) error {
 	topic := evs[0].Topic
 	after, hedging := time.Duration(0), false
 	if r.cfg.Hedge {
@@ -594,10 +745,22 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 		calls += relay.MaxHedges
 	}
 	res := make(chan error, calls)
+	// Each call's state when hedging, for h.losers: running, counted as a
+	// loser, returned. (Unhedged, the one call has returned when call does.)
+	const running, losing, returned = 0, 1, 2
+	var states []*atomic.Int32
 	start := func(ms []*message.Message) {
-		r.calls.Add(1)
+		var st *atomic.Int32
+		if hedging && h.losers != nil {
+			st = new(atomic.Int32)
+			states = append(states, st)
+		}
 		go func() {
-			defer r.calls.Add(-1)
+			defer func() {
+				if st != nil && st.Swap(returned) == losing {
+					h.losers.Add(-1)
+				}
+			}()
 			defer func() {
 				if p := recover(); p != nil {
 					res <- fmt.Errorf("walrelay: publisher panicked: %v", p)
@@ -608,11 +771,12 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 	}
 	began := time.Now()
 	start(msgs)
+	var slowT *time.Timer
 	var slowC <-chan time.Time
-	if slow != nil {
-		t := time.NewTimer(r.typ.Slow())
-		defer t.Stop()
-		slowC = t.C
+	if h.slow != nil {
+		slowT = time.NewTimer(r.typ.Slow())
+		defer slowT.Stop()
+		slowC = slowT.C
 	}
 	race := hedge.NewRace()
 	for {
@@ -624,6 +788,12 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 				continue // another call may still succeed
 			}
 			race.Done(&r.typ, throttle, time.Since(began))
+			for _, st := range states {
+				h.losers.Add(1)
+				if !st.CompareAndSwap(running, losing) {
+					h.losers.Add(-1)
+				}
+			}
 			return err
 		case <-hedges:
 			hedges = nil
@@ -648,8 +818,11 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 				hedges = t.C
 			}
 		case <-slowC:
-			slowC = nil
-			slow()
+			if h.slow() {
+				slowC = nil
+			} else {
+				slowT.Reset(r.typ.Slow()) // no place to give back yet
+			}
 		case <-expired:
 			return errTimeout
 		}

@@ -41,7 +41,7 @@ func BenchmarkPublish(b *testing.B) {
 		b.Run(name+"/one", func(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
-				if err := r.publish(context.Background(), evs[0], 1, func() {}); err != nil {
+				if err := r.publish(context.Background(), evs[0], 1, hooks{slow: func() bool { return true }}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -49,7 +49,7 @@ func BenchmarkPublish(b *testing.B) {
 		b.Run(name+"/16", func(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
-				if err := r.publishMany(context.Background(), evs, func() {}); err != nil {
+				if err := r.publishMany(context.Background(), evs, hooks{slow: func() bool { return true }}); err != nil {
 					b.Fatal(err)
 				}
 			}

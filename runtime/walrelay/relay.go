@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -37,12 +36,10 @@ type Relay struct {
 
 	running sync.Mutex
 
-	// Config.Hedge: the throttle and the typical call, kept across Run's
-	// sessions, and the calls still running (hedges, and the calls they
-	// raced), which Run waits for.
+	// Config.Hedge's throttle and the typical call (hedge delay, slow
+	// calls), kept across Run's sessions.
 	hedges *hedge.Throttle
 	typ    hedge.Typical
-	calls  atomic.Int64
 
 	// state read by Status, metrics and tests.
 	mu     sync.Mutex

@@ -1,0 +1,435 @@
+package walrelay
+
+// The dispatcher's slow calls, on its own: a Relay without a database or
+// a stream, events handed to the dispatcher directly, and publishers that
+// stall as a broker can.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/metric/noop"
+	tnoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/outboxgen/outboxgen/runtime/internal/hedge"
+	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
+)
+
+// logLines keeps the relay's log messages.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) Handle(_ context.Context, rec slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, rec.Message)
+	return nil
+}
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logLines) WithGroup(string) slog.Handler      { return l }
+
+func (l *logLines) contain(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.lines {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// dispatchRig is a dispatcher whose settlements the test reads.
+type dispatchRig struct {
+	d       *dispatcher
+	settled chan settlement
+	log     *logLines
+}
+
+func newDispatchRig(t *testing.T, pub message.Publisher, mod func(*Config)) *dispatchRig {
+	t.Helper()
+	cfg := Config{Publisher: pub, RetryDelay: 10 * time.Millisecond, ShutdownTimeout: 10 * time.Second}
+	if mod != nil {
+		mod(&cfg)
+	}
+	cfg.setDefaults("outbox_event")
+	tel, err := telemetry.NewRelay(tnoop.NewTracerProvider(), noop.NewMeterProvider(), pub, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := &logLines{}
+	r := &Relay{cfg: cfg, tel: tel, log: slog.New(lines), hedges: hedge.NewThrottle()}
+	settled := make(chan settlement, 100_000)
+	d := newDispatcher(r, &parkedKeys{keys: map[string]bool{}, max: 10}, settled)
+	rig := &dispatchRig{d: d, settled: settled, log: lines}
+	t.Cleanup(func() { d.stop(time.Second) })
+	return rig
+}
+
+// ev makes an event of key on topic.
+func ev(key, topic string) *event {
+	return &event{WALEvent: outbox.WALEvent{Seq: 1, CreatedAt: time.Now(), ID: outbox.EventID(uuid.New()),
+		Type: "T", Key: key, Topic: topic, Version: 1, Payload: []byte(`{}`)}}
+}
+
+// settle waits for n settlements.
+func (rig *dispatchRig) settle(t *testing.T, n int, within time.Duration) {
+	t.Helper()
+	deadline := time.After(within)
+	for i := range n {
+		select {
+		case <-rig.settled:
+		case <-deadline:
+			t.Fatalf("%d of %d events settled within %s", i, n, within)
+		}
+	}
+}
+
+// keysOf lists the keys of a call's messages (their event_key metadata).
+func keysOf(msgs []*message.Message) []string {
+	var keys []string
+	for _, m := range msgs {
+		keys = append(keys, m.Metadata.Get(outbox.MetadataKey))
+	}
+	return keys
+}
+
+// gatePub holds every Publish call until open is closed, counting the
+// calls under way and the most at once.
+type gatePub struct {
+	open     chan struct{}
+	mu       sync.Mutex
+	cur, max int
+	calls    int
+}
+
+func (g *gatePub) Publish(string, ...*message.Message) error {
+	g.mu.Lock()
+	g.cur++
+	g.calls++
+	g.max = max(g.max, g.cur)
+	g.mu.Unlock()
+	<-g.open
+	g.mu.Lock()
+	g.cur--
+	g.mu.Unlock()
+	return nil
+}
+func (g *gatePub) Close() error { return nil }
+
+func (g *gatePub) peak() (cur, most, calls int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cur, g.max, g.calls
+}
+
+// TestStalledBrokerBoundsCalls: when every call stalls (a broker that
+// takes nothing), slow calls give their place back only up to
+// SlowCallsPerSlot × Concurrency of them: the calls under way stay a
+// small multiple of Concurrency, not one per event in flight; more than
+// Concurrency run (the places were given back). Once the broker takes
+// calls again, every event is settled.
+func TestStalledBrokerBoundsCalls(t *testing.T) {
+	const concurrency, events = 2, 4000
+	pub := &gatePub{open: make(chan struct{})}
+	rig := newDispatchRig(t, pub, func(c *Config) { c.Concurrency = concurrency; c.PublishTimeout = time.Minute })
+	for i := range events {
+		rig.d.dispatch(ev(fmt.Sprint("k", i), "t"))
+	}
+	// The calls grow while slow ones hand off; wait until they stop.
+	last, still := -1, 0
+	for still < 20 {
+		time.Sleep(10 * time.Millisecond)
+		if cur, _, _ := pub.peak(); cur == last {
+			still++
+		} else {
+			last, still = cur, 0
+		}
+	}
+	_, most, _ := pub.peak()
+	bound := (2 + 2*SlowCallsPerSlot) * concurrency
+	if most > bound || most <= concurrency {
+		t.Errorf("%d Publish calls at once with Concurrency %d and every call stalled: want more than %d (slow calls give their place back) and at most %d", most, concurrency, concurrency, bound)
+	}
+	close(pub.open)
+	rig.settle(t, events, 30*time.Second)
+	_, _, calls := pub.peak()
+	t.Logf("Concurrency %d: at most %d calls at once while stalled (bound %d); %d calls for %d events", concurrency, most, bound, calls, events)
+}
+
+// keyedPub holds the calls carrying key hold until release is closed;
+// it passes the others, noting their keys. Each key starts with its
+// topic's first letter: a message on another topic is noted in wrong.
+type keyedPub struct {
+	hold    string
+	release chan struct{}
+	mu      sync.Mutex
+	passed  []string
+	wrong   []string
+}
+
+func (k *keyedPub) Publish(topic string, msgs ...*message.Message) error {
+	keys := keysOf(msgs)
+	k.mu.Lock()
+	for _, key := range keys {
+		if key[0] != topic[0] && key != k.hold {
+			k.wrong = append(k.wrong, key+" on "+topic)
+		}
+	}
+	k.mu.Unlock()
+	for _, key := range keys {
+		if key == k.hold {
+			<-k.release
+			return nil
+		}
+	}
+	k.mu.Lock()
+	k.passed = append(k.passed, keys...)
+	k.mu.Unlock()
+	return nil
+}
+func (k *keyedPub) Close() error { return nil }
+
+// TestHandOffGivesBackTakenEvents: a worker whose batch call stalls gives
+// back the events it took with it and had not started (another topic's
+// batch, an event on its own): with Concurrency 1 they are published
+// while the call stalls, and the stalled call's own events wait for it.
+func TestHandOffGivesBackTakenEvents(t *testing.T) {
+	pub := &keyedPub{hold: "stall", release: make(chan struct{})}
+	rig := newDispatchRig(t, pub, func(c *Config) { c.Concurrency = 1; c.PublishTimeout = time.Minute })
+	// One take: the worker waits, and dispatch queues them under one lock.
+	rig.d.dispatch(ev("stall", "a"), ev("a1", "a"), ev("b1", "b"), ev("b2", "b"), ev("c1", "c"))
+	rig.settle(t, 3, 10*time.Second)
+	pub.mu.Lock()
+	passed := strings.Join(pub.passed, ",")
+	pub.mu.Unlock()
+	if passed != "b1,b2,c1" && passed != "c1,b1,b2" {
+		t.Errorf("published while the call of stall and a1 stalls: %s, want b1,b2 and c1", passed)
+	}
+	select {
+	case <-rig.settled:
+		t.Fatal("an event of the stalled call was settled before it returned")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(pub.release)
+	rig.settle(t, 2, 10*time.Second)
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	if len(pub.wrong) > 0 {
+		t.Errorf("published on the wrong topic: %v", pub.wrong)
+	}
+}
+
+// TestBatchesKeepTheirTopic: a take of events of several topics,
+// interleaved, is published in calls of one topic each, every event on
+// its own topic.
+func TestBatchesKeepTheirTopic(t *testing.T) {
+	pub := &keyedPub{release: make(chan struct{})}
+	rig := newDispatchRig(t, pub, func(c *Config) { c.Concurrency = 1 })
+	var evs []*event
+	for i := range 6 {
+		for _, topic := range []string{"a", "b", "c"} {
+			evs = append(evs, ev(fmt.Sprint(topic, i), topic))
+		}
+	}
+	rig.d.dispatch(evs[1:]...) // b0 c0 a1 b1 c1 a2 ...
+	rig.settle(t, len(evs)-1, 10*time.Second)
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	if len(pub.wrong) > 0 || len(pub.passed) != len(evs)-1 {
+		t.Errorf("published %v; on the wrong topic: %v", pub.passed, pub.wrong)
+	}
+}
+
+// retryPub stalls the first call of key x until failX is closed, then
+// fails it; holds the calls of key y until releaseY is closed.
+type retryPub struct {
+	failX, releaseY chan struct{}
+	xStarted        chan struct{} // a call of x started
+	yStarted        chan struct{} // a call of y started
+	xCalls          atomic.Int32
+}
+
+func (p *retryPub) Publish(_ string, msgs ...*message.Message) error {
+	switch keysOf(msgs)[0] {
+	case "x":
+		n := p.xCalls.Add(1)
+		p.xStarted <- struct{}{}
+		if n == 1 {
+			<-p.failX
+			return errors.New("refused (test)")
+		}
+	case "y":
+		p.yStarted <- struct{}{}
+		<-p.releaseY
+	}
+	return nil
+}
+func (p *retryPub) Close() error { return nil }
+
+// TestSlowDeliveryGivesItsPlace: an event delivered on its own whose
+// call runs slow gives its place among the Concurrency deliveries to
+// another key (y is published beside it with Concurrency 1); when the
+// call then fails, the event is retried and published.
+func TestSlowDeliveryGivesItsPlace(t *testing.T) {
+	pub := &retryPub{failX: make(chan struct{}), releaseY: make(chan struct{}),
+		xStarted: make(chan struct{}, 10), yStarted: make(chan struct{}, 10)}
+	rig := newDispatchRig(t, pub, func(c *Config) { c.Concurrency = 1; c.PublishTimeout = time.Minute })
+	rig.d.dispatch(ev("x", "t"))
+	<-pub.xStarted
+	time.Sleep(20 * time.Millisecond) // past Slow (2ms with no calls observed)
+	rig.d.dispatch(ev("y", "t"))
+	select {
+	case <-pub.yStarted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("y's call did not start while x's call stalled: the slow call kept its place")
+	}
+	close(pub.failX)
+	close(pub.releaseY)
+	rig.settle(t, 2, 10*time.Second)
+	if n := pub.xCalls.Load(); n != 2 {
+		t.Errorf("%d calls of x, want 2 (one failed, one retry)", n)
+	}
+}
+
+// TestPlaceBack: a single delivery whose call ran slow gave its place
+// back (and holds one of the stalls); before it retries or parks, back
+// gives up the stall and waits for a place again, so retries and parking
+// stay within Concurrency.
+func TestPlaceBack(t *testing.T) {
+	rig := newDispatchRig(t, &gatePub{open: make(chan struct{})}, func(c *Config) { c.Concurrency = 1 })
+	d := rig.d
+	d.singles <- struct{}{}
+	handedOff := false
+	p := &place{d: d, worker: func() bool { handedOff = true; return true }, held: true}
+	if !p.slow() || len(d.singles) != 0 || len(d.stalls) != 1 || !handedOff {
+		t.Fatalf("after slow: places taken %d, stalls %d, worker handed off %v; want 0, 1, true", len(d.singles), len(d.stalls), handedOff)
+	}
+	d.singles <- struct{}{} // another delivery takes the place
+	back := make(chan bool, 1)
+	go func() { back <- p.back() }()
+	select {
+	case <-back:
+		t.Fatal("back returned while another delivery held the only place")
+	case <-time.After(100 * time.Millisecond):
+	}
+	<-d.singles // which it gives back
+	if ok := <-back; !ok || len(d.singles) != 1 || len(d.stalls) != 0 {
+		t.Fatalf("back = %v: places taken %d, stalls %d; want true, 1, 0", ok, len(d.singles), len(d.stalls))
+	}
+	p.leave()
+	if len(d.singles) != 0 || len(d.stalls) != 0 {
+		t.Fatalf("after leave: places taken %d, stalls %d; want 0, 0", len(d.singles), len(d.stalls))
+	}
+	// With every stall taken, a slow call keeps its place.
+	for range cap(d.stalls) {
+		d.stalls <- struct{}{}
+	}
+	q := &place{d: d, worker: func() bool { return true }, held: true}
+	d.singles <- struct{}{}
+	if q.slow() || !q.held || len(d.singles) != 1 {
+		t.Fatal("a slow call gave its place back with every stall taken")
+	}
+}
+
+// hangPub's first call of key hang never returns until the test ends
+// (a client that ignores its context); the others succeed.
+type hangPub struct {
+	end  chan struct{}
+	once sync.Once
+}
+
+func (h *hangPub) Publish(_ string, msgs ...*message.Message) error {
+	hang := false
+	if keysOf(msgs)[0] == "hang" {
+		h.once.Do(func() { hang = true })
+	}
+	if hang {
+		<-h.end
+	}
+	return nil
+}
+func (h *hangPub) Close() error { return nil }
+
+// TestStopSkipsTimedOutCalls: a call given up at PublishTimeout (its
+// event retried and published) is not waited for at shutdown: stop
+// returns at once, without a warning.
+func TestStopSkipsTimedOutCalls(t *testing.T) {
+	pub := &hangPub{end: make(chan struct{})}
+	t.Cleanup(func() { close(pub.end) })
+	rig := newDispatchRig(t, pub, func(c *Config) { c.Concurrency = 1; c.PublishTimeout = 100 * time.Millisecond })
+	rig.d.dispatch(ev("hang", "t"))
+	rig.settle(t, 1, 10*time.Second)
+	start := time.Now()
+	rig.d.stop(10 * time.Second)
+	if took := time.Since(start); took > 5*time.Second || rig.log.contain("still running") {
+		t.Errorf("stop took %s (a warning of calls still running: %v): it waited for a call given up at PublishTimeout", took, rig.log.contain("still running"))
+	}
+}
+
+// loserPub: the first call of key k stalls until its context is
+// cancelled (a hedge won), then returns only once linger is closed;
+// the others succeed.
+type loserPub struct {
+	linger    chan struct{}
+	cancelled chan struct{}
+	once      sync.Once
+}
+
+func (l *loserPub) Publish(_ string, msgs ...*message.Message) error {
+	first := false
+	l.once.Do(func() { first = true })
+	if !first {
+		return nil
+	}
+	<-msgs[0].Context().Done()
+	close(l.cancelled)
+	<-l.linger
+	return msgs[0].Context().Err()
+}
+func (l *loserPub) Close() error { return nil }
+
+// TestStopWaitsForHedgeLosers: the losing call of a hedge, cancelled,
+// is waited for at shutdown (the publisher may be closed once Run
+// returns), until it returns.
+func TestStopWaitsForHedgeLosers(t *testing.T) {
+	pub := &loserPub{linger: make(chan struct{}), cancelled: make(chan struct{})}
+	rig := newDispatchRig(t, pub, func(c *Config) {
+		c.Concurrency = 1
+		c.PublishTimeout = time.Minute
+		c.Hedge = true
+		c.HedgeAfter = 20 * time.Millisecond
+	})
+	rig.d.dispatch(ev("k", "t"))
+	rig.settle(t, 1, 10*time.Second)
+	<-pub.cancelled
+	stopped := make(chan struct{})
+	go func() { rig.d.stop(10 * time.Second); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("stop returned while the hedge's losing call still ran")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(pub.linger)
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stop did not return once the losing call did")
+	}
+	if rig.log.contain("still running") {
+		t.Error("stop warned of calls still running")
+	}
+}
