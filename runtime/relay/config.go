@@ -170,8 +170,8 @@ type Config struct {
 	// HedgeAfter is how long a publish runs before Hedge sends it again;
 	// shorter than PublishTimeout. Default (0): when it counts as slow,
 	// eight times the recent typical publish, at least 2ms, at most
-	// SlowPublish (see Concurrency), and no hedge before the relay has
-	// seen 16 publishes of the Run or RunOnce call. Set it above the
+	// SlowPublish (see Concurrency); SlowPublish until the relay has seen
+	// 16 publishes of the Run or RunOnce call. Set it above the
 	// broker's usual tail (its p99) to hedge less often.
 	HedgeAfter time.Duration
 

@@ -573,7 +573,7 @@ func (r *Relay) hedgeAfter(f *flow) (time.Duration, bool) {
 	if !r.opts.Hedge {
 		return 0, false
 	}
-	return f.typ.After(r.opts.HedgeAfter)
+	return f.typ.After(r.opts.HedgeAfter), true
 }
 
 func (r *Relay) reportFailed(ctx context.Context, fs []driver.Failure, failed []int64) {

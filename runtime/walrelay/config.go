@@ -152,8 +152,8 @@ type Config struct {
 	Hedge bool
 	// HedgeAfter is how long a Publish call runs before Hedge sends it
 	// again; shorter than PublishTimeout. Default (0): eight times the
-	// recent typical call, at least 2ms, at most 250ms, and no hedge
-	// before the relay has seen 16 calls.
+	// recent typical call, at least 2ms, at most 250ms; 250ms until the
+	// relay has seen 16 calls.
 	HedgeAfter time.Duration
 
 	// StatusInterval is how often the relay reports its confirmed position

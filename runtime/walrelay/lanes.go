@@ -721,7 +721,7 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 	topic := evs[0].Topic
 	after, hedging := time.Duration(0), false
 	if r.cfg.Hedge {
-		after, hedging = r.typ.After(r.cfg.HedgeAfter)
+		after, hedging = r.typ.After(r.cfg.HedgeAfter), true
 	}
 	var pristine []*message.Message // the hedges' source, never published
 	var hedges <-chan time.Time

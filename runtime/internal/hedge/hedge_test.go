@@ -38,26 +38,27 @@ func TestThrottle(t *testing.T) {
 
 // Slow is eight times the typical publish within [MinSlow, MaxSlow], a
 // slow publish raises the average by at most its capped share, and
-// After waits for Warmup publishes unless a delay is set.
+// After is MaxSlow until Warmup publishes were seen, unless a delay is
+// set.
 func TestTypical(t *testing.T) {
 	var ty Typical
 	if got := ty.Slow(); got != MinSlow {
 		t.Fatalf("Slow of nothing seen = %s, want %s", got, MinSlow)
 	}
-	if _, ok := ty.After(0); ok {
-		t.Fatal("After(0) allows a hedge before any publish was seen")
+	if d := ty.After(0); d != MaxSlow {
+		t.Fatalf("After(0) before any publish was seen = %s, want %s", d, MaxSlow)
 	}
-	if d, ok := ty.After(time.Second); !ok || d != time.Second {
-		t.Fatalf("After(1s) = %s, %v; want 1s, true", d, ok)
+	if d := ty.After(time.Second); d != time.Second {
+		t.Fatalf("After(1s) = %s, want 1s", d)
 	}
-	for range Warmup {
+	for range Warmup - 1 {
 		ty.Observe(time.Millisecond)
 	}
-	d, ok := ty.After(0)
-	if !ok {
-		t.Fatalf("After(0) refuses a hedge after %d publishes", Warmup)
+	if d := ty.After(0); d != MaxSlow {
+		t.Fatalf("After(0) after %d publishes = %s, want %s", Warmup-1, d, MaxSlow)
 	}
-	if d < MinSlow || d > 8*time.Millisecond {
+	ty.Observe(time.Millisecond)
+	if d := ty.After(0); d < MinSlow || d > 8*time.Millisecond {
 		t.Fatalf("After(0) = %s after 1ms publishes, want within [%s, 8ms]", d, MinSlow)
 	}
 	before := ty.Slow()
