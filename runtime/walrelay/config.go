@@ -141,7 +141,12 @@ type Config struct {
 	// throttle (relay.HedgeBurst, relay.HedgeEvery, kept across Run's
 	// sessions): a call that stalls (a lost packet, a leader election)
 	// holds back the keys it carries, up to MaxPublishBatch of them, for
-	// about HedgeAfter instead of its whole length. A failure ends the
+	// about HedgeAfter instead of its whole length. A call of several
+	// events is not sent again whole: at HedgeAfter its events are
+	// published one by one beside it, each hedged in turn, so a stall
+	// that hits one of them (its partition or subject) holds back its key
+	// only, and a copy of the whole call cannot stall on it again (the
+	// split takes one hedge of the throttle). A failure ends the
 	// hedging of its call (another call would be a retry without
 	// RetryDelay); the calls still running may yet succeed. The cost:
 	// when two calls succeed, the broker gets the messages twice, and a

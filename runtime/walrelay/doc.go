@@ -110,7 +110,8 @@
 // others, until MaxUnconfirmed.
 // With Config.Hedge, a call that stalls is made again beside it after
 // HedgeAfter (the polling relay's hedged publishes), so it holds back the
-// keys it carries for about that long.
+// keys it carries for about that long; a call of several events has its
+// events published one by one instead, each hedged in turn.
 //
 // The slot only retains WAL from its creation on: events written in WAL
 // mode before the slot exists are never streamed. Run Relay.Setup (a

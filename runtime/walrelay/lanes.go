@@ -344,6 +344,9 @@ func (d *dispatcher) publishBatch(evs []*event, slow func() bool) bool {
 	d.brk.begin()
 	err := r.publishMany(context.WithoutCancel(d.ctx), evs, hooks{slow: slow, losers: &d.losers})
 	d.brk.end()
+	if errors.Is(err, errSplit) {
+		return false // hedged: one by one, the call left running beside them
+	}
 	if err != nil {
 		r.log.Debug("batch publish failed: publishing its events one by one", slog.Int("events", len(evs)), slog.String("error", telemetry.ErrorText(err)))
 		return false
@@ -693,6 +696,10 @@ func (r *Relay) publishMany(ctx context.Context, evs []*event, h hooks) (err err
 // errTimeout is call's error when no call returned by the deadline.
 var errTimeout = errors.New("walrelay: publish timed out")
 
+// errSplit is the hedge of a call of several events: publish them one by
+// one (see call).
+var errSplit = errors.New("walrelay: batch publish running long: published one by one")
+
 // hooks connect a Publish call to its dispatcher.
 type hooks struct {
 	// slow, if not nil, is called once the call has run for Slow
@@ -723,18 +730,31 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 	if r.cfg.Hedge {
 		after, hedging = r.typ.After(r.cfg.HedgeAfter), true
 	}
+	// A call of several events is not sent again whole: its hedge is
+	// errSplit, and the caller publishes the events one by one beside it
+	// (dispatcher.publishBatch), so a stall that hits one of them (its
+	// partition, its subject) holds back its key only.
+	split := hedging && len(evs) > 1
 	var pristine []*message.Message // the hedges' source, never published
+	var spans []context.Context     // the messages' send spans, for a split
 	var hedges <-chan time.Time
 	var throttle *hedge.Throttle // refilled by an unhedged call (nil: Hedge off)
 	if r.cfg.Hedge {
 		throttle = r.hedges
 	}
 	if hedging {
-		// Copied before the first call starts: a publisher may write to
-		// its messages' metadata while it runs.
-		pristine = make([]*message.Message, len(msgs))
-		for i, m := range msgs {
-			pristine[i] = m.CopyWithContext()
+		// Taken before the first call starts: a publisher may write to
+		// its messages while it runs.
+		if split {
+			spans = make([]context.Context, len(msgs))
+			for i, m := range msgs {
+				spans[i] = m.Context()
+			}
+		} else {
+			pristine = make([]*message.Message, len(msgs))
+			for i, m := range msgs {
+				pristine[i] = m.CopyWithContext()
+			}
 		}
 		t := time.NewTimer(after)
 		defer t.Stop()
@@ -778,6 +798,16 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 		defer slowT.Stop()
 		slowC = slowT.C
 	}
+	// leave counts the calls still running as losers: the caller cancels
+	// their messages' contexts as it returns.
+	leave := func() {
+		for _, st := range states {
+			h.losers.Add(1)
+			if !st.CompareAndSwap(running, losing) {
+				h.losers.Add(-1)
+			}
+		}
+	}
 	race := hedge.NewRace()
 	for {
 		select {
@@ -788,17 +818,21 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 				continue // another call may still succeed
 			}
 			race.Done(&r.typ, throttle, time.Since(began))
-			for _, st := range states {
-				h.losers.Add(1)
-				if !st.CompareAndSwap(running, losing) {
-					h.losers.Add(-1)
-				}
-			}
+			leave()
 			return err
 		case <-hedges:
 			hedges = nil
 			if !r.hedges.Take() {
 				continue
+			}
+			if split {
+				for i, ctx := range spans {
+					r.tel.Hedged(ctx, evs[i].Type, topic, time.Since(began))
+				}
+				r.log.Debug("batch publish running long: its events are published one by one beside it (hedge)", slog.Int("events", len(evs)),
+					slog.String("topic", topic), slog.Duration("after", time.Since(began)))
+				leave()
+				return errSplit
 			}
 			hedged, more := race.Hedge()
 			for i, m := range pristine {

@@ -19,6 +19,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/internal/hedge"
 	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
+	"github.com/outboxgen/outboxgen/runtime/relay"
 )
 
 // Relay streams the events of one outbox from a logical replication slot
@@ -134,7 +135,7 @@ func New(pool *pgxpool.Pool, schema outbox.Schema, cfg Config) (*Relay, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	tel, err := telemetry.NewRelay(tp, mp, cfg.Publisher, false, nil)
+	tel, err := telemetry.NewRelay(tp, mp, cfg.Publisher, false, publishErrorType)
 	if err != nil {
 		return nil, fmt.Errorf("walrelay: telemetry: %w", err)
 	}
@@ -500,4 +501,17 @@ func (r *Relay) connectReplication(ctx context.Context) (*pgconn.PgConn, func(),
 		defer cancel()
 		_ = conn.Close(cctx)
 	}, nil
+}
+
+// publishErrorType is the error.type of a failed publish call: a batch
+// call split by its hedge (errSplit) was cut off, its events published
+// again one by one.
+func publishErrorType(ctx context.Context, err error) string {
+	switch {
+	case errors.Is(err, errSplit):
+		return telemetry.ErrorInterrupted
+	case errors.Is(err, relay.ErrPermanent):
+		return telemetry.ErrorPermanent
+	}
+	return telemetry.ErrorType(ctx, err)
 }

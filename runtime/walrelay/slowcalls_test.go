@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -432,4 +433,70 @@ func TestStopWaitsForHedgeLosers(t *testing.T) {
 	if rig.log.contain("still running") {
 		t.Error("stop warned of calls still running")
 	}
+}
+
+// partPub stalls every call that carries key p (its partition is
+// electing a leader) until release is closed, or the call's context is
+// cancelled; it passes the others, noting their keys.
+type partPub struct {
+	release chan struct{}
+	mu      sync.Mutex
+	passed  []string
+	calls   []int // the events of each call
+}
+
+func (p *partPub) Publish(_ string, msgs ...*message.Message) error {
+	keys := keysOf(msgs)
+	p.mu.Lock()
+	p.calls = append(p.calls, len(msgs))
+	p.mu.Unlock()
+	for _, key := range keys {
+		if key == "p" {
+			select {
+			case <-p.release:
+				return nil
+			case <-msgs[0].Context().Done():
+				return msgs[0].Context().Err()
+			}
+		}
+	}
+	p.mu.Lock()
+	p.passed = append(p.passed, keys...)
+	p.mu.Unlock()
+	return nil
+}
+func (p *partPub) Close() error { return nil }
+
+// TestHedgeSplitsStalledBatch: with Config.Hedge, a batch call that runs
+// past HedgeAfter is not sent again whole (its copy would stall on the
+// same event): its events go out one by one beside it, so those the
+// stall does not touch are published, and only the stalled event's key
+// waits.
+func TestHedgeSplitsStalledBatch(t *testing.T) {
+	pub := &partPub{release: make(chan struct{})}
+	rig := newDispatchRig(t, pub, func(c *Config) {
+		c.Concurrency = 1
+		c.PublishTimeout = time.Minute
+		c.Hedge = true
+		c.HedgeAfter = 20 * time.Millisecond
+	})
+	rig.d.dispatch(ev("p", "t"), ev("a", "t"), ev("b", "t"), ev("c", "t"))
+	rig.settle(t, 3, 10*time.Second)
+	pub.mu.Lock()
+	passed := slices.Sorted(slices.Values(pub.passed))
+	calls := fmt.Sprint(pub.calls)
+	pub.mu.Unlock()
+	if fmt.Sprint(passed) != "[a b c]" {
+		t.Errorf("published while p stalls: %s, want a, b and c", passed)
+	}
+	if !strings.HasPrefix(calls, "[4 ") {
+		t.Errorf("calls of %s events: want the batch of 4 first, then single events", calls)
+	}
+	select {
+	case <-rig.settled:
+		t.Fatal("p was settled while its calls stalled")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(pub.release)
+	rig.settle(t, 1, 10*time.Second)
 }

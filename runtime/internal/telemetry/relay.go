@@ -32,7 +32,7 @@ const (
 // Error types (error.type) of failed publishes.
 const (
 	ErrorPermanent   = "permanent"   // marked FAILED at once
-	ErrorInterrupted = "interrupted" // cut off by shutdown, lease or PublishTimeout: released
+	ErrorInterrupted = "interrupted" // cut off by shutdown, lease, PublishTimeout or a hedge's split: released
 	ErrorAbandoned   = "abandoned"   // still running at ShutdownTimeout
 	ErrorTransient   = "transient"   // charged an attempt, retried with backoff
 )
