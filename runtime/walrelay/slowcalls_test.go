@@ -171,20 +171,24 @@ func TestStalledBrokerBoundsCalls(t *testing.T) {
 	t.Logf("Concurrency %d: at most %d calls at once while stalled (bound %d); %d calls for %d events", concurrency, most, bound, calls, events)
 }
 
-// keyedPub holds the calls carrying key hold until release is closed;
-// it passes the others, noting their keys. Each key starts with its
-// topic's first letter: a message on another topic is noted in wrong.
+// keyedPub holds the calls carrying key hold until release is closed or
+// the call's context is cancelled (a partition electing a leader); it
+// passes the others, noting their keys, and the events of every call.
+// Each key starts with its topic's first letter: a message on another
+// topic is noted in wrong.
 type keyedPub struct {
 	hold    string
 	release chan struct{}
 	mu      sync.Mutex
 	passed  []string
 	wrong   []string
+	calls   []int
 }
 
 func (k *keyedPub) Publish(topic string, msgs ...*message.Message) error {
 	keys := keysOf(msgs)
 	k.mu.Lock()
+	k.calls = append(k.calls, len(msgs))
 	for _, key := range keys {
 		if key[0] != topic[0] && key != k.hold {
 			k.wrong = append(k.wrong, key+" on "+topic)
@@ -193,8 +197,12 @@ func (k *keyedPub) Publish(topic string, msgs ...*message.Message) error {
 	k.mu.Unlock()
 	for _, key := range keys {
 		if key == k.hold {
-			<-k.release
-			return nil
+			select {
+			case <-k.release:
+				return nil
+			case <-msgs[0].Context().Done():
+				return msgs[0].Context().Err()
+			}
 		}
 	}
 	k.mu.Lock()
@@ -435,59 +443,27 @@ func TestStopWaitsForHedgeLosers(t *testing.T) {
 	}
 }
 
-// partPub stalls every call that carries key p (its partition is
-// electing a leader) until release is closed, or the call's context is
-// cancelled; it passes the others, noting their keys.
-type partPub struct {
-	release chan struct{}
-	mu      sync.Mutex
-	passed  []string
-	calls   []int // the events of each call
-}
-
-func (p *partPub) Publish(_ string, msgs ...*message.Message) error {
-	keys := keysOf(msgs)
-	p.mu.Lock()
-	p.calls = append(p.calls, len(msgs))
-	p.mu.Unlock()
-	for _, key := range keys {
-		if key == "p" {
-			select {
-			case <-p.release:
-				return nil
-			case <-msgs[0].Context().Done():
-				return msgs[0].Context().Err()
-			}
-		}
-	}
-	p.mu.Lock()
-	p.passed = append(p.passed, keys...)
-	p.mu.Unlock()
-	return nil
-}
-func (p *partPub) Close() error { return nil }
-
 // TestHedgeSplitsStalledBatch: with Config.Hedge, a batch call that runs
 // past HedgeAfter is not sent again whole (its copy would stall on the
 // same event): its events go out one by one beside it, so those the
 // stall does not touch are published, and only the stalled event's key
 // waits.
 func TestHedgeSplitsStalledBatch(t *testing.T) {
-	pub := &partPub{release: make(chan struct{})}
+	pub := &keyedPub{hold: "p", release: make(chan struct{})}
 	rig := newDispatchRig(t, pub, func(c *Config) {
 		c.Concurrency = 1
 		c.PublishTimeout = time.Minute
 		c.Hedge = true
 		c.HedgeAfter = 20 * time.Millisecond
 	})
-	rig.d.dispatch(ev("p", "t"), ev("a", "t"), ev("b", "t"), ev("c", "t"))
+	rig.d.dispatch(ev("p", "p"), ev("pa", "p"), ev("pb", "p"), ev("pc", "p"))
 	rig.settle(t, 3, 10*time.Second)
 	pub.mu.Lock()
 	passed := slices.Sorted(slices.Values(pub.passed))
-	calls := fmt.Sprint(pub.calls)
+	calls, wrong := fmt.Sprint(pub.calls), fmt.Sprint(pub.wrong)
 	pub.mu.Unlock()
-	if fmt.Sprint(passed) != "[a b c]" {
-		t.Errorf("published while p stalls: %s, want a, b and c", passed)
+	if fmt.Sprint(passed) != "[pa pb pc]" || wrong != "[]" {
+		t.Errorf("published while p stalls: %s (on the wrong topic: %s), want pa, pb and pc", passed, wrong)
 	}
 	if !strings.HasPrefix(calls, "[4 ") {
 		t.Errorf("calls of %s events: want the batch of 4 first, then single events", calls)
