@@ -82,7 +82,8 @@ type Config struct {
 	// 250ms) stops counting: another takes its place, so calls that stall
 	// hold back their own keys, not the others (as the polling relay's
 	// slow publishes give back their slot). At most SlowCallsPerSlot ×
-	// Concurrency calls give their place back at once; beyond them a slow
+	// Concurrency places are given back at once (a slow batch call gives
+	// one, a slow single delivery two: its own and its worker's); beyond them a slow
 	// call keeps it, so the calls under way stay a small multiple of
 	// Concurrency even when the broker stalls every call (times 1 +
 	// relay.MaxHedges with Hedge).

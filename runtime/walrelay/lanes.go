@@ -73,8 +73,10 @@ type dispatcher struct {
 // carries: the heads of that many keys' lanes, when that many are ready.
 const MaxPublishBatch = 64
 
-// SlowCallsPerSlot bounds the calls that ran slow and gave their place
-// back (see Config.Concurrency): SlowCallsPerSlot × Concurrency at once.
+// SlowCallsPerSlot bounds the places slow calls give back (see
+// Config.Concurrency): SlowCallsPerSlot × Concurrency at once, a worker's
+// hand-off taking one, and a slow single delivery one more for its own
+// place among the single deliveries.
 // A call that runs slow beyond them keeps its place, so when the broker
 // stalls every call, the calls under way stay a small multiple of
 // Concurrency instead of one per event in flight.
@@ -343,6 +345,9 @@ func (d *dispatcher) publishBatch(evs []*event, slow func() bool) bool {
 	}
 	d.brk.begin()
 	err := r.publishMany(context.WithoutCancel(d.ctx), evs, hooks{slow: slow, losers: &d.losers})
+	if err == nil {
+		d.brk.success(false) // before end: see deliver
+	}
 	d.brk.end()
 	if errors.Is(err, errSplit) {
 		return false // hedged: one by one, the call left running beside them
@@ -351,7 +356,6 @@ func (d *dispatcher) publishBatch(evs []*event, slow func() bool) bool {
 		r.log.Debug("batch publish failed: publishing its events one by one", slog.Int("events", len(evs)), slog.String("error", telemetry.ErrorText(err)))
 		return false
 	}
-	d.brk.success(false)
 	r.update(func(s *Status) { s.Published += int64(len(evs)) })
 	for _, ev := range evs {
 		d.settled <- settlement{ev.tx, ev.bytes}
@@ -415,17 +419,22 @@ type place struct {
 	stalled bool        // holds one of stalls
 }
 
-// slow is the hook of the delivery's calls (see hooks).
+// slow is the hook of the delivery's calls (see hooks): it gives back
+// the place only with its worker's hand-off, which frees the worker's
+// other deliveries; else both keep theirs and are asked again.
 func (p *place) slow() bool {
 	select {
 	case p.d.stalls <- struct{}{}:
 	default:
 		return false
 	}
+	if !p.worker() {
+		<-p.d.stalls
+		return false
+	}
 	p.stalled = true
 	p.held = false
 	<-p.d.singles
-	p.worker()
 	return true
 }
 
@@ -485,23 +494,29 @@ func (d *dispatcher) deliver(ev *event, p *place) bool {
 		}
 		epoch := d.brk.epochNow()
 		// A publish under way at shutdown is waited for (stop), not cut.
+		// The outcome is recorded before the call stops counting as under
+		// way (end), so that a verdict waiting for it sees it.
 		d.brk.begin()
 		err := r.publish(context.WithoutCancel(d.ctx), ev, attempts+1, hooks{slow: p.slow, losers: &d.losers})
-		d.brk.end()
 		if err == nil {
 			d.brk.success(probe)
+			d.brk.end()
 			r.update(func(s *Status) { s.Published++ })
 			return true
 		}
-		// Retries and parking count among the Concurrency deliveries.
+		permanent := errors.Is(err, relay.ErrPermanent)
+		if d.ctx.Err() != nil && !permanent {
+			d.brk.end()
+			return false // shutting down: streamed again by the next session
+		}
+		counted := d.brk.failure(ev.Key, probe, epoch, permanent)
+		d.brk.end()
+		// Retries and parking count among the Concurrency deliveries: a
+		// place is taken again (after the failure is recorded: a probe's
+		// failure frees the lanes that wait for the breaker holding places).
 		if !p.back() {
 			return false
 		}
-		if d.ctx.Err() != nil && !errors.Is(err, relay.ErrPermanent) {
-			return false // shutting down: streamed again by the next session
-		}
-		permanent := errors.Is(err, relay.ErrPermanent)
-		counted := d.brk.failure(ev.Key, probe, epoch, permanent)
 		text := telemetry.ErrorText(err)
 		if !counted {
 			r.log.Debug("publish failed while the circuit breaker is open: not counted", slog.String("event_id", ev.ID.String()), slog.String("error", text))
@@ -641,7 +656,8 @@ func (r *Relay) publish(ctx context.Context, ev *event, attempt int, h hooks) (e
 	pctx, cancel := context.WithTimeout(sctx, r.cfg.PublishTimeout)
 	defer cancel()
 	msg.SetContext(pctx)
-	if err := r.call([]*event{ev}, []*message.Message{msg}, pctx.Done(), h); err != nil {
+	deadline, _ := pctx.Deadline()
+	if err := r.call([]*event{ev}, []*message.Message{msg}, pctx.Done(), deadline, h); err != nil {
 		if errors.Is(err, errTimeout) {
 			return fmt.Errorf("walrelay: publish of event %s did not return within %s (Config.PublishTimeout): %w", ev.ID, r.cfg.PublishTimeout, context.DeadlineExceeded)
 		}
@@ -684,7 +700,7 @@ func (r *Relay) publishMany(ctx context.Context, evs []*event, h hooks) (err err
 	}
 	expire, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	if err := r.call(evs, msgs, expire.Done(), h); err != nil {
+	if err := r.call(evs, msgs, expire.Done(), deadline, h); err != nil {
 		if errors.Is(err, errTimeout) {
 			return fmt.Errorf("walrelay: publish of %d events did not return within %s (Config.PublishTimeout): %w", len(evs), r.cfg.PublishTimeout, context.DeadlineExceeded)
 		}
@@ -708,8 +724,9 @@ type hooks struct {
 	// slow is called again after another Slow.
 	slow func() bool
 	// losers, if not nil, counts the calls left running after a hedged
-	// call succeeded (cancelled, they should return soon), which the
-	// dispatcher's stop waits for.
+	// call succeeded or split (cancelled, they should return soon), until
+	// they return or their deadline passes; the dispatcher's stop waits
+	// for them.
 	losers *atomic.Int64
 }
 
@@ -724,7 +741,7 @@ type hooks struct {
 // h.losers until they return. A failure ends the hedging and waits for
 // the calls still running (one may yet succeed); when all fail, the
 // first failure is returned.
-func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struct{}, h hooks) error {
+func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struct{}, deadline time.Time, h hooks) error {
 	topic := evs[0].Topic
 	after, hedging := time.Duration(0), false
 	if r.cfg.Hedge {
@@ -799,13 +816,21 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 		slowC = slowT.C
 	}
 	// leave counts the calls still running as losers: the caller cancels
-	// their messages' contexts as it returns.
+	// their messages' contexts as it returns. A loser still running at the
+	// deadline (a publisher that ignores its context) stops counting then,
+	// as a call given up at PublishTimeout does.
 	leave := func() {
 		for _, st := range states {
 			h.losers.Add(1)
 			if !st.CompareAndSwap(running, losing) {
 				h.losers.Add(-1)
+				continue
 			}
+			time.AfterFunc(time.Until(deadline), func() {
+				if st.CompareAndSwap(losing, returned) {
+					h.losers.Add(-1)
+				}
+			})
 		}
 	}
 	race := hedge.NewRace()

@@ -18,9 +18,11 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric/noop"
 	tnoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/internal/hedge"
 	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
@@ -475,4 +477,225 @@ func TestHedgeSplitsStalledBatch(t *testing.T) {
 	}
 	close(pub.release)
 	rig.settle(t, 1, 10*time.Second)
+}
+
+// TestStopSkipsLosersPastDeadline: a hedge's losing call that ignores
+// its cancellation stops counting at its deadline (PublishTimeout), as a
+// call given up then does: stop does not wait for it.
+func TestStopSkipsLosersPastDeadline(t *testing.T) {
+	pub := &loserPub{linger: make(chan struct{}), cancelled: make(chan struct{})}
+	t.Cleanup(func() { close(pub.linger) })
+	rig := newDispatchRig(t, pub, func(c *Config) {
+		c.Concurrency = 1
+		c.PublishTimeout = 300 * time.Millisecond
+		c.Hedge = true
+		c.HedgeAfter = 20 * time.Millisecond
+	})
+	rig.d.dispatch(ev("k", "t"))
+	rig.settle(t, 1, 10*time.Second)
+	<-pub.cancelled
+	time.Sleep(400 * time.Millisecond) // past the call's deadline
+	start := time.Now()
+	rig.d.stop(10 * time.Second)
+	if took := time.Since(start); took > 5*time.Second || rig.log.contain("still running") {
+		t.Errorf("stop took %s (a warning of calls still running: %v): it waited for a loser past its deadline", took, rig.log.contain("still running"))
+	}
+}
+
+// holdPub holds the calls whose first key starts with a prefix of holds
+// until its channel is closed; it passes the others, noting their keys.
+type holdPub struct {
+	mu     sync.Mutex
+	holds  map[string]chan struct{}
+	passed []string
+}
+
+func (h *holdPub) Publish(_ string, msgs ...*message.Message) error {
+	k := keysOf(msgs)[0]
+	for p, ch := range h.holds {
+		if strings.HasPrefix(k, p) {
+			<-ch
+			return nil
+		}
+	}
+	h.mu.Lock()
+	h.passed = append(h.passed, keysOf(msgs)...)
+	h.mu.Unlock()
+	return nil
+}
+func (h *holdPub) Close() error { return nil }
+
+func (h *holdPub) got(k string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Contains(h.passed, k)
+}
+
+// waitStalls waits until the stalls taken reach n.
+func waitStalls(t *testing.T, d *dispatcher, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(d.stalls) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("stalls taken %d, want %d", len(d.stalls), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestSlowSingleAsksWorkerAgain: a slow single delivery gives back its
+// place only together with its worker's hand-off; when no stall is left
+// for the worker, both keep theirs and are asked again, so once stalls
+// free up the worker is handed off and the other keys go on. (Found by
+// review: the place was given back alone, and the worker never asked
+// again.)
+func TestSlowSingleAsksWorkerAgain(t *testing.T) {
+	pub := &holdPub{holds: map[string]chan struct{}{"s": make(chan struct{}), "x": make(chan struct{})}}
+	rig := newDispatchRig(t, pub, func(c *Config) { c.Concurrency = 1; c.PublishTimeout = time.Minute })
+	d := rig.d
+	// Three stalled batches: three hand-offs of the four stalls.
+	for i, pair := range [][2]string{{"s1a", "s1b"}, {"s2a", "s2b"}, {"s3a", "s3b"}} {
+		d.dispatch(ev(pair[0], "t"), ev(pair[1], "t"))
+		waitStalls(t, d, i+1)
+	}
+	d.dispatch(ev("x", "t")) // alone: its place and its worker need two
+	time.Sleep(50 * time.Millisecond)
+	close(pub.holds["s"]) // the batches return: three stalls free
+	rig.settle(t, 6, 5*time.Second)
+	d.dispatch(ev("y", "t"))
+	deadline := time.Now().Add(5 * time.Second)
+	for !pub.got("y") {
+		if time.Now().After(deadline) {
+			t.Fatalf("y was not published while x stalls with %d of %d stalls free: the worker was never handed off", cap(d.stalls)-len(d.stalls), cap(d.stalls))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(pub.holds["x"])
+	rig.settle(t, 2, 5*time.Second)
+}
+
+// probePub fails every call at once (mode 0), hangs a call until release
+// and then fails it (mode 1), or passes every call (mode 2).
+type probePub struct {
+	mu      sync.Mutex
+	mode    int
+	release chan struct{}
+	hung    chan struct{}
+	once    sync.Once
+}
+
+func (p *probePub) Publish(string, ...*message.Message) error {
+	p.mu.Lock()
+	m := p.mode
+	p.mu.Unlock()
+	switch m {
+	case 0:
+		return errors.New("refused (test)")
+	case 1:
+		p.once.Do(func() { close(p.hung) })
+		<-p.release
+		return errors.New("timed out (test)")
+	}
+	return nil
+}
+func (p *probePub) Close() error { return nil }
+func (p *probePub) set(m int) {
+	p.mu.Lock()
+	p.mode = m
+	p.mu.Unlock()
+}
+
+// TestSlowProbeFailureFreesTheBreaker: a breaker probe whose call runs
+// slow gives its place back, and lanes waiting for the breaker take every
+// place; when the probe fails, its failure is recorded before it takes a
+// place again, so another lane probes, and once the broker is back every
+// event goes out. (Found by review: the probe waited for a place first,
+// and the lanes holding them waited for the probe: the relay froze.)
+func TestSlowProbeFailureFreesTheBreaker(t *testing.T) {
+	pub := &probePub{release: make(chan struct{}), hung: make(chan struct{})}
+	rig := newDispatchRig(t, pub, func(c *Config) {
+		c.Concurrency = 2
+		c.PublishTimeout = time.Minute
+		c.BreakerBackoff = func(n int) time.Duration {
+			if n == 1 {
+				return 300 * time.Millisecond
+			}
+			return 20 * time.Millisecond
+		}
+	})
+	d := rig.d
+	d.dispatch(ev("a", "t"))
+	d.dispatch(ev("b", "t"))
+	deadline := time.Now().Add(5 * time.Second)
+	for !d.brk.isOpen() {
+		if time.Now().After(deadline) {
+			t.Fatal("the breaker did not open")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	pub.set(1)
+	<-pub.hung                        // the probe's call hangs
+	time.Sleep(30 * time.Millisecond) // slow: it gave its place back
+	d.dispatch(ev("c", "t"), ev("d", "t"), ev("e", "t"))
+	time.Sleep(100 * time.Millisecond) // they take the places and wait for the breaker
+	pub.set(2)                         // the broker is back
+	close(pub.release)                 // the probe's call fails
+	rig.settle(t, 5, 10*time.Second)
+}
+
+// verdictPub: the call of key x hangs until failX is closed, then fails;
+// every other call fails at once.
+type verdictPub struct {
+	failX, xStarted chan struct{}
+	once            sync.Once
+}
+
+func (p *verdictPub) Publish(_ string, msgs ...*message.Message) error {
+	if keysOf(msgs)[0] == "x" {
+		p.once.Do(func() { close(p.xStarted) })
+		<-p.failX
+		return errors.New("x: broker timeout (test)")
+	}
+	return errors.New("connection refused (test)")
+}
+func (p *verdictPub) Close() error { return nil }
+
+// TestVerdictSeesSlowCallsFailure: key y fails fast and waits for the
+// verdict while x's slow call is under way; x's failure is recorded
+// before x stops counting as under way, so the verdict sees two keys
+// failing: the breaker opens, and y is not parked as poison. (Found by
+// review.) Parking would go to an unreachable database: its log says so.
+func TestVerdictSeesSlowCallsFailure(t *testing.T) {
+	pub := &verdictPub{failX: make(chan struct{}), xStarted: make(chan struct{})}
+	rig := newDispatchRig(t, pub, func(c *Config) {
+		c.Concurrency = 1
+		c.QuickRetries = 1
+		c.PublishTimeout = time.Minute
+	})
+	wq, err := dialect.NewWALQueries(dialect.Postgres, "outbox_event")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(context.Background(), "postgres://u@127.0.0.1:1/db?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	rig.d.r.q, rig.d.r.pool = queries{wq}, pool
+	rig.d.dispatch(ev("x", "t"))
+	<-pub.xStarted
+	time.Sleep(30 * time.Millisecond) // x's call is slow: it gave its place back
+	rig.d.dispatch(ev("y", "t"))
+	time.Sleep(100 * time.Millisecond) // y failed, and waits for x's call
+	close(pub.failX)
+	deadline := time.Now().Add(5 * time.Second)
+	for !rig.log.contain("circuit breaker open") && !rig.log.contain("parking in the outbox table failed") {
+		if time.Now().After(deadline) {
+			t.Fatal("neither the breaker opened nor a parking was tried")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if rig.log.contain("parking in the outbox table failed") || !rig.log.contain("circuit breaker open") {
+		t.Error("two keys failed with no success between, yet y went to parking instead of the breaker opening")
+	}
 }
