@@ -101,6 +101,19 @@ func (rig *dispatchRig) settle(t *testing.T, n int, within time.Duration) {
 	}
 }
 
+// release checks that what (n events held by calls that wait for
+// release) is not settled yet, then closes release and waits for them.
+func (rig *dispatchRig) release(t *testing.T, release chan struct{}, n int, what string) {
+	t.Helper()
+	select {
+	case <-rig.settled:
+		t.Fatalf("%s was settled before its calls returned", what)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	rig.settle(t, n, 10*time.Second)
+}
+
 // keysOf lists the keys of a call's messages (their event_key metadata).
 func keysOf(msgs []*message.Message) []string {
 	var keys []string
@@ -230,13 +243,7 @@ func TestHandOffGivesBackTakenEvents(t *testing.T) {
 	if passed != "b1,b2,c1" && passed != "c1,b1,b2" {
 		t.Errorf("published while the call of stall and a1 stalls: %s, want b1,b2 and c1", passed)
 	}
-	select {
-	case <-rig.settled:
-		t.Fatal("an event of the stalled call was settled before it returned")
-	case <-time.After(50 * time.Millisecond):
-	}
-	close(pub.release)
-	rig.settle(t, 2, 10*time.Second)
+	rig.release(t, pub.release, 2, "an event of the stalled call")
 	pub.mu.Lock()
 	defer pub.mu.Unlock()
 	if len(pub.wrong) > 0 {
@@ -470,13 +477,7 @@ func TestHedgeSplitsStalledBatch(t *testing.T) {
 	if !strings.HasPrefix(calls, "[4 ") {
 		t.Errorf("calls of %s events: want the batch of 4 first, then single events", calls)
 	}
-	select {
-	case <-rig.settled:
-		t.Fatal("p was settled while its calls stalled")
-	case <-time.After(50 * time.Millisecond):
-	}
-	close(pub.release)
-	rig.settle(t, 1, 10*time.Second)
+	rig.release(t, pub.release, 1, "p")
 }
 
 // TestStopSkipsLosersPastDeadline: a hedge's losing call that ignores
