@@ -683,6 +683,7 @@ func (r *Relay) publishMany(ctx context.Context, evs []*event, h hooks) (err err
 		}
 	}()
 	deadline := time.Now().Add(r.cfg.PublishTimeout)
+	var expired <-chan struct{}
 	for i, ev := range evs {
 		msg, berr := buildMessage(ctx, ev)
 		if berr != nil {
@@ -697,10 +698,11 @@ func (r *Relay) publishMany(ctx context.Context, evs []*event, h hooks) (err err
 		cancels = append(cancels, cancel)
 		msg.SetContext(pctx)
 		msgs[i] = msg
+		if i == 0 {
+			expired = pctx.Done() // every message's context has the deadline
+		}
 	}
-	expire, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	if err := r.call(evs, msgs, expire.Done(), deadline, h); err != nil {
+	if err := r.call(evs, msgs, expired, deadline, h); err != nil {
 		if errors.Is(err, errTimeout) {
 			return fmt.Errorf("walrelay: publish of %d events did not return within %s (Config.PublishTimeout): %w", len(evs), r.cfg.PublishTimeout, context.DeadlineExceeded)
 		}
@@ -743,9 +745,11 @@ type hooks struct {
 // first failure is returned.
 func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struct{}, deadline time.Time, h hooks) error {
 	topic := evs[0].Topic
-	after, hedging := time.Duration(0), false
-	if r.cfg.Hedge {
-		after, hedging = r.typ.After(r.cfg.HedgeAfter), true
+	hedging := r.cfg.Hedge
+	var after time.Duration
+	var throttle *hedge.Throttle // refilled by an unhedged call (nil: Hedge off)
+	if hedging {
+		after, throttle = r.typ.After(r.cfg.HedgeAfter), r.hedges
 	}
 	// A call of several events is not sent again whole: its hedge is
 	// errSplit, and the caller publishes the events one by one beside it
@@ -755,10 +759,6 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 	var pristine []*message.Message // the hedges' source, never published
 	var spans []context.Context     // the messages' send spans, for a split
 	var hedges <-chan time.Time
-	var throttle *hedge.Throttle // refilled by an unhedged call (nil: Hedge off)
-	if r.cfg.Hedge {
-		throttle = r.hedges
-	}
 	if hedging {
 		// Taken before the first call starts: a publisher may write to
 		// its messages while it runs.
