@@ -104,7 +104,7 @@ func newHedgeRigAfter(t *testing.T, pub message.Publisher, after time.Duration) 
 	f := newFlow(r.opts)
 	t.Cleanup(func() {
 		<-f.callsDone()
-		f.pool.stop()
+		f.pool.Stop()
 	})
 	return &hedgeRig{r: r, f: f, reader: reader}
 }

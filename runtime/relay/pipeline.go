@@ -15,7 +15,7 @@ package relay
 //
 // Claimed rows are grouped into units (one ordered key's rows, or one
 // unordered row), each published on a goroutine of its own (kept for
-// reuse, see workers); Concurrency slots bound the publishes running (a
+// reuse, see internal/workers); Concurrency slots bound the publishes running (a
 // unit keeps its slot from its first row to its last), and a publish
 // running eight times the typical one (at most SlowPublish) gives its
 // slot back. Units report to the loop as they finish, and their
@@ -50,6 +50,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
 	"github.com/outboxgen/outboxgen/runtime/internal/dberr"
 	"github.com/outboxgen/outboxgen/runtime/internal/hedge"
+	"github.com/outboxgen/outboxgen/runtime/internal/workers"
 )
 
 // recordDelay is how long results wait to be recorded while units still
@@ -100,7 +101,7 @@ type flow struct {
 	queued atomic.Int64
 	kick   chan struct{}
 	batch  int64
-	pool   *workers      // the goroutines units and publishes run on
+	pool   *workers.Pool // the goroutines units and publishes run on
 	typ    hedge.Typical // the typical publish (see slowAfter)
 	// calls counts the publisher calls running, hedges and the calls
 	// they raced included (see waitCalls).
@@ -118,7 +119,7 @@ func (f *flow) callsDone() <-chan struct{} {
 }
 
 func newFlow(opts Config) *flow {
-	return &flow{slots: make(chan struct{}, opts.Concurrency), kick: make(chan struct{}, 1), batch: int64(opts.BatchSize), pool: newWorkers()}
+	return &flow{slots: make(chan struct{}, opts.Concurrency), kick: make(chan struct{}, 1), batch: int64(opts.BatchSize), pool: workers.New()}
 }
 
 // slowAfter is how long a publish holds its slot before it counts as
@@ -137,51 +138,6 @@ func (f *flow) started(n int) {
 		}
 	}
 }
-
-// workers runs functions on goroutines it keeps for a while: every unit
-// and every publish needs a goroutine of its own, and a fresh goroutine's
-// stack grows (is copied) through the publisher's calls each time, which
-// cost the relay a sixth of its CPU; a reused one has grown already.
-type workers struct {
-	jobs chan func()
-	quit chan struct{}
-}
-
-// workerIdle is how long an idle worker waits for another function.
-const workerIdle = 5 * time.Second
-
-func newWorkers() *workers {
-	return &workers{jobs: make(chan func()), quit: make(chan struct{})}
-}
-
-// run runs fn on an idle worker, or on a new one when none is idle.
-func (w *workers) run(fn func()) {
-	select {
-	case w.jobs <- fn:
-	default:
-		go w.work(fn)
-	}
-}
-
-func (w *workers) work(fn func()) {
-	idle := time.NewTimer(workerIdle)
-	defer idle.Stop()
-	for {
-		fn()
-		idle.Reset(workerIdle)
-		select {
-		case fn = <-w.jobs:
-		case <-idle.C:
-			return
-		case <-w.quit:
-			return
-		}
-	}
-}
-
-// stop ends the idle workers (and each busy one once its function
-// returns); run still works after it, on a goroutine of its own.
-func (w *workers) stop() { close(w.quit) }
 
 // unitResult is what one unit's publishing did.
 type unitResult struct {
@@ -323,7 +279,7 @@ func (p *pipeline) run() error {
 		}
 		p.stopPub(nil)
 		p.stopClaims()
-		p.flow.pool.stop()
+		p.flow.pool.Stop()
 	}()
 	ctxDone := p.ctx.Done()
 	for {
@@ -1080,7 +1036,7 @@ func (p *pipeline) startBatch(rows []driver.Row, claimedAt time.Time, probe bool
 	for _, u := range units {
 		p.running++
 		p.flow.queued.Add(int64(len(u)))
-		p.flow.pool.run(func() {
+		p.flow.pool.Go(func() {
 			res := unitResult{b: b}
 			r.publishUnit(b.ctx, p.abandon, p.flow, u, &res)
 			p.results <- res

@@ -21,6 +21,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/driver"
 	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
+	"github.com/outboxgen/outboxgen/runtime/internal/workers"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
@@ -849,7 +850,7 @@ func TestRunOnceOwedClaimRunsAtOnce(t *testing.T) {
 		opts.PollInterval = time.Hour
 		r := mustRelay(t, drv, opts)
 		p := r.newPipeline(context.Background(), modeOnce)
-		defer p.flow.pool.stop()
+		defer p.flow.pool.Stop()
 		// Two claims in flight, the second started beside the first; both
 		// come back short, the second first (as in the sweeper's trace).
 		p.claimNow = false
@@ -1098,8 +1099,8 @@ func TestUnitKeepsItsSlot(t *testing.T) {
 	pub := &orderPub{hold: hot[0].EventID, release: make(chan struct{})}
 	opts := testOptions(pub, "slot")
 	r := mustRelay(t, drv, opts)
-	f := &flow{slots: make(chan struct{}, 1), kick: make(chan struct{}, 1), batch: 100, pool: newWorkers()}
-	defer f.pool.stop()
+	f := &flow{slots: make(chan struct{}, 1), kick: make(chan struct{}, 1), batch: 100, pool: workers.New()}
+	defer f.pool.Stop()
 	f.typ.Set(time.Second, 0) // slowAfter: SlowPublish, so the held publish stays in its slot
 	ctx := context.Background()
 	var wg sync.WaitGroup

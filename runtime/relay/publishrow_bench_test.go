@@ -27,7 +27,7 @@ func BenchmarkPublishRow(b *testing.B) {
 			f := newFlow(r.opts)
 			defer func() {
 				<-f.callsDone()
-				f.pool.stop()
+				f.pool.Stop()
 			}()
 			rw := driver.Row{ID: 1, EventID: "0190a8e2-0000-7000-8000-000000000001", Type: "ORDER_PAID", Key: "k", Topic: "orders",
 				Version: 1, Payload: []byte(`{"order_id":"o-1","amount":42}`)}

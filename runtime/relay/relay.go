@@ -502,7 +502,7 @@ func (r *Relay) publishRow(ctx context.Context, abandon <-chan struct{}, f *flow
 	res := make(chan error, 1+MaxHedges)
 	call := func(m *message.Message) {
 		f.calls.Add(1)
-		f.pool.run(func() {
+		f.pool.Go(func() {
 			defer f.calls.Done()
 			defer func() {
 				if p := recover(); p != nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/internal/hedge"
 	"github.com/outboxgen/outboxgen/runtime/internal/outmsg"
 	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
+	"github.com/outboxgen/outboxgen/runtime/internal/workers"
 	"github.com/outboxgen/outboxgen/runtime/relay"
 )
 
@@ -52,6 +53,7 @@ type dispatcher struct {
 	singles chan struct{} // bounds the events delivered one by one at once (Concurrency)
 	stalls  chan struct{} // places given back by slow calls (SlowCallsPerSlot × Concurrency)
 	losers  atomic.Int64  // calls left running after a hedged call succeeded: stop waits for them
+	pool    *workers.Pool // the goroutines publisher calls and a split's deliveries run on
 
 	ctx    context.Context // cancelled by stop: start no new publish
 	cancel context.CancelFunc
@@ -92,6 +94,7 @@ func newDispatcher(r *Relay, parked *parkedKeys, settled chan<- settlement) *dis
 		ctx:     ctx, cancel: cancel,
 		failed: make(chan struct{}),
 		lanes:  map[string]*lane{},
+		pool:   workers.New(),
 	}
 	d.cond = sync.NewCond(&d.mu)
 	for range r.cfg.Concurrency {
@@ -149,6 +152,7 @@ func (d *dispatcher) stop(timeout time.Duration) {
 	d.cond.Broadcast()
 	d.mu.Unlock()
 	defer d.brk.retire()
+	defer d.pool.Stop()
 	done := make(chan struct{})
 	go func() { d.wg.Wait(); close(done) }()
 	t := time.NewTimer(timeout)
@@ -344,7 +348,7 @@ func (d *dispatcher) publishBatch(evs []*event, slow func() bool) bool {
 		return false
 	}
 	d.brk.begin()
-	err := r.publishMany(context.WithoutCancel(d.ctx), evs, hooks{slow: slow, losers: &d.losers})
+	err := r.publishMany(context.WithoutCancel(d.ctx), evs, hooks{slow: slow, losers: &d.losers, pool: d.pool})
 	if err == nil {
 		d.brk.success(false) // before end: see deliver
 	}
@@ -396,7 +400,7 @@ func (d *dispatcher) deliverAll(evs []*event, slow func() bool) bool {
 	ok := make([]bool, len(evs))
 	for i, ev := range evs {
 		wg.Add(1)
-		go func() { defer wg.Done(); ok[i] = one(ev) }()
+		d.pool.Go(func() { defer wg.Done(); ok[i] = one(ev) })
 	}
 	wg.Wait()
 	for _, o := range ok {
@@ -497,7 +501,7 @@ func (d *dispatcher) deliver(ev *event, p *place) bool {
 		// The outcome is recorded before the call stops counting as under
 		// way (end), so that a verdict waiting for it sees it.
 		d.brk.begin()
-		err := r.publish(context.WithoutCancel(d.ctx), ev, attempts+1, hooks{slow: p.slow, losers: &d.losers})
+		err := r.publish(context.WithoutCancel(d.ctx), ev, attempts+1, hooks{slow: p.slow, losers: &d.losers, pool: d.pool})
 		if err == nil {
 			d.brk.success(probe)
 			d.brk.end()
@@ -730,11 +734,13 @@ type hooks struct {
 	// they return or their deadline passes; the dispatcher's stop waits
 	// for them.
 	losers *atomic.Int64
+	// pool runs the call's goroutines (nil: a fresh one each).
+	pool *workers.Pool
 }
 
 // call publishes msgs, the messages of evs (one topic), in one Publish
-// call run in a goroutine of its own (a call that never returns is left
-// behind when expired is ready: errTimeout). With Config.Hedge, a call still
+// call run on a goroutine of its own, h.pool's (a call that never returns
+// is left behind when expired is ready: errTimeout). With Config.Hedge, a call still
 // running at the hedge delay is made again beside it, with copies of the
 // messages, if the throttle allows, and again that delay later, up to
 // relay.MaxHedges times. The first call to succeed decides; the caller
@@ -792,7 +798,7 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 			st = new(atomic.Int32)
 			states = append(states, st)
 		}
-		go func() {
+		h.pool.Go(func() {
 			defer func() {
 				if st != nil && st.Swap(returned) == losing {
 					h.losers.Add(-1)
@@ -804,7 +810,7 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 				}
 			}()
 			res <- r.cfg.Publisher.Publish(topic, ms...)
-		}()
+		})
 	}
 	began := time.Now()
 	start(msgs)

@@ -8,11 +8,14 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"github.com/nats-io/nats-server/v2/server"
 	"go.opentelemetry.io/otel/metric/noop"
 	tnoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/outboxgen/outboxgen/runtime/brokers/natsjs"
 	"github.com/outboxgen/outboxgen/runtime/internal/hedge"
 	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
+	"github.com/outboxgen/outboxgen/runtime/internal/workers"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 )
 
@@ -53,6 +56,80 @@ func BenchmarkPublish(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkPublishNATS is the relay's calls to a real JetStream server
+// (in process, file store), many at once as a busy relay makes them: the
+// time per event is the machine's CPU for each, the relay's, the client's
+// and the server's, since the callers keep both cores busy.
+func BenchmarkPublishNATS(b *testing.B) {
+	tel, err := telemetry.NewRelay(tnoop.NewTracerProvider(), noop.NewMeterProvider(), nopPub{}, false, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: b.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Start()
+	defer srv.Shutdown()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		b.Fatal("nats server not ready after 10s")
+	}
+	const topic = "bench.orders"
+	pub, err := natsjs.NewPublisher(natsjs.Config{URL: srv.ClientURL(), PublishTimeout: 10 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pub.Close()
+	if err := pub.EnsureStream(topic); err != nil {
+		b.Fatal(err)
+	}
+	r := &Relay{cfg: Config{Publisher: pub, PublishTimeout: 30 * time.Second}, tel: tel,
+		log: slog.New(slog.DiscardHandler), hedges: hedge.NewThrottle()}
+	newEvs := func(n int) []*event {
+		evs := make([]*event, n)
+		for i := range evs {
+			evs[i] = &event{WALEvent: outbox.WALEvent{Seq: int64(i + 1), CreatedAt: time.Now(), ID: outbox.EventID(uuid.New()),
+				Type: "ORDER_PAID", Key: "k" + string(rune('a'+i)), Topic: topic, Version: 1, Payload: []byte(`{"order_id":"o-1","amount":42}`)}}
+		}
+		return evs
+	}
+	for _, pooled := range []bool{false, true} {
+		var pool *workers.Pool // nil: a fresh goroutine per call
+		if pooled {
+			pool = workers.New()
+			defer pool.Stop()
+		}
+		h := hooks{slow: func() bool { return true }, pool: pool}
+		name := map[bool]string{false: "fresh", true: "pool"}[pooled]
+		b.Run(name+"/one", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				evs := newEvs(1)
+				for pb.Next() {
+					if err := r.publish(context.Background(), evs[0], 1, h); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+		b.Run(name+"/16", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism(2)
+			b.RunParallel(func(pb *testing.PB) {
+				evs := newEvs(16)
+				for pb.Next() {
+					if err := r.publishMany(context.Background(), evs, h); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
 		})
 	}
 }
