@@ -71,6 +71,7 @@
 package natsjs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -197,6 +198,10 @@ type Publisher struct {
 	autoProvision bool
 	prov          *provisioner
 	secrets       []string // masked in every error (redact.ErrorWith)
+	// js sends Publish's messages (PublishMsgAsync); its acknowledgement
+	// futures time out after timeout, PublishTimeout.
+	js      nats.JetStreamContext
+	timeout time.Duration
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -218,6 +223,13 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 		return nil, err
 	}
 	sec := connSecrets(conn, cfg.URL)
+	// A context of its own: an acknowledgement that never comes (the
+	// server went away) is dropped after PublishTimeout, not kept.
+	async, err := conn.JetStream(nats.PublishAsyncTimeout(cfg.PublishTimeout))
+	if err != nil {
+		closeIfOwned(conn, own)
+		return nil, redact.ErrorWith(fmt.Errorf("natsjs: jetstream context: %w", err), sec...)
+	}
 	pub, err := wmnats.NewPublisherWithNatsConn(conn, wmnats.PublisherPublishConfig{
 		Marshaler:         Marshaler{},
 		SubjectCalculator: wmnats.DefaultSubjectCalculator,
@@ -241,12 +253,23 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 		autoProvision: cfg.AutoProvision,
 		prov:          newProvisioner(js, cfg.DuplicateWindow, cfg.StreamName, cfg.ConfigureStream),
 		secrets:       sec,
+		js:            async,
+		timeout:       cfg.PublishTimeout,
 	}, nil
 }
 
 // Publish publishes msgs to the subject topic and waits for JetStream's
-// acknowledgement of each. A duplicate (an id already stored inside the
-// window) is acknowledged as success. Errors are redacted.
+// acknowledgement of each. It sends them all before it waits, so a call
+// takes one round trip to the server, not one per message (a 64-message
+// call a 1 ms round trip away: 1.6 against 80 ms; BenchmarkPublish).
+// JetStream stores them in the order sent. It returns the failure of the
+// first message, in order, that was not stored, once every message
+// before it was acknowledged; messages after it may have been stored,
+// and are dropped as duplicates when the relay sends the call again
+// (Nats-Msg-Id). A duplicate (an id already stored inside the window) is
+// acknowledged as success. The wait ends with PublishTimeout
+// (nats.ErrTimeout), or with the context of any of the messages (its
+// error: a relay gave up on the call). Errors are redacted.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	return redact.ErrorWith(p.publish(topic, msgs...), p.secrets...)
 }
@@ -256,12 +279,12 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) error {
 		return relay.Permanent(err) // no retry makes the subject valid
 	}
 	if !p.autoProvision {
-		return p.Publisher.Publish(topic, msgs...)
+		return p.send(topic, msgs)
 	}
 	if err := p.prov.ensure(topic); err != nil {
 		return err
 	}
-	err := p.Publisher.Publish(topic, msgs...)
+	err := p.send(topic, msgs)
 	if errors.Is(err, nats.ErrNoStreamResponse) {
 		// The stream was deleted, or the server came back with an empty
 		// store: provision again and retry once. Messages of msgs that
@@ -270,9 +293,90 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) error {
 		if perr := p.prov.ensure(topic); perr != nil {
 			return errors.Join(err, perr)
 		}
-		err = p.Publisher.Publish(topic, msgs...)
+		err = p.send(topic, msgs)
 	}
 	return err
+}
+
+// send sends msgs without waiting, then waits for their acknowledgements
+// in order, until PublishTimeout after the sends (the acknowledgements'
+// own timeout, ErrAsyncPublishTimeout) or until a message's context ends.
+func (p *Publisher) send(topic string, msgs []*message.Message) error {
+	acks := make([]nats.PubAckFuture, 0, len(msgs))
+	for _, msg := range msgs {
+		m, err := Marshaler{}.Marshal(topic, msg)
+		if err != nil {
+			return fmt.Errorf("natsjs: message %s: %w", msg.UUID, err)
+		}
+		ack, err := p.js.PublishMsgAsync(m)
+		if err != nil {
+			return fmt.Errorf("sending message failed: %w", err)
+		}
+		acks = append(acks, ack)
+	}
+	var ended <-chan struct{}
+	var cause func() error
+	for _, ack := range acks {
+		select {
+		case <-ack.Ok():
+			continue
+		default:
+		}
+		if cause == nil {
+			var stop func()
+			ended, cause, stop = contextsEnd(msgs)
+			defer stop()
+		}
+		select {
+		case <-ack.Ok():
+		case err := <-ack.Err():
+			switch {
+			case errors.Is(err, nats.ErrNoResponders):
+				// As a synchronous publish reports it: no stream
+				// captures the subject.
+				err = nats.ErrNoStreamResponse
+			case errors.Is(err, nats.ErrAsyncPublishTimeout):
+				return p.timedOut()
+			}
+			return fmt.Errorf("sending message failed: %w", err)
+		case <-ended:
+			return fmt.Errorf("sending message failed: %w", cause())
+		}
+	}
+	return nil
+}
+
+// contextsEnd returns a channel closed once the context of one of msgs
+// ends, that context's cause, and a function that releases what it set
+// up. (A single message's context is read directly: the polling relay's
+// calls, and the cheapest.)
+func contextsEnd(msgs []*message.Message) (ended <-chan struct{}, cause func() error, stop func()) {
+	if len(msgs) == 1 {
+		ctx := msgs[0].Context()
+		return ctx.Done(), func() error { return context.Cause(ctx) }, func() {}
+	}
+	done := make(chan struct{})
+	var once sync.Once
+	var first error
+	var stops []func() bool
+	for _, m := range msgs {
+		ctx := m.Context()
+		if ctx.Done() == nil {
+			continue
+		}
+		stops = append(stops, context.AfterFunc(ctx, func() {
+			once.Do(func() { first = context.Cause(ctx); close(done) })
+		}))
+	}
+	return done, func() error { return first }, func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+}
+
+func (p *Publisher) timedOut() error {
+	return fmt.Errorf("sending message failed: no acknowledgement within %s (Config.PublishTimeout): %w", p.timeout, nats.ErrTimeout)
 }
 
 // EnsureStream provisions the stream of topic now, as the first Publish to

@@ -30,7 +30,7 @@ var keys = []string{"order-a", "order-b", "order-c", "order-d"}
 
 // startNATS starts an embedded JetStream server on port (-1: random) with
 // its store in dir, stopped in t.Cleanup.
-func startNATS(t *testing.T, port int, dir string) *server.Server {
+func startNATS(t testing.TB, port int, dir string) *server.Server {
 	t.Helper()
 	s, err := server.NewServer(&server.Options{
 		ServerName: "outboxgen-test",
@@ -55,7 +55,7 @@ func startNATS(t *testing.T, port int, dir string) *server.Server {
 
 func port(s *server.Server) int { return s.Addr().(*net.TCPAddr).Port }
 
-func newPublisher(t *testing.T, url string, timeout time.Duration) *natsjs.Publisher {
+func newPublisher(t testing.TB, url string, timeout time.Duration) *natsjs.Publisher {
 	t.Helper()
 	pub, err := natsjs.NewPublisher(natsjs.Config{
 		URL:            url,

@@ -1,0 +1,135 @@
+package brokertest
+
+import (
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// LagProxy forwards TCP connections to a broker, holding every chunk of
+// bytes sent to it for the lag set when the chunk arrived: a network, or
+// a broker, that turned slow as a whole, for a client that knows nothing
+// of it. Bytes keep their order; the broker's replies are not held.
+type LagProxy struct {
+	ln   net.Listener
+	to   string
+	lag  atomic.Int64 // ns
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	open map[net.Conn]bool
+	done chan struct{} // closed when the test ends: held chunks are dropped
+}
+
+// NewLagProxy listens on a free local port and forwards to upstream
+// (host:port) until the test ends.
+func NewLagProxy(t testing.TB, upstream string) *LagProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &LagProxy{ln: ln, to: upstream, open: map[net.Conn]bool{}, done: make(chan struct{})}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+// Addr is the proxy's host:port.
+func (p *LagProxy) Addr() string { return p.ln.Addr().String() }
+
+// SetLag holds the chunks that arrive from now on for d (0: none).
+func (p *LagProxy) SetLag(d time.Duration) { p.lag.Store(int64(d)) }
+
+func (p *LagProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		u, err := net.Dial("tcp", p.to)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		if !p.track(c, u) {
+			return
+		}
+		p.wg.Add(2)
+		go func() { defer p.wg.Done(); p.held(u, c) }()
+		go func() { defer p.wg.Done(); io.Copy(c, u); c.Close(); u.Close() }() //nolint:errcheck
+	}
+}
+
+func (p *LagProxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.open == nil { // closed
+		for _, c := range cs {
+			c.Close()
+		}
+		return false
+	}
+	for _, c := range cs {
+		p.open[c] = true
+	}
+	return true
+}
+
+type chunk struct {
+	b   []byte
+	due time.Time
+}
+
+// held copies src to dst, each chunk once its lag has passed.
+func (p *LagProxy) held(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	q := make(chan chunk, 1024)
+	go func() {
+		defer close(q)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				q <- chunk{buf[:n], time.Now().Add(time.Duration(p.lag.Load()))}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for c := range q {
+		if d := time.Until(c.due); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-p.done:
+				t.Stop()
+				return
+			}
+		}
+		if _, err := dst.Write(c.b); err != nil {
+			src.Close()
+			for range q { // let the reader end
+			}
+			return
+		}
+	}
+}
+
+func (p *LagProxy) close() {
+	close(p.done)
+	p.ln.Close()
+	p.mu.Lock()
+	for c := range p.open {
+		c.Close()
+	}
+	p.open = nil
+	p.mu.Unlock()
+	p.wg.Wait()
+}

@@ -1,0 +1,56 @@
+package brokertest
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// The proxy forwards every byte, in order, both ways, with and without a
+// lag.
+func TestLagProxyForwards(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }() //nolint:errcheck // an echo server
+		}
+	}()
+	p := NewLagProxy(t, ln.Addr().String())
+	for _, lag := range []time.Duration{0, time.Millisecond} {
+		p.SetLag(lag)
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sent bytes.Buffer
+		for i := range 2000 {
+			sent.WriteString(time.Duration(i).String())
+		}
+		go func() {
+			for b := sent.Bytes(); len(b) > 0; b = b[min(len(b), 97):] {
+				if _, err := c.Write(b[:min(len(b), 97)]); err != nil {
+					return
+				}
+			}
+		}()
+		got := make([]byte, sent.Len())
+		c.SetReadDeadline(time.Now().Add(30 * time.Second)) //nolint:errcheck
+		if _, err := io.ReadFull(c, got); err != nil {
+			t.Fatalf("lag %s: read back %v", lag, err)
+		}
+		if !bytes.Equal(got, sent.Bytes()) {
+			t.Fatalf("lag %s: bytes changed or reordered through the proxy", lag)
+		}
+		c.Close()
+	}
+}
