@@ -1,5 +1,6 @@
-// Package kafka builds watermill-kafka/v3 publishers and subscribers
-// configured for outboxgen's transactional outbox.
+// Package kafka builds Kafka publishers (on a sarama SyncProducer) and
+// watermill-kafka/v3 subscribers configured for outboxgen's transactional
+// outbox.
 //
 //	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: []string{"kafka:9092"}})
 //	...
@@ -164,7 +165,10 @@ type PublisherConfig struct {
 	// PublishBudget).
 	Sarama *sarama.Config
 
-	// Logger receives watermill's logs (default: none).
+	// Logger is not used: the publisher returns every failure and logs
+	// nothing (the watermill-kafka publisher it replaced logged each
+	// record at trace level). It is kept so that configurations that set
+	// it still compile.
 	Logger *slog.Logger
 }
 
@@ -295,19 +299,27 @@ func addrSecrets(addr string) []string {
 	return []string{ui}
 }
 
-// Publisher is the watermill-kafka publisher (a sarama SyncProducer)
-// NewPublisher returns. Its errors never show the credentials of its
-// configuration.
+// Publisher publishes to Kafka through a sarama SyncProducer, each
+// message marshalled by watermill-kafka's marshaler (NewMarshaler). Its
+// errors never show the credentials of its configuration.
 type Publisher struct {
-	*wmkafka.Publisher
 	guarded *pubguard.Publisher
 }
 
 var _ message.Publisher = (*Publisher)(nil)
 
 // Publish publishes msgs to topic and returns once the brokers
-// acknowledged every record. Errors are redacted (package redact). Once
-// Close has begun it fails with "publisher closed".
+// acknowledged every record. It hands sarama all of a call's records at
+// once (SendMessages), which sends them in as few produce requests as it
+// can, instead of waiting for each record's acknowledgement before the
+// next (watermill-kafka's publisher): a relay's call of 64 events takes
+// a round trip or two, not 64. Records of one partition keep the call's
+// order (the idempotent producer, one request in flight per broker).
+// When records fail, the error is the first failed one's, in call
+// order, with how many failed; the others were stored, and a call sent
+// again stores them again (Kafka does not deduplicate: consumers do, by
+// event id). Errors are redacted (package redact). Once Close has begun
+// it fails with "publisher closed".
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	return p.guarded.Publish(topic, msgs...)
 }
@@ -315,11 +327,62 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // Close waits for the Publish calls under way, then closes the producer.
 func (p *Publisher) Close() error { return p.guarded.Close() }
 
-// NewPublisher returns a watermill-kafka publisher (a sarama SyncProducer:
-// Publish returns after the brokers acknowledged the record) whose records
-// are keyed by the outbox key. Its errors, and NewPublisher's, are
-// redacted: the SASL password and any credentials in an address are
-// masked (errors.Is and errors.As still see sarama's errors).
+// producer is the publisher behind the guard.
+type producer struct {
+	sp sarama.SyncProducer
+	m  wmkafka.Marshaler
+}
+
+func (p producer) Publish(topic string, msgs ...*message.Message) error {
+	pms := make([]*sarama.ProducerMessage, len(msgs))
+	for i, msg := range msgs {
+		pm, err := p.m.Marshal(topic, msg)
+		if err != nil {
+			return fmt.Errorf("cannot marshal message %s: %w", msg.UUID, err)
+		}
+		pms[i] = pm
+	}
+	switch len(pms) {
+	case 0:
+		return nil
+	case 1:
+		if _, _, err := p.sp.SendMessage(pms[0]); err != nil {
+			return fmt.Errorf("cannot produce message %s: %w", msgs[0].UUID, err)
+		}
+		return nil
+	}
+	err := p.sp.SendMessages(pms)
+	var failed sarama.ProducerErrors
+	if !errors.As(err, &failed) || len(failed) == 0 {
+		if err != nil {
+			return fmt.Errorf("cannot produce %d messages: %w", len(pms), err)
+		}
+		return nil
+	}
+	// The first failed record in call order: the relay reports it.
+	at := len(pms)
+	var first *sarama.ProducerError
+	for _, f := range failed {
+		for i, pm := range pms[:at] {
+			if pm == f.Msg {
+				at, first = i, f
+				break
+			}
+		}
+	}
+	if first == nil {
+		return fmt.Errorf("cannot produce %d messages (%d failed): %w", len(pms), len(failed), failed[0].Err)
+	}
+	return fmt.Errorf("cannot produce message %s (%d of %d failed): %w", msgs[at].UUID, len(failed), len(pms), first.Err)
+}
+
+func (p producer) Close() error { return p.sp.Close() }
+
+// NewPublisher returns a Publisher (a sarama SyncProducer: Publish returns
+// after the brokers acknowledged the records) whose records are keyed by
+// the outbox key. Its errors, and NewPublisher's, are redacted: the SASL
+// password and any credentials in an address are masked (errors.Is and
+// errors.As still see sarama's errors).
 func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -330,15 +393,11 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		return nil, redact.ErrorWith(err, secrets(cfg.Brokers, cfg.Sarama)...)
 	}
 	sec := secrets(cfg.Brokers, sc)
-	pub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{
-		Brokers:               cfg.Brokers,
-		Marshaler:             NewMarshaler(cfg.PartitionKey),
-		OverwriteSaramaConfig: sc,
-	}, wmlog.Adapter(cfg.Logger))
+	sp, err := sarama.NewSyncProducer(cfg.Brokers, sc)
 	if err != nil {
-		return nil, redact.ErrorWith(fmt.Errorf("kafka: %w", err), sec...)
+		return nil, redact.ErrorWith(fmt.Errorf("kafka: cannot create Kafka producer: %w", err), sec...)
 	}
-	return &Publisher{Publisher: pub, guarded: pubguard.New(pub, sec)}, nil
+	return &Publisher{guarded: pubguard.New(producer{sp: sp, m: NewMarshaler(cfg.PartitionKey)}, sec)}, nil
 }
 
 // SubscriberConfig configures a Subscriber for the consumers of outbox

@@ -26,7 +26,7 @@ const (
 
 var keys = []string{"order-a", "order-b", "order-c", "order-d", "order-e", "order-f"}
 
-func startKafka(t *testing.T) []string {
+func startKafka(t testing.TB) []string {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic))
 	if err != nil {
