@@ -37,7 +37,7 @@ const (
 
 // serverURL returns the URL in env, or skips (fails under CI) when it is
 // missing: the rule of internal/testdb for the database servers.
-func serverURL(t *testing.T, env string) string {
+func serverURL(t testing.TB, env string) string {
 	t.Helper()
 	if u := os.Getenv(env); u != "" {
 		return u

@@ -84,6 +84,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
+	"github.com/outboxgen/outboxgen/runtime/brokers/internal/msgctx"
 	"github.com/outboxgen/outboxgen/runtime/internal/wmlog"
 	"github.com/outboxgen/outboxgen/runtime/redact"
 	"github.com/outboxgen/outboxgen/runtime/relay"
@@ -314,17 +315,16 @@ func (p *Publisher) send(topic string, msgs []*message.Message) error {
 		}
 		acks = append(acks, ack)
 	}
-	var ended <-chan struct{}
-	var cause func() error
+	var ctx context.Context // set at the first wait
 	for _, ack := range acks {
 		select {
 		case <-ack.Ok():
 			continue
 		default:
 		}
-		if cause == nil {
+		if ctx == nil {
 			var stop func()
-			ended, cause, stop = contextsEnd(msgs)
+			ctx, stop = msgctx.Any(msgs)
 			defer stop()
 		}
 		select {
@@ -339,40 +339,11 @@ func (p *Publisher) send(topic string, msgs []*message.Message) error {
 				return p.timedOut()
 			}
 			return fmt.Errorf("sending message failed: %w", err)
-		case <-ended:
-			return fmt.Errorf("sending message failed: %w", cause())
+		case <-ctx.Done():
+			return fmt.Errorf("sending message failed: %w", context.Cause(ctx))
 		}
 	}
 	return nil
-}
-
-// contextsEnd returns a channel closed once the context of one of msgs
-// ends, that context's cause, and a function that releases what it set
-// up. (A single message's context is read directly: the polling relay's
-// calls, and the cheapest.)
-func contextsEnd(msgs []*message.Message) (ended <-chan struct{}, cause func() error, stop func()) {
-	if len(msgs) == 1 {
-		ctx := msgs[0].Context()
-		return ctx.Done(), func() error { return context.Cause(ctx) }, func() {}
-	}
-	done := make(chan struct{})
-	var once sync.Once
-	var first error
-	var stops []func() bool
-	for _, m := range msgs {
-		ctx := m.Context()
-		if ctx.Done() == nil {
-			continue
-		}
-		stops = append(stops, context.AfterFunc(ctx, func() {
-			once.Do(func() { first = context.Cause(ctx); close(done) })
-		}))
-	}
-	return done, func() error { return first }, func() {
-		for _, s := range stops {
-			s()
-		}
-	}
 }
 
 func (p *Publisher) timedOut() error {
