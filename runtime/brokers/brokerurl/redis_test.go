@@ -12,8 +12,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outboxgen/outboxgen/internal/lagproxy"
 	"github.com/outboxgen/outboxgen/runtime/brokers/brokerurl"
-	"github.com/outboxgen/outboxgen/runtime/brokers/internal/brokertest"
 )
 
 func redisClient(t testing.TB, u string) *redis.Client {
@@ -82,7 +82,7 @@ func BenchmarkRedisPublish(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	proxy := brokertest.NewLagProxy(b, parsed.Host)
+	proxy := lagproxy.New(b, parsed.Host)
 	ctx := context.Background()
 	topic := "orders.bench." + strconv.FormatInt(time.Now().UnixNano(), 36)
 	defer redisClient(b, u).Del(ctx, topic)

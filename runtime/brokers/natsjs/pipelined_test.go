@@ -11,7 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
-	"github.com/outboxgen/outboxgen/runtime/brokers/internal/brokertest"
+	"github.com/outboxgen/outboxgen/internal/lagproxy"
 	"github.com/outboxgen/outboxgen/runtime/brokers/natsjs"
 )
 
@@ -100,7 +100,7 @@ func TestPublishFailsAtTheRefusedMessage(t *testing.T) {
 func laggedPublisher(t *testing.T, timeout, lag time.Duration) *natsjs.Publisher {
 	t.Helper()
 	srv := startNATS(t, -1, t.TempDir())
-	proxy := brokertest.NewLagProxy(t, srv.Addr().String())
+	proxy := lagproxy.New(t, srv.Addr().String())
 	pub := newPublisher(t, "nats://"+proxy.Addr(), timeout)
 	if err := pub.EnsureStream(topic); err != nil {
 		t.Fatal(err)

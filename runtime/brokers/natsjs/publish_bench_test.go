@@ -9,7 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/outboxgen/outboxgen/runtime/brokers/internal/brokertest"
+	"github.com/outboxgen/outboxgen/internal/lagproxy"
 )
 
 // BenchmarkPublish is one Publish call of 1, 16 and 64 messages to a real
@@ -21,7 +21,7 @@ import (
 // for each (what Publish did before).
 func BenchmarkPublish(b *testing.B) {
 	srv := startNATS(b, -1, b.TempDir())
-	proxy := brokertest.NewLagProxy(b, srv.Addr().String())
+	proxy := lagproxy.New(b, srv.Addr().String())
 	for _, lag := range []time.Duration{0, time.Millisecond} {
 		url := srv.ClientURL()
 		if lag > 0 {

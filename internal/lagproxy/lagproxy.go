@@ -1,4 +1,8 @@
-package brokertest
+// Package lagproxy is a TCP proxy for tests and benchmarks that holds
+// what a client sends for a lag that can be changed at any time: a
+// broker or a database a network away, or one that turned slow, for a
+// client that knows nothing of it.
+package lagproxy
 
 import (
 	"io"
@@ -9,11 +13,11 @@ import (
 	"time"
 )
 
-// LagProxy forwards TCP connections to a broker, holding every chunk of
+// Proxy forwards TCP connections to a broker, holding every chunk of
 // bytes sent to it for the lag set when the chunk arrived: a network, or
 // a broker, that turned slow as a whole, for a client that knows nothing
 // of it. Bytes keep their order; the broker's replies are not held.
-type LagProxy struct {
+type Proxy struct {
 	ln   net.Listener
 	to   string
 	lag  atomic.Int64 // ns
@@ -23,15 +27,15 @@ type LagProxy struct {
 	done chan struct{} // closed when the test ends: held chunks are dropped
 }
 
-// NewLagProxy listens on a free local port and forwards to upstream
+// New listens on a free local port and forwards to upstream
 // (host:port) until the test ends.
-func NewLagProxy(t testing.TB, upstream string) *LagProxy {
+func New(t testing.TB, upstream string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &LagProxy{ln: ln, to: upstream, open: map[net.Conn]bool{}, done: make(chan struct{})}
+	p := &Proxy{ln: ln, to: upstream, open: map[net.Conn]bool{}, done: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.close)
@@ -39,12 +43,12 @@ func NewLagProxy(t testing.TB, upstream string) *LagProxy {
 }
 
 // Addr is the proxy's host:port.
-func (p *LagProxy) Addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // SetLag holds the chunks that arrive from now on for d (0: none).
-func (p *LagProxy) SetLag(d time.Duration) { p.lag.Store(int64(d)) }
+func (p *Proxy) SetLag(d time.Duration) { p.lag.Store(int64(d)) }
 
-func (p *LagProxy) accept() {
+func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
 		c, err := p.ln.Accept()
@@ -65,7 +69,7 @@ func (p *LagProxy) accept() {
 	}
 }
 
-func (p *LagProxy) track(cs ...net.Conn) bool {
+func (p *Proxy) track(cs ...net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.open == nil { // closed
@@ -86,7 +90,7 @@ type chunk struct {
 }
 
 // held copies src to dst, each chunk once its lag has passed.
-func (p *LagProxy) held(dst, src net.Conn) {
+func (p *Proxy) held(dst, src net.Conn) {
 	defer dst.Close()
 	defer src.Close()
 	q := make(chan chunk, 1024)
@@ -122,7 +126,7 @@ func (p *LagProxy) held(dst, src net.Conn) {
 	}
 }
 
-func (p *LagProxy) close() {
+func (p *Proxy) close() {
 	close(p.done)
 	p.ln.Close()
 	p.mu.Lock()

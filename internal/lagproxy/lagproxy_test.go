@@ -1,4 +1,4 @@
-package brokertest
+package lagproxy
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 
 // The proxy forwards every byte, in order, both ways, with and without a
 // lag.
-func TestLagProxyForwards(t *testing.T) {
+func TestForwards(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +25,7 @@ func TestLagProxyForwards(t *testing.T) {
 			go func() { io.Copy(c, c); c.Close() }() //nolint:errcheck // an echo server
 		}
 	}()
-	p := NewLagProxy(t, ln.Addr().String())
+	p := New(t, ln.Addr().String())
 	for _, lag := range []time.Duration{0, time.Millisecond} {
 		p.SetLag(lag)
 		c, err := net.Dial("tcp", p.Addr())
