@@ -3,14 +3,17 @@ package brokerurl
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/outboxgen/outboxgen/runtime/brokers/internal/msgctx"
 	"github.com/outboxgen/outboxgen/runtime/internal/pubguard"
 	"github.com/outboxgen/outboxgen/runtime/internal/wmlog"
 	"github.com/outboxgen/outboxgen/runtime/redact"
@@ -130,18 +133,144 @@ func openAMQP(ctx context.Context, u *brokerURL, opt Options) (message.Publisher
 	if err != nil {
 		return nil, err
 	}
-	pub, err := wmamqp.NewPublisher(s.config(ctx, opt), wmlog.Adapter(opt.Logger))
+	cfg := s.config(ctx, opt)
+	conn, err := wmamqp.NewConnection(cfg.Connection, wmlog.Adapter(opt.Logger))
 	if err != nil {
 		return nil, u.wrap("connect to AMQP", err)
 	}
-	return &amqpPublisher{pubguard.New(pub, u.secrets)}, nil
+	p := &amqpProducer{conn: conn, cfg: cfg, idle: make(chan *amqp.Channel, amqpIdleChannels), declared: map[string]bool{}}
+	return &amqpPublisher{pubguard.New(p, u.secrets)}, nil
 }
 
-// amqpPublisher is watermill-amqp's publisher (Publish sends to the
-// exchange with topic as routing key and waits for the broker's confirm
-// of each message) behind a guard, safe to close while Publish calls are
-// under way, with redacted errors (package pubguard).
+// amqpPublisher sends to the exchange with topic as routing key and waits
+// for the broker's confirms, behind a guard, safe to close while Publish
+// calls are under way, with redacted errors (package pubguard).
 type amqpPublisher struct{ *pubguard.Publisher }
+
+// amqpIdleChannels is how many confirm-mode channels a publisher keeps
+// between calls (more calls at once open more, closed after them).
+const amqpIdleChannels = 16
+
+// amqpProducer publishes a call's messages on one channel in confirm
+// mode, all of them before it waits for their confirms, so a call takes
+// a round trip, not one per message (watermill-amqp's publisher waited
+// for each message's confirm before the next, on a channel opened for
+// the call). It keeps its channels for the next calls. The connection is
+// watermill-amqp's, which reconnects.
+type amqpProducer struct {
+	conn *wmamqp.ConnectionWrapper
+	cfg  wmamqp.Config
+	idle chan *amqp.Channel
+
+	mu       sync.Mutex
+	declared map[string]bool // exchanges declared by this publisher
+}
+
+func (p *amqpProducer) Publish(topic string, msgs ...*message.Message) (err error) {
+	if !p.conn.IsConnected() {
+		return errors.New("not connected to AMQP")
+	}
+	ch, err := p.channel()
+	if err != nil {
+		return fmt.Errorf("cannot open channel: %w", err)
+	}
+	defer func() { p.put(ch, err) }()
+	exchange := p.cfg.Exchange.GenerateName(topic)
+	if err := p.declare(ch, exchange); err != nil {
+		return err
+	}
+	key := p.cfg.Publish.GenerateRoutingKey(topic)
+	ctx, stop := msgctx.Any(msgs)
+	defer stop()
+	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
+	for i, msg := range msgs {
+		pm, err := p.cfg.Marshaler.Marshal(msg)
+		if err != nil {
+			return fmt.Errorf("cannot marshal message %s: %w", msg.UUID, err)
+		}
+		if confirms[i], err = ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, p.cfg.Publish.Mandatory, p.cfg.Publish.Immediate, pm); err != nil {
+			return fmt.Errorf("cannot publish message %s: %w", msg.UUID, err)
+		}
+	}
+	for i, dc := range confirms {
+		acked, err := dc.WaitContext(ctx)
+		if err != nil {
+			return fmt.Errorf("message %s: no confirm: %w", msgs[i].UUID, context.Cause(ctx))
+		}
+		if !acked {
+			return fmt.Errorf("delivery not confirmed for message [%s] (the broker refused it, or the channel closed)", msgs[i].UUID)
+		}
+	}
+	return nil
+}
+
+// channel is an idle channel, or a new one in confirm mode.
+func (p *amqpProducer) channel() (*amqp.Channel, error) {
+	for {
+		select {
+		case ch := <-p.idle:
+			if !ch.IsClosed() { // closed: the connection was lost since
+				return ch, nil
+			}
+		default:
+			ch, err := p.conn.Connection().Channel()
+			if err != nil {
+				return nil, err
+			}
+			if err := ch.Confirm(false); err != nil {
+				ch.Close() //nolint:errcheck
+				return nil, err
+			}
+			return ch, nil
+		}
+	}
+}
+
+// put keeps ch for another call, unless the call failed (a refused
+// message or a context that ended leaves confirms behind) or enough are
+// kept.
+func (p *amqpProducer) put(ch *amqp.Channel, err error) {
+	if err == nil {
+		select {
+		case p.idle <- ch:
+			return
+		default:
+		}
+	}
+	// Not waited for: closing a channel waits for the broker, which the
+	// call may have given up on.
+	go ch.Close() //nolint:errcheck // the call's error, if any, says more
+}
+
+// declare declares exchange once per publisher, as watermill-amqp's
+// publisher does (none for the default exchange, "").
+func (p *amqpProducer) declare(ch *amqp.Channel, exchange string) error {
+	if exchange == "" {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.declared[exchange] {
+		return nil
+	}
+	if err := p.cfg.TopologyBuilder.ExchangeDeclare(ch, exchange, p.cfg); err != nil {
+		return err
+	}
+	p.declared[exchange] = true
+	return nil
+}
+
+// Close closes the kept channels and the connection.
+func (p *amqpProducer) Close() error {
+	for {
+		select {
+		case ch := <-p.idle:
+			ch.Close() //nolint:errcheck // the connection closes next
+		default:
+			return p.conn.Close()
+		}
+	}
+}
 
 func openAMQPSubscriber(ctx context.Context, u *brokerURL, group string, opt Options) (message.Subscriber, error) {
 	s, err := amqpParse(u)

@@ -1,0 +1,139 @@
+package brokerurl_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outboxgen/outboxgen/internal/lagproxy"
+	"github.com/outboxgen/outboxgen/runtime/brokers/brokerurl"
+)
+
+// amqpQueue declares an exclusive queue bound to the outbox exchange
+// with topic as routing key, with args, on a connection of its own.
+func amqpQueue(t *testing.T, u, topic string, args amqp.Table) (*amqp.Channel, string) {
+	t.Helper()
+	conn, err := amqp.Dial(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDeclare(brokerurl.DefaultAMQPExchange, "topic", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	q, err := ch.QueueDeclare("", false, true, true, false, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q.Name, topic, brokerurl.DefaultAMQPExchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	return ch, q.Name
+}
+
+// queued reads the ids (message ids) of everything in queue, in order.
+func queued(t *testing.T, ch *amqp.Channel, queue string) []string {
+	t.Helper()
+	var ids []string
+	for {
+		d, ok, err := ch.Get(queue, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return ids
+		}
+		ids = append(ids, d.MessageId)
+	}
+}
+
+func ids(n int, prefix string) []*message.Message {
+	out := make([]*message.Message, n)
+	for i := range out {
+		out[i] = message.NewMessage(fmt.Sprintf("%s-%02d", prefix, i), []byte(`{"n":1}`))
+	}
+	return out
+}
+
+// A call's messages, all sent before their confirms are awaited, arrive
+// in the call's order. A message the broker refuses (its queue is full,
+// x-overflow reject-publish) fails the call, naming it; the messages
+// before it were queued; the next call works (on another channel).
+func TestAMQPPublishCall(t *testing.T) {
+	u := serverURL(t, amqpEnv)
+	ctx := context.Background()
+	pub, err := brokerurl.Open(ctx, u, brokerurl.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+
+	topic := "orders.call." + randSuffix(t)
+	ch, q := amqpQueue(t, u, topic, nil)
+	call := ids(50, "m")
+	if err := pub.Publish(topic, call...); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, m := range call {
+		want = append(want, m.UUID)
+	}
+	if got := queued(t, ch, q); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("queued %v, want %v", got, want)
+	}
+
+	full := "orders.full." + randSuffix(t)
+	ch, q = amqpQueue(t, u, full, amqp.Table{"x-max-length": int32(2), "x-overflow": "reject-publish"})
+	err = pub.Publish(full, ids(3, "f")...)
+	if err == nil || !strings.Contains(err.Error(), "f-02") {
+		t.Fatalf("call overflowing a reject-publish queue of 2: %v, want a refusal naming f-02", err)
+	}
+	if got := queued(t, ch, q); strings.Join(got, ",") != "f-00,f-01" {
+		t.Fatalf("queued %v, want [f-00 f-01]", got)
+	}
+	if err := pub.Publish(full, ids(2, "g")...); err != nil {
+		t.Fatalf("the call after a refused one: %v", err)
+	}
+	if got := queued(t, ch, q); strings.Join(got, ",") != "g-00,g-01" {
+		t.Fatalf("queued %v, want [g-00 g-01]", got)
+	}
+}
+
+// A message's context that ends stops the wait for confirms.
+func TestAMQPPublishWaitEndsWithContext(t *testing.T) {
+	u := serverURL(t, amqpEnv)
+	parsed, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := lagproxy.New(t, parsed.Host)
+	via := *parsed
+	via.Host = proxy.Addr()
+	pub, err := brokerurl.Open(context.Background(), via.String(), brokerurl.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	topic := "orders.ctx." + randSuffix(t)
+	if err := pub.Publish(topic, ids(1, "warm")...); err != nil { // the exchange is declared, a channel kept
+		t.Fatal(err)
+	}
+	proxy.SetLag(2 * time.Second) // the wait ends long before; Close waits it out
+	call := ids(2, "c")
+	ctx, cancel := context.WithCancel(context.Background())
+	call[1].SetContext(ctx)
+	time.AfterFunc(100*time.Millisecond, cancel)
+	if err := pub.Publish(topic, call...); err == nil || !strings.Contains(err.Error(), "context canceled") {
+		t.Fatalf("call whose second message's context was cancelled: %v, want context canceled", err)
+	}
+}
