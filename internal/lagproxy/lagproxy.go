@@ -7,6 +7,7 @@ package lagproxy
 import (
 	"io"
 	"net"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -40,6 +41,19 @@ func New(t testing.TB, upstream string) *Proxy {
 	go p.accept()
 	t.Cleanup(p.close)
 	return p
+}
+
+// ForURL starts a proxy to the host:port of rawURL (a broker's URL) and
+// returns it with rawURL pointed at it.
+func ForURL(t testing.TB, rawURL string) (*Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(t, u.Host)
+	u.Host = p.Addr()
+	return p, u.String()
 }
 
 // Addr is the proxy's host:port.

@@ -3,7 +3,6 @@ package brokerurl
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"strconv"
 	"testing"
@@ -28,20 +27,14 @@ func BenchmarkAMQPPublish(b *testing.B) {
 	if raw == "" {
 		b.Skip("OUTBOXGEN_TEST_AMQP_URL is not set: run `eval \"$(scripts/testdb.sh start)\"`")
 	}
-	parsed, err := url.Parse(raw)
-	if err != nil {
-		b.Fatal(err)
-	}
-	proxy := lagproxy.New(b, parsed.Host)
+	proxy, proxied := lagproxy.ForURL(b, raw)
 	topic := "orders.bench." + strconv.FormatInt(time.Now().UnixNano(), 36)
 	opt := Options{ConnectTimeout: 10 * time.Second}
 	for _, lag := range []time.Duration{0, time.Millisecond} {
 		pu := raw
 		if lag > 0 {
 			proxy.SetLag(lag)
-			via := *parsed
-			via.Host = proxy.Addr()
-			pu = via.String()
+			pu = proxied
 		}
 		u, err := parse(pu)
 		if err != nil {

@@ -3,7 +3,6 @@ package brokerurl_test
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -112,14 +111,8 @@ func TestAMQPPublishCall(t *testing.T) {
 // A message's context that ends stops the wait for confirms.
 func TestAMQPPublishWaitEndsWithContext(t *testing.T) {
 	u := serverURL(t, amqpEnv)
-	parsed, err := url.Parse(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := lagproxy.New(t, parsed.Host)
-	via := *parsed
-	via.Host = proxy.Addr()
-	pub, err := brokerurl.Open(context.Background(), via.String(), brokerurl.Options{Logger: quiet})
+	proxy, via := lagproxy.ForURL(t, u)
+	pub, err := brokerurl.Open(context.Background(), via, brokerurl.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package brokerurl_test
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,11 +77,7 @@ func TestRedisPublishCall(t *testing.T) {
 // them).
 func BenchmarkRedisPublish(b *testing.B) {
 	u := serverURL(b, redisEnv)
-	parsed, err := url.Parse(u)
-	if err != nil {
-		b.Fatal(err)
-	}
-	proxy := lagproxy.New(b, parsed.Host)
+	proxy, proxied := lagproxy.ForURL(b, u)
 	ctx := context.Background()
 	topic := "orders.bench." + strconv.FormatInt(time.Now().UnixNano(), 36)
 	defer redisClient(b, u).Del(ctx, topic)
@@ -90,9 +85,7 @@ func BenchmarkRedisPublish(b *testing.B) {
 		pu := u
 		if lag > 0 {
 			proxy.SetLag(lag)
-			via := *parsed
-			via.Host = proxy.Addr()
-			pu = via.String()
+			pu = proxied
 		}
 		pub, err := brokerurl.Open(ctx, pu+sepFor(pu)+"maxlen=10000", brokerurl.Options{Logger: quiet})
 		if err != nil {
