@@ -3,6 +3,7 @@ package bench
 import (
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,9 +15,13 @@ import (
 
 	"github.com/outboxgen/outboxgen/internal/lagproxy"
 	"github.com/outboxgen/outboxgen/runtime/brokers/natsjs"
+	"github.com/outboxgen/outboxgen/runtime/walrelay"
 )
 
-var flagBrokerLag = flag.Duration("broker-lag", time.Millisecond, "BenchmarkWALBroker: how long the proxy holds what the relay's NATS client sends")
+var (
+	flagBrokerLag   = flag.Duration("broker-lag", time.Millisecond, "BenchmarkWALBroker: how long the proxy holds what the relay's NATS client sends")
+	flagBrownoutLag = flag.Duration("brownout-lag", 50*time.Millisecond, "BenchmarkWALBroker: the proxy's lag during the brownout runs' middle third")
+)
 
 // BenchmarkWALBroker is BenchmarkWAL's latency scenario (-wal-rate
 // events/s for -wal-latency-for, COMMIT returned → published, fsync on)
@@ -26,7 +31,12 @@ var flagBrokerLag = flag.Duration("broker-lag", time.Millisecond, "BenchmarkWALB
 // natsjs.Publisher, which sends a call's messages before it waits for
 // their acknowledgements; "sequential" publishes them one by one, each
 // waiting for its acknowledgement (what natsjs did before cd78d31).
-// -wal-rounds rounds, the two modes in alternating order; medians.
+// "brownout" runs are pipelined, with the broker -brownout-lag (50 ms)
+// away for the middle third of the writing (a broker slow as a whole),
+// without and with walrelay.Config.Hedge: how many messages the relay
+// sends per event (hedges, split batches) and how many the stream
+// stored (JetStream drops repeats by Nats-Msg-Id). -wal-rounds rounds,
+// the modes in alternating order; medians.
 //
 //	OUTBOXGEN_TEST_POSTGRES_DSN=... go test ./bench -run '^$' -bench '^BenchmarkWALBroker$' -benchtime 1x
 func BenchmarkWALBroker(b *testing.B) {
@@ -55,22 +65,46 @@ func BenchmarkWALBroker(b *testing.B) {
 	proxy.SetLag(*flagBrokerLag)
 
 	type result struct {
-		lat        []time.Duration
-		lost       int
-		calls, msg int64
+		lat         []time.Duration
+		lost        int
+		calls, msgs int64
+		stored      uint64 // messages the stream stored during the run
+	}
+	js, err := pub.Conn().JetStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	storedNow := func() uint64 {
+		info, err := js.StreamInfo(natsjs.DefaultStreamName(topic))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return info.State.Msgs
 	}
 	runs := map[string][]result{}
 	for round := range max(*flagWALRounds, 1) {
-		modes := []string{"pipelined", "sequential"}
+		modes := []string{"pipelined", "sequential", "brownout/hedge=off", "brownout/hedge=on"}
 		if round%2 == 1 {
-			modes[0], modes[1] = modes[1], modes[0]
+			slices.Reverse(modes)
 		}
 		for _, mode := range modes {
 			b.Run(fmt.Sprintf("round%d/%s", round+1, mode), func(b *testing.B) {
 				for range b.N {
+					proxy.SetLag(*flagBrokerLag)
 					rec := &ackedAt{recv: map[string]time.Time{}, seq: mode == "sequential", pub: pub}
 					pool := walDB(b)
-					_, stop := walRelay(b, pool, rec)
+					_, stop := walRelay(b, pool, rec, func(c *walrelay.Config) { c.Hedge = mode == "brownout/hedge=on" })
+					before := storedNow()
+					if strings.HasPrefix(mode, "brownout") {
+						// The broker turns slow as a whole for the middle
+						// third of the writing.
+						third := *flagWALLatFor / 3
+						t := time.AfterFunc(third, func() {
+							proxy.SetLag(*flagBrownoutLag)
+							time.AfterFunc(third, func() { proxy.SetLag(*flagBrokerLag) })
+						})
+						defer t.Stop()
+					}
 					commits, returned := paced(b, pool, modeWAL, *flagWALLatFor, nil)
 					deadline := time.Now().Add(time.Minute)
 					for rec.count() < len(commits) && time.Now().Before(deadline) {
@@ -89,18 +123,23 @@ func BenchmarkWALBroker(b *testing.B) {
 					}
 					rec.mu.Unlock()
 					r.lat = sortDurations(r.lat)
-					r.calls, r.msg = rec.calls.Load(), rec.msgs.Load()
+					r.calls, r.msgs = rec.calls.Load(), rec.msgs.Load()
+					r.stored = storedNow() - before
+					if r.stored != uint64(len(commits)-r.lost) {
+						b.Errorf("%s: the stream stored %d messages of %d events", mode, r.stored, len(commits)-r.lost)
+					}
 					runs[mode] = append(runs[mode], r)
 					b.ReportMetric(float64(percentile(r.lat, 0.99).Microseconds())/1000, "p99-ms")
+					b.ReportMetric(float64(r.msgs)/float64(max(len(commits), 1)), "msgs/event")
 				}
 			})
 		}
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\nWAL relay → NATS JetStream %s away (lagproxy), %d events/s for %s, COMMIT returned → acknowledged, ms (medians of %d rounds)\n\n",
-		*flagBrokerLag, *flagWALRate, *flagWALLatFor, max(*flagWALRounds, 1))
-	sb.WriteString("| natsjs | p50 | p99 | p99.9 | max | events over 100 ms | events per Publish call | lost |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, mode := range []string{"pipelined", "sequential"} {
+	fmt.Fprintf(&sb, "\nWAL relay → NATS JetStream %s away (lagproxy), %d events/s for %s, COMMIT returned → acknowledged, ms (medians of %d rounds); brownout: %s away for the middle third\n\n",
+		*flagBrokerLag, *flagWALRate, *flagWALLatFor, max(*flagWALRounds, 1), *flagBrownoutLag)
+	sb.WriteString("| natsjs | p50 | p99 | p99.9 | max | events over 100 ms | events per Publish call | messages sent per event | stored per event | lost |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, mode := range []string{"pipelined", "sequential", "brownout/hedge=off", "brownout/hedge=on"} {
 		rs := runs[mode]
 		if len(rs) == 0 {
 			continue
@@ -124,8 +163,12 @@ func BenchmarkWALBroker(b *testing.B) {
 			}
 			return float64(n)
 		}
-		fmt.Fprintf(&sb, "| %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.1f | %.0f |\n", mode, col(q(0.5)), col(q(0.99)), col(q(0.999)), col(q(1)), col(over),
-			col(func(r result) float64 { return float64(r.msg) / float64(max(r.calls, 1)) }), col(func(r result) float64 { return float64(r.lost) }))
+		events := func(r result) float64 { return float64(max(len(r.lat)+r.lost, 1)) }
+		fmt.Fprintf(&sb, "| %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.2f | %.3f | %.3f | %.0f |\n", mode, col(q(0.5)), col(q(0.99)), col(q(0.999)), col(q(1)), col(over),
+			col(func(r result) float64 { return float64(r.msgs) / float64(max(r.calls, 1)) }),
+			col(func(r result) float64 { return float64(r.msgs) / events(r) }),
+			col(func(r result) float64 { return float64(r.stored) / events(r) }),
+			col(func(r result) float64 { return float64(r.lost) }))
 	}
 	fmt.Println(sb.String())
 }
