@@ -83,7 +83,8 @@ type Config struct {
 	// hold back their own keys, not the others (as the polling relay's
 	// slow publishes give back their slot). At most SlowCallsPerSlot ×
 	// Concurrency places are given back at once (a slow batch call gives
-	// one, a slow single delivery two: its own and its worker's); beyond them a slow
+	// one, a slow single delivery two, its own and its worker's, or one
+	// when its worker was handed off already); beyond them a slow
 	// call keeps it, so the calls under way stay a small multiple of
 	// Concurrency even when the broker stalls every call (times 1 +
 	// relay.MaxHedges with Hedge).

@@ -104,8 +104,8 @@
 // typical one (2ms to 250ms) gives its place among the Concurrency calls
 // to another, with the events taken beside it that had not started, so
 // stalled calls hold back their own keys only; at most SlowCallsPerSlot ×
-// Concurrency of them at once, so a broker that stalls every call does
-// not multiply the calls without bound. Settled
+// Concurrency places are given back at once, so a broker that stalls
+// every call does not multiply the calls without bound. Settled
 // events hold no content, so a slow event holds back its key, not the
 // others, until MaxUnconfirmed.
 // With Config.Hedge, a call that stalls is made again beside it after

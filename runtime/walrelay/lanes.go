@@ -227,8 +227,8 @@ func (d *dispatcher) done(ev *event) {
 // place, gives back the events it took and has not started (other topics'
 // batches, single deliveries), and this worker ends once the events it
 // started are settled. So Concurrency calls that stall do not stop the
-// other keys. At most SlowCallsPerSlot × Concurrency calls are handed off
-// at once (stalls); a slow call beyond them keeps its place.
+// other keys. At most SlowCallsPerSlot × Concurrency places are given
+// back at once (stalls); a slow call beyond them keeps its place.
 func (d *dispatcher) worker() {
 	defer d.wg.Done()
 	var (
@@ -354,7 +354,7 @@ func (d *dispatcher) publishBatch(evs []*event, slow func() bool) bool {
 	}
 	d.brk.end()
 	if errors.Is(err, errSplit) {
-		return false // hedged: one by one, the call left running beside them
+		return false // hedged: one by one; the call's contexts are cancelled (publishMany)
 	}
 	if err != nil {
 		r.log.Debug("batch publish failed: publishing its events one by one", slog.Int("events", len(evs)), slog.String("error", telemetry.ErrorText(err)))
