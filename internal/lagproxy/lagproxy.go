@@ -114,7 +114,11 @@ func (p *Proxy) held(dst, src net.Conn) {
 			buf := make([]byte, 32<<10)
 			n, err := src.Read(buf)
 			if n > 0 {
-				q <- chunk{buf[:n], time.Now().Add(time.Duration(p.lag.Load()))}
+				select {
+				case q <- chunk{buf[:n], time.Now().Add(time.Duration(p.lag.Load()))}:
+				case <-p.done:
+					return
+				}
 			}
 			if err != nil {
 				return

@@ -226,7 +226,10 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 	sec := connSecrets(conn, cfg.URL)
 	// A context of its own: an acknowledgement that never comes (the
 	// server went away) is dropped after PublishTimeout, not kept.
-	async, err := conn.JetStream(nats.PublishAsyncTimeout(cfg.PublishTimeout))
+	// Pending acknowledgements are bounded by the relays' own limits (a
+	// streaming relay's MaxInFlight is 4,096 events, over nats.go's
+	// default 4,000), not by the client's.
+	async, err := conn.JetStream(nats.PublishAsyncTimeout(cfg.PublishTimeout), nats.PublishAsyncMaxPending(maxPending))
 	if err != nil {
 		closeIfOwned(conn, own)
 		return nil, redact.ErrorWith(fmt.Errorf("natsjs: jetstream context: %w", err), sec...)
@@ -299,6 +302,9 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) error {
 	return err
 }
 
+// maxPending bounds the acknowledgements a publisher awaits at once.
+const maxPending = 1 << 16
+
 // send sends msgs without waiting, then waits for their acknowledgements
 // in order, until PublishTimeout after the sends (the acknowledgements'
 // own timeout, ErrAsyncPublishTimeout) or until a message's context ends.
@@ -309,7 +315,10 @@ func (p *Publisher) send(topic string, msgs []*message.Message) error {
 		if err != nil {
 			return fmt.Errorf("natsjs: message %s: %w", msg.UUID, err)
 		}
-		ack, err := p.js.PublishMsgAsync(m)
+		// As a synchronous publish did: "no responders" (a stream's
+		// leader being elected) is retried twice, 250 ms apart; a stall
+		// waits up to PublishTimeout.
+		ack, err := p.js.PublishMsgAsync(m, nats.RetryAttempts(2), nats.RetryWait(250*time.Millisecond), nats.StallWait(p.timeout))
 		if err != nil {
 			return fmt.Errorf("sending message failed: %w", err)
 		}
@@ -367,6 +376,9 @@ func (p *Publisher) Conn() *nats.Conn { return p.conn }
 
 // Close closes the connection unless it was passed in Config.Conn.
 func (p *Publisher) Close() error {
+	// Ends the asynchronous publishing's reply subscription and fails the
+	// acknowledgements still awaited, on a shared connection too.
+	p.js.CleanupPublisher()
 	if p.ownConn {
 		return p.Publisher.Close()
 	}

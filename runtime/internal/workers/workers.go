@@ -53,6 +53,7 @@ func (p *Pool) work(fn func()) {
 	defer t.Stop()
 	for {
 		fn()
+		fn = nil // an idle worker keeps nothing of its last function alive
 		t.Reset(p.idle)
 		select {
 		case fn = <-p.jobs:
