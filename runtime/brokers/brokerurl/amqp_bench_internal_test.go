@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/outboxgen/outboxgen/internal/lagproxy"
+	"github.com/outboxgen/outboxgen/runtime/brokers/internal/brokertest"
 )
 
 // BenchmarkAMQPPublish is one Publish call of 1, 16 and 64 messages to
@@ -54,22 +55,14 @@ func BenchmarkAMQPPublish(b *testing.B) {
 		}
 		for _, n := range []int{1, 16, 64} {
 			for _, mode := range []string{"watermill", "pipelined"} {
-				p := pub
+				call := brokertest.Whole(pub, topic)
 				if mode == "watermill" {
-					p = old
+					call = brokertest.Whole(old, topic)
 				}
 				b.Run(fmt.Sprintf("lag=%s/msgs=%d/%s", lag, n, mode), func(b *testing.B) {
-					b.ReportAllocs()
-					msgs := make([]*message.Message, n)
-					for range b.N {
-						for i := range msgs {
-							msgs[i] = message.NewMessage("m", []byte(`{"order_id":"o-1","amount":42}`))
-						}
-						if err := p.Publish(topic, msgs...); err != nil {
-							b.Fatal(err)
-						}
-					}
-					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
+					brokertest.BenchCall(b, n, func(int, int) *message.Message {
+						return message.NewMessage("m", []byte(`{"order_id":"o-1","amount":42}`))
+					}, call)
 				})
 			}
 		}

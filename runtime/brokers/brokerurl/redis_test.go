@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxgen/outboxgen/internal/lagproxy"
 	"github.com/outboxgen/outboxgen/runtime/brokers/brokerurl"
+	"github.com/outboxgen/outboxgen/runtime/brokers/internal/brokertest"
 )
 
 func redisClient(t testing.TB, u string) *redis.Client {
@@ -93,26 +94,12 @@ func BenchmarkRedisPublish(b *testing.B) {
 		}
 		for _, n := range []int{1, 16, 64} {
 			for _, mode := range []string{"sequential", "pipelined"} {
+				call := brokertest.Whole(pub, topic)
+				if mode == "sequential" {
+					call = brokertest.OneByOne(pub, topic)
+				}
 				b.Run(fmt.Sprintf("lag=%s/msgs=%d/%s", lag, n, mode), func(b *testing.B) {
-					b.ReportAllocs()
-					msgs := make([]*message.Message, n)
-					for range b.N {
-						for i := range msgs {
-							msgs[i] = message.NewMessage("m", []byte(`{"order_id":"o-1","amount":42}`))
-						}
-						if mode == "pipelined" {
-							if err := pub.Publish(topic, msgs...); err != nil {
-								b.Fatal(err)
-							}
-							continue
-						}
-						for _, m := range msgs {
-							if err := pub.Publish(topic, m); err != nil {
-								b.Fatal(err)
-							}
-						}
-					}
-					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
+					brokertest.BenchCall(b, n, benchMsg, call)
 				})
 			}
 		}
@@ -125,4 +112,9 @@ func sepFor(u string) string {
 		return "&"
 	}
 	return "?"
+}
+
+// benchMsg is a benchmark's message (the brokers here need no key).
+func benchMsg(int, int) *message.Message {
+	return message.NewMessage("m", []byte(`{"order_id":"o-1","amount":42}`))
 }

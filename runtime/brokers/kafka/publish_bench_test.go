@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/outboxgen/outboxgen/runtime/brokers/internal/brokertest"
 	"github.com/outboxgen/outboxgen/runtime/brokers/kafka"
 	"github.com/outboxgen/outboxgen/runtime/relay"
 )
@@ -40,29 +41,16 @@ func BenchmarkPublish(b *testing.B) {
 		}
 		for _, n := range []int{1, 16, 64} {
 			for _, mode := range []string{"sequential", "pipelined"} {
+				call := brokertest.Whole(pub, topic)
+				if mode == "sequential" {
+					call = brokertest.OneByOne(pub, topic)
+				}
 				b.Run(fmt.Sprintf("lag=%s/msgs=%d/%s", lag, n, mode), func(b *testing.B) {
-					b.ReportAllocs()
-					msgs := make([]*message.Message, n)
-					seq := 0
-					for range b.N {
-						for i := range msgs {
-							seq++
-							msgs[i] = message.NewMessage(mode+strconv.Itoa(seq), []byte(`{"order_id":"o-1","amount":42}`))
-							msgs[i].Metadata.Set(relay.MetadataKey, "order-"+strconv.Itoa(i))
-						}
-						if mode == "pipelined" {
-							if err := pub.Publish(topic, msgs...); err != nil {
-								b.Fatal(err)
-							}
-							continue
-						}
-						for _, m := range msgs {
-							if err := pub.Publish(topic, m); err != nil {
-								b.Fatal(err)
-							}
-						}
-					}
-					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
+					brokertest.BenchCall(b, n, func(seq, i int) *message.Message {
+						m := message.NewMessage(mode+strconv.Itoa(seq), []byte(`{"order_id":"o-1","amount":42}`))
+						m.Metadata.Set(relay.MetadataKey, "order-"+strconv.Itoa(i))
+						return m
+					}, call)
 				})
 			}
 		}

@@ -473,3 +473,43 @@ func CloseWhilePublishing(t *testing.T, pub message.Publisher, topic string, msg
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+// BenchCall runs b.N calls of n fresh messages (msg makes the i-th of a
+// call, seq unique in the benchmark) through call, and reports the time
+// per message besides the time per call: the broker benchmarks' one
+// loop, whatever the publisher.
+func BenchCall(b *testing.B, n int, msg func(seq, i int) *message.Message, call func(msgs []*message.Message) error) {
+	b.Helper()
+	b.ReportAllocs()
+	msgs := make([]*message.Message, n)
+	seq := 0
+	for range b.N {
+		for i := range msgs {
+			seq++
+			msgs[i] = msg(seq, i)
+		}
+		if err := call(msgs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
+}
+
+// OneByOne is a call that publishes msgs one Publish each, every one
+// waiting for its acknowledgement: what the watermill publishers did with
+// a call of several messages.
+func OneByOne(pub message.Publisher, topic string) func(msgs []*message.Message) error {
+	return func(msgs []*message.Message) error {
+		for _, m := range msgs {
+			if err := pub.Publish(topic, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// Whole is a call that publishes msgs in one Publish.
+func Whole(pub message.Publisher, topic string) func(msgs []*message.Message) error {
+	return func(msgs []*message.Message) error { return pub.Publish(topic, msgs...) }
+}
