@@ -360,20 +360,16 @@ func (p producer) Publish(topic string, msgs ...*message.Message) error {
 		return nil
 	}
 	// The first failed record in call order: the relay reports it.
-	at := len(pms)
-	var first *sarama.ProducerError
+	errs := make(map[*sarama.ProducerMessage]error, len(failed))
 	for _, f := range failed {
-		for i, pm := range pms[:at] {
-			if pm == f.Msg {
-				at, first = i, f
-				break
-			}
+		errs[f.Msg] = f.Err
+	}
+	for i, pm := range pms {
+		if ferr, ok := errs[pm]; ok {
+			return fmt.Errorf("cannot produce message %s (%d of %d failed): %w", msgs[i].UUID, len(failed), len(pms), ferr)
 		}
 	}
-	if first == nil {
-		return fmt.Errorf("cannot produce %d messages (%d failed): %w", len(pms), len(failed), failed[0].Err)
-	}
-	return fmt.Errorf("cannot produce message %s (%d of %d failed): %w", msgs[at].UUID, len(failed), len(pms), first.Err)
+	return fmt.Errorf("cannot produce %d messages (%d failed): %w", len(pms), len(failed), failed[0].Err)
 }
 
 func (p producer) Close() error { return p.sp.Close() }
