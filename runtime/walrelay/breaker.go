@@ -28,7 +28,7 @@ type breaker struct {
 	probing  bool
 	changed  chan struct{} // closed and replaced on every state change
 
-	inflight  int    // publishes under way (single events and batches)
+	inflight  int    // publish calls under way, and events of failed batches before their own call (handOver)
 	successes uint64 // publishes the broker accepted so far
 	waiters   int    // lanes in verdict: wake them on every publish's end
 	retired   bool   // its session ended: it no longer reports its state
@@ -113,20 +113,43 @@ func (b *breaker) acquire(ctx context.Context) (probe, ok bool) {
 	}
 }
 
-// begin and end bracket every publish call (an event alone or a batch),
-// so that verdict knows whether other publishes are still under way.
+// begin counts a publish call (an event alone or a batch) as under way,
+// so that verdict knows whether other publishes may still bring evidence.
+// success, failure, handOver and end stop counting it.
 func (b *breaker) begin() {
 	b.mu.Lock()
 	b.inflight++
 	b.mu.Unlock()
 }
 
-func (b *breaker) end() {
+// end stops counting n publishes as under way, with no outcome recorded
+// (a call cut off by shutdown, or events whose batch failed that leave
+// without a call of their own: see handOver).
+func (b *breaker) end(n int) {
+	if n == 0 {
+		return
+	}
 	b.mu.Lock()
-	b.inflight--
+	b.endLocked(n)
+	b.mu.Unlock()
+}
+
+func (b *breaker) endLocked(n int) {
+	b.inflight -= n
 	if b.waiters > 0 {
 		b.signal()
 	}
+}
+
+// handOver ends a batch call of n events that failed or was split: its
+// failure says nothing of any one key, so it is not recorded, but its
+// events' own calls, which follow, will tell. Until each starts, the
+// event counts as a publish under way (event.pending), so that a lane
+// waiting in verdict waits for that evidence instead of taking an outage
+// for a poison event.
+func (b *breaker) handOver(n int) {
+	b.mu.Lock()
+	b.inflight += n - 1 // n ≥ 2: the call's count becomes its events'
 	b.mu.Unlock()
 }
 
@@ -158,8 +181,11 @@ func (b *breaker) successCount() uint64 {
 // others and is tried again when a probe closes the breaker). The
 // publishes under way include slow calls that gave their place back:
 // their outcome is evidence too (a broker that hangs rather than
-// refuses), so a verdict may wait for them, at most PublishTimeout. ok is
-// false when ctx ends.
+// refuses), so a verdict may wait for them, at most PublishTimeout; and
+// the events of a batch call that failed or was split, until each one's
+// own call has an outcome (handOver). The lane gives back its place
+// among the single deliveries while it waits here, so that those calls
+// can run. ok is false when ctx ends.
 func (b *breaker) verdict(ctx context.Context, since uint64) (park, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -185,14 +211,13 @@ func (b *breaker) verdict(ctx context.Context, since uint64) (park, ok bool) {
 	}
 }
 
-// success records a publish the broker accepted.
+// success records a publish call the broker accepted, and ends it: in
+// one step, so that a verdict woken by the end sees the outcome.
 func (b *breaker) success(probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.successes++
-	if b.waiters > 0 {
-		b.signal()
-	}
+	b.endLocked(1)
 	clear(b.failKeys)
 	if probe {
 		b.probing = false
@@ -208,11 +233,13 @@ func (b *breaker) success(probe bool) {
 	}
 }
 
-// failure records a failed publish of key that started at epoch and
-// reports whether it counts toward parking the event.
+// failure records a failed publish call of key that started at epoch,
+// ends it (in one step, as success), and reports whether it counts toward
+// parking the event.
 func (b *breaker) failure(key string, probe bool, epoch int, permanent bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.endLocked(1)
 	if probe {
 		b.probing = false
 		b.trips++

@@ -129,6 +129,12 @@ func (d *dispatcher) giveBack(evs []*event) {
 	if len(evs) == 0 {
 		return
 	}
+	// A worker takes them again, maybe after a while (every worker may be
+	// busy): they stop counting as under way, so that no verdict waits
+	// for them meanwhile.
+	for _, ev := range evs {
+		d.release(ev)
+	}
 	d.mu.Lock()
 	ready := make([]*lane, 0, len(evs)+len(d.ready))
 	for _, ev := range evs {
@@ -348,11 +354,19 @@ func (d *dispatcher) publishBatch(evs []*event, slow func() bool) bool {
 		return false
 	}
 	d.brk.begin()
+	for _, ev := range evs {
+		d.release(ev) // this call counts for it now
+	}
 	err := r.publishMany(context.WithoutCancel(d.ctx), evs, hooks{slow: slow, losers: &d.losers, pool: d.pool})
 	if err == nil {
-		d.brk.success(false) // before end: see deliver
+		d.brk.success(false)
+	} else {
+		// Its events' own calls tell what it failed of (see verdict).
+		for _, ev := range evs {
+			ev.pending = true
+		}
+		d.brk.handOver(len(evs))
 	}
-	d.brk.end()
 	if errors.Is(err, errSplit) {
 		return false // hedged: one by one; the call's contexts are cancelled (publishMany)
 	}
@@ -378,6 +392,7 @@ func (d *dispatcher) deliverAll(evs []*event, slow func() bool) bool {
 		select {
 		case d.singles <- struct{}{}:
 		case <-d.ctx.Done():
+			d.release(ev)
 			return false
 		}
 		p := &place{d: d, worker: slow, held: true}
@@ -476,7 +491,9 @@ func (p *place) leave() {
 // (unsettled).
 func (d *dispatcher) deliver(ev *event, p *place) bool {
 	r := d.r
+	defer d.release(ev) // if it leaves before its own call
 	if d.parked.mayHave(ev.Key) {
+		d.release(ev) // it may be parked without a call
 		// It reads the key's rows and may insert ev: SELECT and INSERT.
 		blocked, err := d.retryDB(ev, "SELECT, INSERT", func(ctx context.Context) (bool, error) { return r.q.parkIfBlocked(ctx, r.pool, ev) })
 		if err != nil {
@@ -498,23 +515,25 @@ func (d *dispatcher) deliver(ev *event, p *place) bool {
 		}
 		epoch := d.brk.epochNow()
 		// A publish under way at shutdown is waited for (stop), not cut.
-		// The outcome is recorded before the call stops counting as under
-		// way (end), so that a verdict waiting for it sees it.
-		d.brk.begin()
+		// success and failure record the outcome as the call stops
+		// counting as under way, so that a verdict waiting for it sees it.
+		if ev.pending {
+			ev.pending = false // its count, from its failed batch, is this call's
+		} else {
+			d.brk.begin()
+		}
 		err := r.publish(context.WithoutCancel(d.ctx), ev, attempts+1, hooks{slow: p.slow, losers: &d.losers, pool: d.pool})
 		if err == nil {
 			d.brk.success(probe)
-			d.brk.end()
 			r.update(func(s *Status) { s.Published++ })
 			return true
 		}
 		permanent := errors.Is(err, relay.ErrPermanent)
 		if d.ctx.Err() != nil && !permanent {
-			d.brk.end()
+			d.brk.end(1)
 			return false // shutting down: streamed again by the next session
 		}
 		counted := d.brk.failure(ev.Key, probe, epoch, permanent)
-		d.brk.end()
 		// Retries and parking count among the Concurrency deliveries: a
 		// place is taken again (after the failure is recorded: a probe's
 		// failure frees the lanes that wait for the breaker holding places).
@@ -530,8 +549,11 @@ func (d *dispatcher) deliver(ev *event, p *place) bool {
 		r.log.Warn("publish failed", slog.String("event_id", ev.ID.String()), slog.String("type", ev.Type), slog.String("key", ev.Key),
 			slog.String("topic", ev.Topic), slog.Int("attempt", attempts), slog.Bool("permanent", permanent), slog.String("error", text))
 		if !permanent && attempts >= r.cfg.QuickRetries {
+			// Waiting, it gives back its place: the calls it waits for
+			// may need one (those of a failed batch's events).
+			p.leave()
 			park, ok := d.brk.verdict(d.ctx, since)
-			if !ok {
+			if !ok || !p.back() {
 				return false
 			}
 			if !park {
@@ -559,6 +581,15 @@ func (d *dispatcher) deliver(ev *event, p *place) bool {
 			t.Stop()
 			return false
 		}
+	}
+}
+
+// release ends ev's count as a publish under way, if its failed batch
+// left it one (see breaker.handOver) and its own call has not started.
+func (d *dispatcher) release(ev *event) {
+	if ev.pending {
+		ev.pending = false
+		d.brk.end(1)
 	}
 }
 
@@ -715,6 +746,16 @@ func (r *Relay) publishMany(ctx context.Context, evs []*event, h hooks) (err err
 	return nil
 }
 
+// publishCall is one Publish call; a panic in the publisher is its error.
+func (r *Relay) publishCall(topic string, msgs []*message.Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("walrelay: publisher panicked: %v", p)
+		}
+	}()
+	return r.cfg.Publisher.Publish(topic, msgs...)
+}
+
 // errTimeout is call's error when no call returned by the deadline.
 var errTimeout = errors.New("walrelay: publish timed out")
 
@@ -799,17 +840,13 @@ func (r *Relay) call(evs []*event, msgs []*message.Message, expired <-chan struc
 			states = append(states, st)
 		}
 		h.pool.Go(func() {
-			defer func() {
-				if st != nil && st.Swap(returned) == losing {
-					h.losers.Add(-1)
-				}
-			}()
-			defer func() {
-				if p := recover(); p != nil {
-					res <- fmt.Errorf("walrelay: publisher panicked: %v", p)
-				}
-			}()
-			res <- r.cfg.Publisher.Publish(topic, ms...)
+			err := r.publishCall(topic, ms)
+			// Returned before its result is seen: a call that won is never
+			// counted as a loser (leave).
+			if st != nil && st.Swap(returned) == losing {
+				h.losers.Add(-1)
+			}
+			res <- err
 		})
 	}
 	began := time.Now()

@@ -673,6 +673,20 @@ func TestVerdictSeesSlowCallsFailure(t *testing.T) {
 		c.QuickRetries = 1
 		c.PublishTimeout = time.Minute
 	})
+	unreachableDB(t, rig)
+	rig.d.dispatch(ev("x", "t"))
+	<-pub.xStarted
+	time.Sleep(30 * time.Millisecond) // x's call is slow: it gave its place back
+	rig.d.dispatch(ev("y", "t"))
+	time.Sleep(100 * time.Millisecond) // y failed, and waits for x's call
+	close(pub.failX)
+	wantOutage(t, rig)
+}
+
+// unreachableDB points the rig's relay at a database that refuses
+// connections: a parking is tried, and its log says it failed.
+func unreachableDB(t *testing.T, rig *dispatchRig) {
+	t.Helper()
 	wq, err := dialect.NewWALQueries(dialect.Postgres, "outbox_event")
 	if err != nil {
 		t.Fatal(err)
@@ -681,14 +695,14 @@ func TestVerdictSeesSlowCallsFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close)
 	rig.d.r.q, rig.d.r.pool = queries{wq}, pool
-	rig.d.dispatch(ev("x", "t"))
-	<-pub.xStarted
-	time.Sleep(30 * time.Millisecond) // x's call is slow: it gave its place back
-	rig.d.dispatch(ev("y", "t"))
-	time.Sleep(100 * time.Millisecond) // y failed, and waits for x's call
-	close(pub.failX)
+}
+
+// wantOutage waits for the breaker to open, and fails if an event went to
+// parking (an outage taken for a poison event) first.
+func wantOutage(t *testing.T, rig *dispatchRig) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for !rig.log.contain("circuit breaker open") && !rig.log.contain("parking in the outbox table failed") {
 		if time.Now().After(deadline) {
@@ -699,4 +713,121 @@ func TestVerdictSeesSlowCallsFailure(t *testing.T) {
 	if rig.log.contain("parking in the outbox table failed") || !rig.log.contain("circuit breaker open") {
 		t.Error("two keys failed with no success between, yet y went to parking instead of the breaker opening")
 	}
+}
+
+// batchPub: a call of several messages hangs until failBatch is closed,
+// then fails; every call of one message fails at once.
+type batchPub struct {
+	failBatch, batchStarted chan struct{}
+	once                    sync.Once
+	mu                      sync.Mutex
+	singles                 map[string]int // calls of one message, by key
+}
+
+func (p *batchPub) Publish(_ string, msgs ...*message.Message) error {
+	if len(msgs) > 1 {
+		p.once.Do(func() { close(p.batchStarted) })
+		<-p.failBatch
+		return errors.New("batch: broker timeout (test)")
+	}
+	p.mu.Lock()
+	if p.singles == nil {
+		p.singles = map[string]int{}
+	}
+	p.singles[keysOf(msgs)[0]]++
+	p.mu.Unlock()
+	return errors.New("connection refused (test)")
+}
+func (p *batchPub) Close() error { return nil }
+
+func (p *batchPub) tried(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.singles[key] > 0
+}
+
+// TestVerdictSeesSlowBatchFailure is TestVerdictSeesSlowCallsFailure
+// with a batch call: its failure names no key, but its events' own calls,
+// which follow, fail too, and the verdict waits for them, giving back its
+// place for them. (Found by review: the batch stopped counting as under
+// way when it failed, and y was parked.)
+func TestVerdictSeesSlowBatchFailure(t *testing.T) {
+	pub := &batchPub{failBatch: make(chan struct{}), batchStarted: make(chan struct{})}
+	rig := newDispatchRig(t, pub, func(c *Config) {
+		c.Concurrency = 1
+		c.QuickRetries = 1
+		c.PublishTimeout = time.Minute
+	})
+	unreachableDB(t, rig)
+	rig.d.dispatch(ev("x1", "t"), ev("x2", "t"))
+	<-pub.batchStarted
+	time.Sleep(30 * time.Millisecond) // slow: the worker was handed off
+	rig.d.dispatch(ev("y", "u"))
+	time.Sleep(100 * time.Millisecond) // y failed, and waits in verdict for the batch
+	close(pub.failBatch)
+	wantOutage(t, rig)
+}
+
+// TestVerdictSeesSplitBatch: the same with a batch split by its hedge;
+// the split call is left running, and its events' own calls are the
+// evidence.
+func TestVerdictSeesSplitBatch(t *testing.T) {
+	pub := &batchPub{failBatch: make(chan struct{}), batchStarted: make(chan struct{})}
+	t.Cleanup(func() { close(pub.failBatch) })
+	rig := newDispatchRig(t, pub, func(c *Config) {
+		c.Concurrency = 1
+		c.QuickRetries = 1
+		c.PublishTimeout = time.Minute
+		c.Hedge = true
+		c.HedgeAfter = 200 * time.Millisecond
+	})
+	unreachableDB(t, rig)
+	rig.d.dispatch(ev("x1", "t"), ev("x2", "t"))
+	<-pub.batchStarted
+	time.Sleep(30 * time.Millisecond) // slow: the worker was handed off
+	rig.d.dispatch(ev("y", "u"))      // fails, waits in verdict; then the batch splits
+	wantOutage(t, rig)
+}
+
+// TestVerdictWaitsForFailedBatchEvents: after a batch call failed, its
+// events count as under way until their own calls start, however long
+// they wait for a place. Here the test holds the only place, which y gave
+// back in verdict, while the batch fails: y must not be parked meanwhile.
+func TestVerdictWaitsForFailedBatchEvents(t *testing.T) {
+	pub := &batchPub{failBatch: make(chan struct{}), batchStarted: make(chan struct{})}
+	rig := newDispatchRig(t, pub, func(c *Config) {
+		c.Concurrency = 1
+		c.QuickRetries = 1
+		c.PublishTimeout = time.Minute
+	})
+	unreachableDB(t, rig)
+	d := rig.d
+	d.dispatch(ev("x1", "t"), ev("x2", "t"))
+	<-pub.batchStarted
+	time.Sleep(30 * time.Millisecond) // slow: the worker was handed off
+	d.dispatch(ev("y", "u"))
+	deadline := time.Now().Add(5 * time.Second)
+	for !pub.tried("y") {
+		if time.Now().After(deadline) {
+			t.Fatal("y's publish did not fail")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	d.singles <- struct{}{} // y's place, given back while it waits in verdict
+	close(pub.failBatch)
+	time.Sleep(200 * time.Millisecond) // x1 and x2 wait for the place
+	if rig.log.contain("parking in the outbox table failed") {
+		t.Fatal("y went to parking while the failed batch's events waited for a place to try on their own")
+	}
+	if pub.tried("x1") || pub.tried("x2") {
+		t.Fatal("a call of x1 or x2 started while the test held the only place")
+	}
+	d.brk.mu.Lock()
+	waiting := d.brk.waiters
+	d.brk.mu.Unlock()
+	if waiting != 1 {
+		t.Fatal("y's verdict was given before the failed batch's events tried on their own")
+	}
+	<-d.singles
+	wantOutage(t, rig)
 }

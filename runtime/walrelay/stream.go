@@ -40,6 +40,11 @@ type event struct {
 	lsn   pglogrepl.LSN
 	tx    *txn
 	bytes int // the message content's length (MaxInFlightBytes)
+	// pending: its batch call failed or was split, and its own call has
+	// not started; it counts among the breaker's publishes under way
+	// (breaker.handOver) until then. Read and written by the goroutine
+	// that holds the event (the dispatcher's lock hands it over).
+	pending bool
 }
 
 // settlement is one settled event, as the reader accounts for it.
