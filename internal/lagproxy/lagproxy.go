@@ -62,6 +62,18 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // SetLag holds the chunks that arrive from now on for d (0: none).
 func (p *Proxy) SetLag(d time.Duration) { p.lag.Store(int64(d)) }
 
+// Cut closes every connection open through the proxy, as a network that
+// failed or a broker that restarted would; new connections are forwarded
+// as before.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.open {
+		c.Close()
+		delete(p.open, c)
+	}
+}
+
 func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {

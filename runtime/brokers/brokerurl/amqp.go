@@ -134,7 +134,7 @@ func openAMQP(ctx context.Context, u *brokerURL, opt Options) (message.Publisher
 		return nil, err
 	}
 	cfg := s.config(ctx, opt)
-	conn, err := wmamqp.NewConnection(cfg.Connection, wmlog.Adapter(opt.Logger))
+	conn, err := dialAMQP(cfg.Connection.AmqpURI, *cfg.Connection.AmqpConfig, opt.Logger, u.secrets)
 	if err != nil {
 		return nil, u.wrap("connect to AMQP", err)
 	}
@@ -155,10 +155,10 @@ const amqpIdleChannels = 16
 // mode, all of them before it waits for their confirms, so a call takes
 // a round trip, not one per message (watermill-amqp's publisher waited
 // for each message's confirm before the next, on a channel opened for
-// the call). It keeps its channels for the next calls. The connection is
-// watermill-amqp's, which reconnects.
+// the call). It keeps its channels for the next calls. Its connection
+// reconnects (amqpConn).
 type amqpProducer struct {
-	conn *wmamqp.ConnectionWrapper
+	conn *amqpConn
 	cfg  wmamqp.Config
 	idle chan *amqp.Channel
 
@@ -167,10 +167,10 @@ type amqpProducer struct {
 }
 
 func (p *amqpProducer) Publish(topic string, msgs ...*message.Message) (err error) {
-	if !p.conn.IsConnected() {
-		return errors.New("not connected to AMQP")
-	}
 	ch, err := p.channel()
+	if errors.Is(err, errAMQPReconnecting) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("cannot open channel: %w", err)
 	}
@@ -213,7 +213,11 @@ func (p *amqpProducer) channel() (*amqp.Channel, error) {
 				return ch, nil
 			}
 		default:
-			ch, err := p.conn.Connection().Channel()
+			conn, err := p.conn.current()
+			if err != nil {
+				return nil, err
+			}
+			ch, err := conn.Channel()
 			if err != nil {
 				return nil, err
 			}

@@ -3,7 +3,10 @@ package brokerurl_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outboxgen/outboxgen/internal/lagproxy"
+	"github.com/outboxgen/outboxgen/internal/syncbuf"
 	"github.com/outboxgen/outboxgen/runtime/brokers/brokerurl"
 )
 
@@ -129,4 +133,124 @@ func TestAMQPPublishWaitEndsWithContext(t *testing.T) {
 	if err := pub.Publish(topic, call...); err == nil || !strings.Contains(err.Error(), "context canceled") {
 		t.Fatalf("call whose second message's context was cancelled: %v, want context canceled", err)
 	}
+}
+
+// The publisher reconnects when its connection is cut (a broker restart,
+// a lost network): calls under way and calls made while it is down fail,
+// none hangs, and calls work again on the new connection, with every
+// message of a call that succeeded queued. Calls run concurrently with
+// the reconnect, for the race detector. The log says what happened,
+// without the URL's password.
+func TestAMQPPublishReconnects(t *testing.T) {
+	u := serverURL(t, amqpEnv)
+	proxy, via := lagproxy.ForURL(t, u)
+	var logs syncbuf.Buffer
+	pub, err := brokerurl.Open(context.Background(), via, brokerurl.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	topic := "orders.reconnect." + randSuffix(t)
+	ch, q := amqpQueue(t, u, topic, nil)
+	calls := func(prefix string) (ok []string, failed int) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				msgs := ids(3, fmt.Sprintf("%s%d", prefix, i))
+				for _, m := range msgs {
+					m.SetContext(ctx)
+				}
+				err := pub.Publish(topic, msgs...)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					failed++
+					return
+				}
+				for _, m := range msgs {
+					ok = append(ok, m.UUID)
+				}
+			}()
+		}
+		wg.Wait()
+		return ok, failed
+	}
+	if _, failed := calls("a"); failed > 0 { // channels are kept
+		t.Fatalf("%d of 8 calls failed before the cut", failed)
+	}
+	queued(t, ch, q)
+	proxy.Cut()
+	deadline := time.Now().Add(30 * time.Second)
+	var sent []string
+	for round := 0; ; round++ {
+		ok, failed := calls(fmt.Sprintf("r%d-", round))
+		if failed == 0 {
+			sent = ok
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("calls still fail 30 s after the cut (%d of 8 in the last round)", failed)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	got := map[string]bool{}
+	for _, id := range queued(t, ch, q) {
+		got[id] = true
+	}
+	for _, id := range sent {
+		if !got[id] {
+			t.Fatalf("message %s of a call that succeeded after the reconnect is not queued", id)
+		}
+	}
+	text := logs.String()
+	if !strings.Contains(text, "AMQP connection lost") || !strings.Contains(text, "AMQP connection restored") {
+		t.Errorf("the log does not say the connection was lost and restored:\n%s", text)
+	}
+	if pass, ok := mustParse(t, u).User.Password(); ok && pass != "" && strings.Contains(text, pass) {
+		t.Error("the log shows the URL's password")
+	}
+}
+
+// Close while the publisher reconnects returns at once and ends the
+// reconnecting; later calls fail.
+func TestAMQPCloseWhileReconnecting(t *testing.T) {
+	u := serverURL(t, amqpEnv)
+	proxy, via := lagproxy.ForURL(t, u)
+	pub, err := brokerurl.Open(context.Background(), via, brokerurl.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := "orders.close." + randSuffix(t)
+	if err := pub.Publish(topic, ids(1, "a")...); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Cut()
+	time.Sleep(20 * time.Millisecond) // the loss is seen; the first redial waits 100 ms
+	done := make(chan error, 1)
+	go func() { done <- pub.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return while the publisher reconnects")
+	}
+	if err := pub.Publish(topic, ids(1, "b")...); err == nil {
+		t.Fatal("a call after Close succeeded")
+	}
+}
+
+func mustParse(t *testing.T, raw string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }
