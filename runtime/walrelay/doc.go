@@ -190,7 +190,11 @@
 // meanwhile or none is under way (breaker.verdict): a publish that fails
 // fast at the start of an outage, while the others still wait for the
 // broker, would otherwise be parked before their failures open the
-// breaker. A parked key's failures are forgotten, so that they never
+// breaker. A batch call that fails (or is split by its hedge) says
+// nothing of any one key: its events count as under way until their own
+// calls, which follow, have an outcome, and an event waiting for its
+// verdict gives back its place among the single deliveries so that they
+// can run. A parked key's failures are forgotten, so that they never
 // combine with a later key's into a false outage.
 //
 // # One streamer per slot, takeover

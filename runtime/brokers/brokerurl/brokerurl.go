@@ -48,12 +48,14 @@
 //	from=oldest|newest   subscriber: where a new consumer group starts
 //	                     (default oldest)
 //
-// amqp://user:pass@host:5672/vhost (also amqps://) — RabbitMQ (AMQP 0.9.1),
-// through watermill-amqp/v3. The publisher declares the exchange and
-// publishes with the topic as routing key, waiting for the broker's
-// publisher confirm. A subscriber declares its queue (named by the group,
-// see OpenSubscriber) and binds it to the exchange with the topic as
-// routing key. RabbitMQ drops a message that no queue is bound to: start
+// amqp://user:pass@host:5672/vhost (also amqps://) — RabbitMQ (AMQP 0.9.1).
+// The publisher declares the exchange and publishes with the topic as
+// routing key, all of a call's messages before it waits for the broker's
+// publisher confirms. When the broker closes its connection, it dials
+// again (100 ms, doubling to 30 s; calls fail meanwhile, and the relay
+// retries them). A subscriber, watermill-amqp/v3's, declares its queue
+// (named by the group, see OpenSubscriber) and binds it to the exchange
+// with the topic as routing key. RabbitMQ drops a message that no queue is bound to: start
 // the consumers (or declare and bind their queues) before the relay
 // publishes.
 //
