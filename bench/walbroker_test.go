@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/outboxgen/outboxgen/internal/lagproxy"
+	"github.com/outboxgen/outboxgen/internal/natstest"
 	"github.com/outboxgen/outboxgen/runtime/brokers/natsjs"
 	"github.com/outboxgen/outboxgen/runtime/walrelay"
 )
@@ -44,15 +44,7 @@ func BenchmarkWALBroker(b *testing.B) {
 		b.Skip("heavy benchmark; not run with -short")
 	}
 	openServers(b).measure(b)
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: b.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	go srv.Start()
-	defer srv.Shutdown()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		b.Fatal("nats server not ready after 10s")
-	}
+	srv := natstest.Start(b, nil)
 	proxy := lagproxy.New(b, srv.Addr().String())
 	pub, err := natsjs.NewPublisher(natsjs.Config{URL: "nats://" + proxy.Addr(), PublishTimeout: 10 * time.Second, AutoProvision: true})
 	if err != nil {

@@ -6,9 +6,10 @@ import (
 	"net"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/outboxgen/outboxgen/internal/natstest"
 )
 
 const secret = "S3cret-demo-pw"
@@ -68,18 +69,7 @@ func TestCommandHidesPasswords(t *testing.T) {
 // requires a password prints the broker's URL without it, in the settings
 // and in every log line (-v).
 func TestRunHidesBrokerPassword(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		NoLog: true, NoSigs: true, Username: "app", Password: secret,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	srv := natstest.Start(t, func(o *server.Options) { o.Username, o.Password = "app", secret })
 	url := fmt.Sprintf("nats://app:%s@%s", secret, srv.Addr().String())
 
 	var out bytes.Buffer

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/outboxgen/outboxgen/internal/gentest/sqlevents"
+	"github.com/outboxgen/outboxgen/internal/natstest"
 	"github.com/outboxgen/outboxgen/internal/syncbuf"
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/admin"
@@ -449,20 +450,7 @@ func (r *received) got() []string {
 // its URL.
 func startNATS(t *testing.T) string {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		ServerName: "outboxgen-console", Host: "127.0.0.1", Port: -1,
-		JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		t.Fatalf("nats server: %v", err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatal("nats server not ready after 10s")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s.ClientURL()
+	return natstest.Start(t, func(o *server.Options) { o.ServerName = "outboxgen-console" }).ClientURL()
 }
 
 // screenshotDir is where the tests write their screenshots ("" for none):

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxgen/outboxgen/internal/gentest/sqlevents"
+	"github.com/outboxgen/outboxgen/internal/natstest"
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/brokers/brokerurl"
 	"github.com/outboxgen/outboxgen/runtime/brokers/kafka"
@@ -43,19 +44,7 @@ type broker struct {
 
 func startNATS(t *testing.T) broker {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		ServerName: "outboxgen-observe", Host: "127.0.0.1", Port: -1,
-		JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		t.Fatalf("nats server: %v", err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatal("nats server not ready after 10s")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	s := natstest.Start(t, func(o *server.Options) { o.ServerName = "outboxgen-observe" })
 	url := s.ClientURL()
 	pub, err := natsjs.NewPublisher(natsjs.Config{URL: url}) // streams for topics only: another subject fails
 	if err != nil {

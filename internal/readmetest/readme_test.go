@@ -16,9 +16,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/outboxgen/outboxgen/internal/natstest"
 	"github.com/outboxgen/outboxgen/internal/readmetest/events"
 	"github.com/outboxgen/outboxgen/internal/readmetest/pgonly"
 	"github.com/outboxgen/outboxgen/internal/testdb"
@@ -179,16 +179,7 @@ func (h *handler) HandleOrderPaid(_ context.Context, _ *sql.Tx, e events.OrderPa
 // startNATS starts an in-process JetStream server and returns its URL.
 func startNATS(t *testing.T) string {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready after 10s")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s.ClientURL()
+	return natstest.Start(t, nil).ClientURL()
 }
 
 func runService(t *testing.T, db *sql.DB) {

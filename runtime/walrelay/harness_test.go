@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/outboxgen/outboxgen/internal/natstest"
 	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/brokers/natsjs"
 	"github.com/outboxgen/outboxgen/runtime/outbox"
@@ -153,10 +154,8 @@ type natsBroker struct {
 
 func startNATS(t testing.TB) *natsBroker {
 	t.Helper()
-	b := &natsBroker{t: t, opts: server.Options{
-		ServerName: "walrelay-test", Host: "127.0.0.1", Port: -1,
-		JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-	}}
+	b := &natsBroker{t: t, opts: natstest.Options(t.TempDir())}
+	b.opts.ServerName = "walrelay-test"
 	b.start()
 	b.opts.Port = b.srv.Addr().(*net.TCPAddr).Port
 	url := b.srv.ClientURL()
@@ -184,14 +183,9 @@ func startNATS(t testing.TB) *natsBroker {
 
 func (b *natsBroker) start() {
 	b.t.Helper()
-	s, err := server.NewServer(&b.opts)
+	s, err := natstest.Run(&b.opts)
 	if err != nil {
 		b.t.Fatalf("nats server: %v", err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		b.t.Fatal("nats server not ready after 10s")
 	}
 	b.mu.Lock()
 	b.srv = s

@@ -8,10 +8,10 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
-	"github.com/nats-io/nats-server/v2/server"
 	"go.opentelemetry.io/otel/metric/noop"
 	tnoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/outboxgen/outboxgen/internal/natstest"
 	"github.com/outboxgen/outboxgen/runtime/brokers/natsjs"
 	"github.com/outboxgen/outboxgen/runtime/internal/hedge"
 	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
@@ -70,15 +70,7 @@ func BenchmarkPublishNATS(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: b.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	go srv.Start()
-	defer srv.Shutdown()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		b.Fatal("nats server not ready after 10s")
-	}
+	srv := natstest.Start(b, nil)
 	const topic = "bench.orders"
 	pub, err := natsjs.NewPublisher(natsjs.Config{URL: srv.ClientURL(), PublishTimeout: 10 * time.Second})
 	if err != nil {

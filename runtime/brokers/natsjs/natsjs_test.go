@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/outboxgen/outboxgen/internal/natstest"
 	"github.com/outboxgen/outboxgen/runtime/brokers/internal/brokertest"
 	"github.com/outboxgen/outboxgen/runtime/brokers/natsjs"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
@@ -32,25 +33,9 @@ var keys = []string{"order-a", "order-b", "order-c", "order-d"}
 // its store in dir, stopped in t.Cleanup.
 func startNATS(t testing.TB, port int, dir string) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		ServerName: "outboxgen-test",
-		Host:       "127.0.0.1",
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   dir,
-		NoLog:      true,
-		NoSigs:     true,
+	return natstest.Start(t, func(o *server.Options) {
+		o.ServerName, o.Port, o.StoreDir = "outboxgen-test", port, dir
 	})
-	if err != nil {
-		t.Fatalf("nats server: %v", err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatal("nats server not ready after 10s")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s
 }
 
 func port(s *server.Server) int { return s.Addr().(*net.TCPAddr).Port }

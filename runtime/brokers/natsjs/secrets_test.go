@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/outboxgen/outboxgen/internal/natstest"
 	"github.com/outboxgen/outboxgen/runtime/brokers/natsjs"
 )
 
@@ -19,20 +20,10 @@ const secret = "S3cret-nats-pw"
 // right-password only.
 func startAuthNATS(t *testing.T) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
-		Username: "app", Password: "right-password",
+	return natstest.Start(t, func(o *server.Options) {
+		o.JetStream, o.StoreDir = false, ""
+		o.Username, o.Password = "app", "right-password"
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatal("nats server not ready after 10s")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s
 }
 
 // TestErrorsHideSecrets: NewPublisher's and NewSubscriber's errors never
