@@ -410,6 +410,52 @@ func TestBrokerOutagePausesWithoutParking(t *testing.T) {
 	}
 }
 
+// TestBrokerOutageWithBatchesParksNothing: as TestBrokerOutagePausesWithoutParking,
+// with transactions of many keys, so that the relay's calls carry several
+// events: a batch call that fails says nothing of any one key, and its
+// events' own calls decide between poison and outage. With the harness's
+// short RetryDelay, a key whose quick retries run out first waits for
+// them. Nothing is parked; once the broker is back every event arrives
+// in per-key order.
+func TestBrokerOutageWithBatchesParksNothing(t *testing.T) {
+	pool := logicalPool(t)
+	b := startNATS(t)
+	w := walWriter(t)
+	r := newRelay(t, pool, b.pub, nil)
+	runRelay(t, r)
+	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
+	want := map[string]int{}
+	emit := func(txs, keys int) {
+		for range txs {
+			evs := make([]payload, keys)
+			for i := range evs {
+				k := "b" + strconv.Itoa(i)
+				want[k]++
+				evs[i] = payload{Key: k, N: want[k]}
+			}
+			write(t, pool, w, false, evs...)
+		}
+	}
+	emit(2, 20)
+	waitFor(t, 30*time.Second, "40 events", func() bool { return distinct(b.messages(t)) >= 40 })
+	b.stop()
+	emit(5, 20)
+	waitFor(t, 30*time.Second, "the breaker to open", func() bool { return r.Status().BreakerOpen })
+	time.Sleep(time.Second) // probes fail meanwhile
+	if st := r.Status(); st.Parked != 0 {
+		t.Fatalf("%d events parked during a broker outage: the breaker should pause the stream instead", st.Parked)
+	}
+	b.restart()
+	waitFor(t, 60*time.Second, "140 events after the outage", func() bool { return distinct(b.messages(t)) >= 140 })
+	checkOrder(t, b.messages(t), want)
+	if st := r.Status(); st.Parked != 0 || st.BreakerOpen {
+		t.Errorf("status %+v: want nothing parked and the breaker closed", st)
+	}
+	if n := len(outboxRows(t, pool)); n != 0 {
+		t.Errorf("%d rows parked in the table", n)
+	}
+}
+
 // TestSlotBeingCreated: while the relay creates its slot, waiting for a
 // transaction that was running when the creation began, SlotStatus and
 // CheckSlot say the slot is not ready, though PostgreSQL already lists it
