@@ -543,6 +543,13 @@ func (d *dispatcher) deliver(ev *event, p *place) bool {
 		text := telemetry.ErrorText(err)
 		if !counted {
 			r.log.Debug("publish failed while the circuit breaker is open: not counted", slog.String("event_id", ev.ID.String()), slog.String("error", text))
+			// A lane waiting for a place goes first: a poison event that
+			// probes the open breaker for ever would otherwise keep the
+			// only place from a lane whose probe would close it.
+			p.leave()
+			if !p.back() {
+				return false
+			}
 			continue
 		}
 		attempts++

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	tnoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/outboxgen/outboxgen/internal/testdb"
 	"github.com/outboxgen/outboxgen/runtime/dialect"
 	"github.com/outboxgen/outboxgen/runtime/internal/hedge"
 	"github.com/outboxgen/outboxgen/runtime/internal/telemetry"
@@ -813,7 +814,11 @@ func TestVerdictWaitsForFailedBatchEvents(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	d.singles <- struct{}{} // y's place, given back while it waits in verdict
+	select {
+	case d.singles <- struct{}{}: // y's place, given back while it waits in verdict
+	case <-time.After(5 * time.Second):
+		t.Fatal("y did not give back its place while it waits for its verdict")
+	}
 	close(pub.failBatch)
 	time.Sleep(200 * time.Millisecond) // x1 and x2 wait for the place
 	if rig.log.contain("parking in the outbox table failed") {
@@ -830,4 +835,73 @@ func TestVerdictWaitsForFailedBatchEvents(t *testing.T) {
 	}
 	<-d.singles
 	wantOutage(t, rig)
+}
+
+// outagePub fails every call until recovered is closed; then every call
+// succeeds, except the single calls of the poison key p.
+type outagePub struct {
+	recovered chan struct{}
+	mu        sync.Mutex
+	ok        map[string]int // accepted events by key
+}
+
+func (q *outagePub) Publish(_ string, msgs ...*message.Message) error {
+	select {
+	case <-q.recovered:
+	default:
+		return errors.New("broker down (test)")
+	}
+	if len(msgs) == 1 && keysOf(msgs)[0] == "p" {
+		return errors.New("poison (test)")
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, k := range keysOf(msgs) {
+		q.ok[k]++
+	}
+	return nil
+}
+func (q *outagePub) Close() error { return nil }
+
+// TestPoisonProbeGivesWay: a batch [g p] fails in an outage, with one
+// place. When g takes it first, g fails and waits for its verdict (for
+// p's own call), giving its place to p; p's failure opens the breaker,
+// and p, poison, probes and fails for ever. Each uncounted failure gives
+// the place to a lane waiting for one, so once the broker is back g
+// probes, the breaker closes, g is published and p parked. (Found by
+// review: p kept the place, and the breaker stayed open for good.) Who
+// takes the place first is chance: ten rounds.
+func TestPoisonProbeGivesWay(t *testing.T) {
+	pool := outboxPool(t)
+	wq, err := dialect.NewWALQueries(dialect.Postgres, testdb.Tables.Outbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 10 {
+		pub := &outagePub{recovered: make(chan struct{}), ok: map[string]int{}}
+		rig := newDispatchRig(t, pub, func(c *Config) {
+			c.Concurrency = 1
+			c.QuickRetries = 1
+			c.PublishTimeout = time.Minute
+			c.BreakerBackoff = func(int) time.Duration { return 10 * time.Millisecond }
+		})
+		rig.d.r.q, rig.d.r.pool = queries{wq}, pool
+		if rig.d.r.met, err = newMetrics(noop.NewMeterProvider(), rig.d.r); err != nil {
+			t.Fatal(err)
+		}
+		rig.d.dispatch(ev("g", "t"), ev("p", "t"))
+		time.Sleep(100 * time.Millisecond)
+		close(pub.recovered)
+		rig.settle(t, 2, 5*time.Second)
+		pub.mu.Lock()
+		published := pub.ok["g"]
+		pub.mu.Unlock()
+		if published != 1 {
+			t.Fatalf("round %d: g published %d times, want once (p parked)", round, published)
+		}
+		rig.d.stop(time.Second)
+		if _, err := pool.Exec(context.Background(), "DELETE FROM "+testdb.Tables.Outbox); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
