@@ -134,11 +134,11 @@ func openAMQP(ctx context.Context, u *brokerURL, opt Options) (message.Publisher
 		return nil, err
 	}
 	cfg := s.config(ctx, opt)
-	conn, err := dialAMQP(cfg.Connection.AmqpURI, *cfg.Connection.AmqpConfig, opt.Logger, u.secrets)
+	conn, err := dialAMQP(cfg.Connection.AmqpURI, *cfg.Connection.AmqpConfig, opt.connectTimeout(ctx), opt.Logger, u.secrets)
 	if err != nil {
 		return nil, u.wrap("connect to AMQP", err)
 	}
-	p := &amqpProducer{conn: conn, cfg: cfg, idle: make(chan *amqp.Channel, amqpIdleChannels), declared: map[string]bool{}}
+	p := &amqpProducer{conn: conn, cfg: cfg, idle: make(chan amqpChannel, amqpIdleChannels), declared: map[string]uint64{}}
 	return &amqpPublisher{pubguard.New(p, u.secrets)}, nil
 }
 
@@ -160,10 +160,16 @@ const amqpIdleChannels = 16
 type amqpProducer struct {
 	conn *amqpConn
 	cfg  wmamqp.Config
-	idle chan *amqp.Channel
+	idle chan amqpChannel
 
 	mu       sync.Mutex
-	declared map[string]bool // exchanges declared by this publisher
+	declared map[string]uint64 // exchange → the connection (amqpConn's generation) it was declared on
+}
+
+// amqpChannel is a confirm-mode channel and its connection's generation.
+type amqpChannel struct {
+	*amqp.Channel
+	gen uint64
 }
 
 func (p *amqpProducer) Publish(topic string, msgs ...*message.Message) (err error) {
@@ -205,7 +211,7 @@ func (p *amqpProducer) Publish(topic string, msgs ...*message.Message) (err erro
 }
 
 // channel is an idle channel, or a new one in confirm mode.
-func (p *amqpProducer) channel() (*amqp.Channel, error) {
+func (p *amqpProducer) channel() (amqpChannel, error) {
 	for {
 		select {
 		case ch := <-p.idle:
@@ -213,19 +219,19 @@ func (p *amqpProducer) channel() (*amqp.Channel, error) {
 				return ch, nil
 			}
 		default:
-			conn, err := p.conn.current()
+			conn, gen, err := p.conn.current()
 			if err != nil {
-				return nil, err
+				return amqpChannel{}, err
 			}
 			ch, err := conn.Channel()
 			if err != nil {
-				return nil, err
+				return amqpChannel{}, err
 			}
 			if err := ch.Confirm(false); err != nil {
 				ch.Close() //nolint:errcheck
-				return nil, err
+				return amqpChannel{}, err
 			}
-			return ch, nil
+			return amqpChannel{ch, gen}, nil
 		}
 	}
 }
@@ -233,7 +239,7 @@ func (p *amqpProducer) channel() (*amqp.Channel, error) {
 // put keeps ch for another call, unless the call failed (a refused
 // message or a context that ended leaves confirms behind) or enough are
 // kept.
-func (p *amqpProducer) put(ch *amqp.Channel, err error) {
+func (p *amqpProducer) put(ch amqpChannel, err error) {
 	if err == nil {
 		select {
 		case p.idle <- ch:
@@ -246,21 +252,22 @@ func (p *amqpProducer) put(ch *amqp.Channel, err error) {
 	go ch.Close() //nolint:errcheck // the call's error, if any, says more
 }
 
-// declare declares exchange once per publisher, as watermill-amqp's
-// publisher does (none for the default exchange, "").
-func (p *amqpProducer) declare(ch *amqp.Channel, exchange string) error {
+// declare declares exchange once per connection (none for the default
+// exchange, ""): after a reconnect again, since a broker that restarted
+// has lost an exchange that is not durable (durable=false).
+func (p *amqpProducer) declare(ch amqpChannel, exchange string) error {
 	if exchange == "" {
 		return nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.declared[exchange] {
+	if p.declared[exchange] == ch.gen {
 		return nil
 	}
-	if err := p.cfg.TopologyBuilder.ExchangeDeclare(ch, exchange, p.cfg); err != nil {
+	if err := p.cfg.TopologyBuilder.ExchangeDeclare(ch.Channel, exchange, p.cfg); err != nil {
 		return err
 	}
-	p.declared[exchange] = true
+	p.declared[exchange] = ch.gen
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -253,4 +254,73 @@ func mustParse(t *testing.T, raw string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// Close while a redial is in its handshake (the broker accepts the TCP
+// connection and does not answer) ends the dial at once, and leaves no
+// goroutine of the connection behind. (Found by review: Close waited for
+// the handshake's timeout.)
+func TestAMQPCloseDuringDial(t *testing.T) {
+	u := serverURL(t, amqpEnv)
+	proxy, via := lagproxy.ForURL(t, u)
+	pub, err := brokerurl.Open(context.Background(), via, brokerurl.Options{Logger: quiet, ConnectTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish("orders.dial."+randSuffix(t), ids(1, "a")...); err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetLag(time.Hour) // the next connection's handshake gets no answer
+	proxy.Cut()
+	time.Sleep(300 * time.Millisecond) // past the first redial's pause (100 ms): it is dialling
+	began := time.Now()
+	if err := pub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took > time.Second {
+		t.Errorf("Close took %s: it waited for the redial's handshake", took.Round(time.Millisecond))
+	}
+	buf := make([]byte, 1<<20)
+	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "brokerurl.(*amqpConn)") {
+		t.Errorf("a goroutine of the connection is left after Close:\n%s", stacks)
+	}
+}
+
+// A broker that restarts loses an exchange that is not durable: the
+// publisher declares it again on its new connection. (Found by review:
+// it declared an exchange once, and the calls failed for good.)
+func TestAMQPExchangeDeclaredAfterReconnect(t *testing.T) {
+	u := serverURL(t, amqpEnv)
+	proxy, via := lagproxy.ForURL(t, u)
+	ex := "transient-" + randSuffix(t)
+	pub, err := brokerurl.Open(context.Background(), via+"?durable=false&exchange="+ex, brokerurl.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	if err := pub.Publish("orders", ids(1, "a")...); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDelete(ex, false, false); err != nil { // what a restart does to it
+		t.Fatal(err)
+	}
+	proxy.Cut()
+	deadline := time.Now().Add(10 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		if last = pub.Publish("orders", ids(1, "b")...); last == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("calls still fail 10 s after the reconnect: %v", last)
 }

@@ -1,8 +1,10 @@
 package brokerurl
 
 import (
+	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -17,47 +19,93 @@ import (
 // pause growing from 100 ms to 30 s; calls made meanwhile fail at once,
 // and the relay retries them. watermill-amqp's ConnectionWrapper did the
 // same, but swapped its connection without a lock under running calls (a
-// data race on every reconnect), and could leave a connection open when
-// closed while reconnecting.
+// data race on every reconnect, ThreeDotsLabs/watermill#693), and could
+// leave a connection open when closed while reconnecting.
 type amqpConn struct {
 	uri     string
-	cfg     amqp.Config
+	cfg     amqp.Config   // its Dial is dial
+	timeout time.Duration // of a dial: the TCP connect, then the TLS and AMQP handshakes
 	log     *slog.Logger
 	secrets []string // masked in logged errors
 
-	mu     sync.Mutex
-	conn   *amqp.Connection // nil while reconnecting, or once closed
-	closed bool
-	done   chan struct{} // closed by Close: the reconnect loop ends
+	ctx    context.Context // cancelled by Close: a dial, and the reconnecting, end
+	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	mu          sync.Mutex
+	conn        *amqp.Connection // nil while reconnecting, or once closed
+	gen         uint64           // conn's generation: 1, then one more per reconnect
+	handshaking net.Conn         // a dial's socket before its connection is made: Close closes it
+	closed      bool
 }
 
 // errAMQPReconnecting is a call's error while the connection is down.
 var errAMQPReconnecting = errors.New("not connected to AMQP: reconnecting")
 
-// dialAMQP connects to uri, and keeps the connection up until Close.
-func dialAMQP(uri string, cfg amqp.Config, log *slog.Logger, secrets []string) (*amqpConn, error) {
-	conn, err := amqp.DialConfig(uri, cfg)
+// dialAMQP connects to uri, each dial within timeout, and keeps the
+// connection up until Close.
+func dialAMQP(uri string, cfg amqp.Config, timeout time.Duration, log *slog.Logger, secrets []string) (*amqpConn, error) {
+	c := &amqpConn{uri: uri, cfg: cfg, timeout: timeout, log: log, secrets: secrets}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.cfg.Dial = c.dial
+	conn, err := c.connect()
 	if err != nil {
+		c.cancel()
 		return nil, err
 	}
-	c := &amqpConn{uri: uri, cfg: cfg, log: log, secrets: secrets, conn: conn, done: make(chan struct{})}
+	c.conn, c.gen = conn, 1
 	c.wg.Add(1)
 	go c.keep(conn)
 	return c, nil
 }
 
-// current is the open connection; an error while reconnecting or closed.
-func (c *amqpConn) current() (*amqp.Connection, error) {
+// dial is amqp091-go's DefaultDial (a TCP connect, then a deadline on the
+// socket for the handshakes), except that Close ends it: the connect
+// through its context, the handshakes by closing the socket.
+func (c *amqpConn) dial(network, addr string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
+	defer cancel()
+	sock, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := sock.SetDeadline(time.Now().Add(c.timeout)); err != nil {
+		sock.Close()
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		sock.Close()
+		return nil, errAMQPClosed
+	}
+	c.handshaking = sock
+	return sock, nil
+}
+
+// connect dials a connection.
+func (c *amqpConn) connect() (*amqp.Connection, error) {
+	conn, err := amqp.DialConfig(c.uri, c.cfg)
+	c.mu.Lock()
+	c.handshaking = nil
+	c.mu.Unlock()
+	return conn, err
+}
+
+var errAMQPClosed = errors.New("AMQP publisher closed")
+
+// current is the open connection and its generation; an error while
+// reconnecting or closed.
+func (c *amqpConn) current() (*amqp.Connection, uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
 	case c.closed:
-		return nil, errors.New("AMQP publisher closed")
+		return nil, 0, errAMQPClosed
 	case c.conn == nil || c.conn.IsClosed():
-		return nil, errAMQPReconnecting
+		return nil, 0, errAMQPReconnecting
 	}
-	return c.conn, nil
+	return c.conn, c.gen, nil
 }
 
 // keep waits for conn to close, then dials until a connection is made
@@ -69,9 +117,12 @@ func (c *amqpConn) keep(conn *amqp.Connection) {
 		// connection's lock, and this loop may be past its select.
 		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 		select {
-		case <-c.done:
+		case <-c.ctx.Done():
 			return
 		case err := <-closed:
+			if c.ctx.Err() != nil {
+				return // closed by Close
+			}
 			msg := "connection closed"
 			if err != nil {
 				msg = redact.StringWith(err.Error(), c.secrets...)
@@ -94,12 +145,18 @@ func (c *amqpConn) redial() *amqp.Connection {
 	for {
 		t := time.NewTimer(bo.Next())
 		select {
-		case <-c.done:
+		case <-c.ctx.Done():
 			t.Stop()
 			return nil
 		case <-t.C:
 		}
-		conn, err := amqp.DialConfig(c.uri, c.cfg)
+		conn, err := c.connect()
+		if c.ctx.Err() != nil {
+			if err == nil {
+				conn.Close() //nolint:errcheck // closed while dialling: not kept
+			}
+			return nil
+		}
 		if err != nil {
 			c.log.Warn("AMQP reconnect failed: trying again", slog.String("error", redact.StringWith(err.Error(), c.secrets...)), slog.Int("attempt", bo.Failures()))
 			continue
@@ -111,13 +168,15 @@ func (c *amqpConn) redial() *amqp.Connection {
 			return nil
 		}
 		c.conn = conn
+		c.gen++
 		c.mu.Unlock()
 		c.log.Info("AMQP connection restored", slog.Int("attempts", bo.Failures()))
 		return conn
 	}
 }
 
-// Close stops the reconnecting and closes the connection.
+// Close stops the reconnecting, ending a dial under way, and closes the
+// connection.
 func (c *amqpConn) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -125,10 +184,13 @@ func (c *amqpConn) Close() error {
 		return nil
 	}
 	c.closed = true
-	conn := c.conn
+	conn, sock := c.conn, c.handshaking
 	c.conn = nil
-	close(c.done)
 	c.mu.Unlock()
+	c.cancel()
+	if sock != nil {
+		sock.Close() // its handshake fails at once
+	}
 	c.wg.Wait()
 	if conn == nil || conn.IsClosed() {
 		return nil
