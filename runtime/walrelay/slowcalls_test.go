@@ -669,12 +669,7 @@ func (p *verdictPub) Close() error { return nil }
 // review.) Parking would go to an unreachable database: its log says so.
 func TestVerdictSeesSlowCallsFailure(t *testing.T) {
 	pub := &verdictPub{failX: make(chan struct{}), xStarted: make(chan struct{})}
-	rig := newDispatchRig(t, pub, func(c *Config) {
-		c.Concurrency = 1
-		c.QuickRetries = 1
-		c.PublishTimeout = time.Minute
-	})
-	unreachableDB(t, rig)
+	rig := verdictRig(t, pub, false)
 	rig.d.dispatch(ev("x", "t"))
 	<-pub.xStarted
 	time.Sleep(30 * time.Millisecond) // x's call is slow: it gave its place back
@@ -684,10 +679,19 @@ func TestVerdictSeesSlowCallsFailure(t *testing.T) {
 	wantOutage(t, rig)
 }
 
-// unreachableDB points the rig's relay at a database that refuses
-// connections: a parking is tried, and its log says it failed.
-func unreachableDB(t *testing.T, rig *dispatchRig) {
+// verdictRig is a rig of one place and one quick retry, so that a failed
+// event goes to its verdict at once, with Hedge after 200 ms if hedge,
+// whose relay parks in a database that refuses connections: a parking is
+// tried, and its log says it failed.
+func verdictRig(t *testing.T, pub message.Publisher, hedge bool) *dispatchRig {
 	t.Helper()
+	rig := newDispatchRig(t, pub, func(c *Config) {
+		c.Concurrency = 1
+		c.QuickRetries = 1
+		c.PublishTimeout = time.Minute
+		c.Hedge = hedge
+		c.HedgeAfter = 200 * time.Millisecond
+	})
 	wq, err := dialect.NewWALQueries(dialect.Postgres, "outbox_event")
 	if err != nil {
 		t.Fatal(err)
@@ -698,6 +702,7 @@ func unreachableDB(t *testing.T, rig *dispatchRig) {
 	}
 	t.Cleanup(pool.Close)
 	rig.d.r.q, rig.d.r.pool = queries{wq}, pool
+	return rig
 }
 
 // wantOutage waits for the breaker to open, and fails if an event went to
@@ -754,12 +759,7 @@ func (p *batchPub) tried(key string) bool {
 // way when it failed, and y was parked.)
 func TestVerdictSeesSlowBatchFailure(t *testing.T) {
 	pub := &batchPub{failBatch: make(chan struct{}), batchStarted: make(chan struct{})}
-	rig := newDispatchRig(t, pub, func(c *Config) {
-		c.Concurrency = 1
-		c.QuickRetries = 1
-		c.PublishTimeout = time.Minute
-	})
-	unreachableDB(t, rig)
+	rig := verdictRig(t, pub, false)
 	rig.d.dispatch(ev("x1", "t"), ev("x2", "t"))
 	<-pub.batchStarted
 	time.Sleep(30 * time.Millisecond) // slow: the worker was handed off
@@ -775,14 +775,7 @@ func TestVerdictSeesSlowBatchFailure(t *testing.T) {
 func TestVerdictSeesSplitBatch(t *testing.T) {
 	pub := &batchPub{failBatch: make(chan struct{}), batchStarted: make(chan struct{})}
 	t.Cleanup(func() { close(pub.failBatch) })
-	rig := newDispatchRig(t, pub, func(c *Config) {
-		c.Concurrency = 1
-		c.QuickRetries = 1
-		c.PublishTimeout = time.Minute
-		c.Hedge = true
-		c.HedgeAfter = 200 * time.Millisecond
-	})
-	unreachableDB(t, rig)
+	rig := verdictRig(t, pub, true)
 	rig.d.dispatch(ev("x1", "t"), ev("x2", "t"))
 	<-pub.batchStarted
 	time.Sleep(30 * time.Millisecond) // slow: the worker was handed off
@@ -796,12 +789,7 @@ func TestVerdictSeesSplitBatch(t *testing.T) {
 // back in verdict, while the batch fails: y must not be parked meanwhile.
 func TestVerdictWaitsForFailedBatchEvents(t *testing.T) {
 	pub := &batchPub{failBatch: make(chan struct{}), batchStarted: make(chan struct{})}
-	rig := newDispatchRig(t, pub, func(c *Config) {
-		c.Concurrency = 1
-		c.QuickRetries = 1
-		c.PublishTimeout = time.Minute
-	})
-	unreachableDB(t, rig)
+	rig := verdictRig(t, pub, false)
 	d := rig.d
 	d.dispatch(ev("x1", "t"), ev("x2", "t"))
 	<-pub.batchStarted

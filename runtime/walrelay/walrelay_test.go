@@ -371,43 +371,12 @@ func TestPoisonParkedRequeuedThenStreams(t *testing.T) {
 // opens and the stream pauses; nothing is parked; once the broker is back
 // every event arrives in per-key order.
 func TestBrokerOutagePausesWithoutParking(t *testing.T) {
-	pool := logicalPool(t)
-	b := startNATS(t)
-	w := walWriter(t)
 	// The default RetryDelay, not the harness's 20 ms: the breaker opens
 	// once a second key fails, and with 20 ms the first key's quick
 	// retries ran out (and parked it) before the writer, one transaction
 	// per event on a loaded CI machine, had committed a second key's
 	// event 150 ms later.
-	r := newRelay(t, pool, b.pub, func(c *walrelay.Config) { c.RetryDelay = walrelay.DefaultRetryDelay })
-	runRelay(t, r)
-	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
-	want := map[string]int{}
-	emit := func(n int) {
-		for i := 0; i < n; i++ {
-			k := "o" + strconv.Itoa(i%5)
-			want[k]++
-			write(t, pool, w, false, payload{Key: k, N: want[k]})
-		}
-	}
-	emit(10)
-	waitFor(t, 30*time.Second, "10 events", func() bool { return distinct(b.messages(t)) >= 10 })
-	b.stop()
-	emit(30)
-	waitFor(t, 30*time.Second, "the breaker to open", func() bool { return r.Status().BreakerOpen })
-	time.Sleep(time.Second) // probes fail meanwhile
-	if st := r.Status(); st.Parked != 0 {
-		t.Fatalf("%d events parked during a broker outage: the breaker should pause the stream instead", st.Parked)
-	}
-	b.restart()
-	waitFor(t, 60*time.Second, "40 events after the outage", func() bool { return distinct(b.messages(t)) >= 40 })
-	checkOrder(t, b.messages(t), want)
-	if st := r.Status(); st.Parked != 0 || st.BreakerOpen {
-		t.Errorf("status %+v: want nothing parked and the breaker closed", st)
-	}
-	if n := len(outboxRows(t, pool)); n != 0 {
-		t.Errorf("%d rows parked in the table", n)
-	}
+	brokerOutage(t, func(c *walrelay.Config) { c.RetryDelay = walrelay.DefaultRetryDelay }, 5, 1, 10, 30)
 }
 
 // TestBrokerOutageWithBatchesParksNothing: as TestBrokerOutagePausesWithoutParking,
@@ -415,38 +384,49 @@ func TestBrokerOutagePausesWithoutParking(t *testing.T) {
 // events: a batch call that fails says nothing of any one key, and its
 // events' own calls decide between poison and outage. With the harness's
 // short RetryDelay, a key whose quick retries run out first waits for
-// them. Nothing is parked; once the broker is back every event arrives
-// in per-key order.
+// them.
 func TestBrokerOutageWithBatchesParksNothing(t *testing.T) {
+	brokerOutage(t, nil, 20, 20, 2, 5)
+}
+
+// brokerOutage runs a relay (its Config changed by mod) to NATS, writes
+// before transactions of perTx events each, the keys taken in turn from
+// keys, stops the broker and writes during more: the breaker opens,
+// nothing is parked; once the broker is back every event arrives in
+// per-key order.
+func brokerOutage(t *testing.T, mod func(*walrelay.Config), keys, perTx, before, during int) {
+	t.Helper()
 	pool := logicalPool(t)
 	b := startNATS(t)
 	w := walWriter(t)
-	r := newRelay(t, pool, b.pub, nil)
+	r := newRelay(t, pool, b.pub, mod)
 	runRelay(t, r)
 	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
 	want := map[string]int{}
-	emit := func(txs, keys int) {
+	next := 0
+	emit := func(txs int) {
 		for range txs {
-			evs := make([]payload, keys)
+			evs := make([]payload, perTx)
 			for i := range evs {
-				k := "b" + strconv.Itoa(i)
+				k := "o" + strconv.Itoa(next%keys)
+				next++
 				want[k]++
 				evs[i] = payload{Key: k, N: want[k]}
 			}
 			write(t, pool, w, false, evs...)
 		}
 	}
-	emit(2, 20)
-	waitFor(t, 30*time.Second, "40 events", func() bool { return distinct(b.messages(t)) >= 40 })
+	emit(before)
+	waitFor(t, 30*time.Second, "the events before the outage", func() bool { return distinct(b.messages(t)) >= before*perTx })
 	b.stop()
-	emit(5, 20)
+	emit(during)
 	waitFor(t, 30*time.Second, "the breaker to open", func() bool { return r.Status().BreakerOpen })
 	time.Sleep(time.Second) // probes fail meanwhile
 	if st := r.Status(); st.Parked != 0 {
 		t.Fatalf("%d events parked during a broker outage: the breaker should pause the stream instead", st.Parked)
 	}
 	b.restart()
-	waitFor(t, 60*time.Second, "140 events after the outage", func() bool { return distinct(b.messages(t)) >= 140 })
+	waitFor(t, 60*time.Second, "every event after the outage", func() bool { return distinct(b.messages(t)) >= (before+during)*perTx })
 	checkOrder(t, b.messages(t), want)
 	if st := r.Status(); st.Parked != 0 || st.BreakerOpen {
 		t.Errorf("status %+v: want nothing parked and the breaker closed", st)
