@@ -194,7 +194,10 @@
 // nothing of any one key: its events count as under way until their own
 // calls, which follow, have an outcome, and an event waiting for its
 // verdict gives back its place among the single deliveries so that they
-// can run. A parked key's failures are forgotten, so that they never
+// can run. A failure while the breaker is open gives the lane's place to
+// a lane waiting for one, so that a poison event probing the open breaker
+// cannot keep it from a lane whose probe would close it. A parked key's
+// failures are forgotten, so that they never
 // combine with a later key's into a false outage.
 //
 // # One streamer per slot, takeover
