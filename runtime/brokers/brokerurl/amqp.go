@@ -134,7 +134,7 @@ func openAMQP(ctx context.Context, u *brokerURL, opt Options) (message.Publisher
 		return nil, err
 	}
 	cfg := s.config(ctx, opt)
-	conn, err := dialAMQP(cfg.Connection.AmqpURI, *cfg.Connection.AmqpConfig, opt.connectTimeout(ctx), opt.Logger, u.secrets)
+	conn, err := dialAMQP(cfg.Connection.AmqpURI, *cfg.Connection.AmqpConfig, opt.connectTimeout(ctx), opt.ConnectTimeout, opt.Logger, u.secrets)
 	if err != nil {
 		return nil, u.wrap("connect to AMQP", err)
 	}

@@ -324,3 +324,30 @@ func TestAMQPExchangeDeclaredAfterReconnect(t *testing.T) {
 	}
 	t.Fatalf("calls still fail 10 s after the reconnect: %v", last)
 }
+
+// Open's context bounds the first dial only: redials get the whole
+// ConnectTimeout, so a slow handshake after a reconnect still succeeds.
+// (Each redial had the time left of Open's context, and failed for good
+// when the handshake took longer.)
+func TestAMQPRedialGetsConnectTimeout(t *testing.T) {
+	u := serverURL(t, amqpEnv)
+	proxy, via := lagproxy.ForURL(t, u)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	pub, err := brokerurl.Open(ctx, via, brokerurl.Options{Logger: quiet, ConnectTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	proxy.SetLag(700 * time.Millisecond) // a handshake takes three round trips: over 2 s
+	proxy.Cut()
+	deadline := time.Now().Add(20 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		if last = pub.Publish("orders.redial."+randSuffix(t), ids(1, "a")...); last == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("calls still fail 20 s after the cut: %v", last)
+}

@@ -42,10 +42,11 @@ type amqpConn struct {
 // errAMQPReconnecting is a call's error while the connection is down.
 var errAMQPReconnecting = errors.New("not connected to AMQP: reconnecting")
 
-// dialAMQP connects to uri, each dial within timeout, and keeps the
-// connection up until Close.
-func dialAMQP(uri string, cfg amqp.Config, timeout time.Duration, log *slog.Logger, secrets []string) (*amqpConn, error) {
-	c := &amqpConn{uri: uri, cfg: cfg, timeout: timeout, log: log, secrets: secrets}
+// dialAMQP connects to uri within first (Open's: its context's deadline
+// may cut it short), and keeps the connection up until Close, each later
+// dial within timeout.
+func dialAMQP(uri string, cfg amqp.Config, first, timeout time.Duration, log *slog.Logger, secrets []string) (*amqpConn, error) {
+	c := &amqpConn{uri: uri, cfg: cfg, timeout: first, log: log, secrets: secrets}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.cfg.Dial = c.dial
 	conn, err := c.connect()
@@ -53,6 +54,7 @@ func dialAMQP(uri string, cfg amqp.Config, timeout time.Duration, log *slog.Logg
 		c.cancel()
 		return nil, err
 	}
+	c.timeout = timeout // before keep starts: no dial runs meanwhile
 	c.conn, c.gen = conn, 1
 	c.wg.Add(1)
 	go c.keep(conn)
