@@ -858,7 +858,8 @@ func (q *outagePub) Close() error { return nil }
 // the place to a lane waiting for one, so once the broker is back g
 // probes, the breaker closes, g is published and p parked. (Found by
 // review: p kept the place, and the breaker stayed open for good.) Who
-// takes the place first is chance: ten rounds.
+// takes the place first is chance: ten rounds (TestOpenBreakerFailureHandsPlaceOn
+// checks the hand-over itself, every time).
 func TestPoisonProbeGivesWay(t *testing.T) {
 	pool := outboxPool(t)
 	wq, err := dialect.NewWALQueries(dialect.Postgres, testdb.Tables.Outbox)
@@ -893,3 +894,42 @@ func TestPoisonProbeGivesWay(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenBreakerFailureHandsPlaceOn: with the breaker open, a poison
+// event probes and fails, each failure uncounted; between two probes it
+// hands its place to a lane waiting for one (here the test), instead of
+// keeping it for good. TestPoisonProbeGivesWay shows the stall this
+// prevents, when chance gives the poison event the place first.
+func TestOpenBreakerFailureHandsPlaceOn(t *testing.T) {
+	pub := &probePub{release: make(chan struct{}), hung: make(chan struct{})} // mode 0: every call fails at once
+	calls := make(chan struct{}, 1)
+	rig := newDispatchRig(t, publisherFunc(func(topic string, msgs ...*message.Message) error {
+		select {
+		case calls <- struct{}{}:
+		default:
+		}
+		return pub.Publish(topic, msgs...)
+	}), func(c *Config) {
+		c.Concurrency = 1
+		c.BreakerBackoff = func(int) time.Duration { return 50 * time.Millisecond }
+	})
+	d := rig.d
+	d.brk.mu.Lock()
+	d.brk.open, d.brk.trips, d.brk.next = true, 1, time.Now()
+	d.brk.mu.Unlock()
+	d.dispatch(ev("p", "t"))
+	<-calls // p holds the place, and probes again 50 ms after each failure
+	select {
+	case d.singles <- struct{}{}:
+		<-d.singles
+	case <-time.After(2 * time.Second):
+		t.Fatal("the poison event kept the only place through its probes' failures")
+	}
+}
+
+type publisherFunc func(topic string, msgs ...*message.Message) error
+
+func (f publisherFunc) Publish(topic string, msgs ...*message.Message) error {
+	return f(topic, msgs...)
+}
+func (publisherFunc) Close() error { return nil }
