@@ -351,3 +351,18 @@ func TestAMQPRedialGetsConnectTimeout(t *testing.T) {
 	}
 	t.Fatalf("calls still fail 20 s after the cut: %v", last)
 }
+
+// The URL's connection_timeout bounds each dial, Open's too.
+func TestAMQPURLConnectionTimeout(t *testing.T) {
+	u := serverURL(t, amqpEnv)
+	proxy, via := lagproxy.ForURL(t, u)
+	proxy.SetLag(time.Second) // the handshake takes over 3 s
+	began := time.Now()
+	_, err := brokerurl.Open(context.Background(), via+"?connection_timeout=300", brokerurl.Options{Logger: quiet, ConnectTimeout: 20 * time.Second})
+	if err == nil {
+		t.Fatal("Open succeeded through a handshake of over 3 s with connection_timeout=300")
+	}
+	if took := time.Since(began); took > 2*time.Second {
+		t.Fatalf("Open failed after %s: connection_timeout=300 (ms) was not applied", took.Round(time.Millisecond))
+	}
+}

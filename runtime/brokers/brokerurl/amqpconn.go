@@ -45,7 +45,13 @@ var errAMQPReconnecting = errors.New("not connected to AMQP: reconnecting")
 // dialAMQP connects to uri within first (Open's: its context's deadline
 // may cut it short), and keeps the connection up until Close, each later
 // dial within timeout.
+// The URL's connection_timeout (milliseconds), if set, replaces timeout:
+// amqp091-go reads it only when it dials itself.
 func dialAMQP(uri string, cfg amqp.Config, first, timeout time.Duration, log *slog.Logger, secrets []string) (*amqpConn, error) {
+	if u, err := amqp.ParseURI(uri); err == nil && u.ConnectionTimeout > 0 {
+		timeout = time.Duration(u.ConnectionTimeout) * time.Millisecond
+		first = min(first, timeout)
+	}
 	c := &amqpConn{uri: uri, cfg: cfg, timeout: first, log: log, secrets: secrets}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.cfg.Dial = c.dial
