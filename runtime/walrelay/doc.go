@@ -196,7 +196,10 @@
 // verdict gives back its place among the single deliveries so that they
 // can run. A failure while the breaker is open gives the lane's place to
 // a lane waiting for one, so that a poison event probing the open breaker
-// cannot keep it from a lane whose probe would close it. A parked key's
+// cannot keep it from a lane whose probe would close it; and a delivery
+// that waits for the open breaker hands its worker off (as a slow call
+// does, within the stalls), so that other keys' events are taken and can
+// probe when the events it holds are poison. A parked key's
 // failures are forgotten, so that they never
 // combine with a later key's into a false outage.
 //

@@ -509,6 +509,12 @@ func (d *dispatcher) deliver(ev *event, p *place) bool {
 	attempts := 0
 	since := d.brk.successCount() // see breaker.verdict
 	for {
+		if d.brk.isOpen() {
+			// Its worker takes other lanes meanwhile (a hand-off, as for
+			// a slow call, within the stalls): when the events it holds
+			// are poison, only another key's probe can close the breaker.
+			p.worker()
+		}
 		probe, ok := d.brk.acquire(d.ctx)
 		if !ok {
 			return false

@@ -826,7 +826,7 @@ func TestVerdictWaitsForFailedBatchEvents(t *testing.T) {
 }
 
 // outagePub fails every call until recovered is closed; then every call
-// succeeds, except the single calls of the poison key p.
+// succeeds, except the single calls of the poison keys, p and p<n>.
 type outagePub struct {
 	recovered chan struct{}
 	mu        sync.Mutex
@@ -839,7 +839,7 @@ func (q *outagePub) Publish(_ string, msgs ...*message.Message) error {
 	default:
 		return errors.New("broker down (test)")
 	}
-	if len(msgs) == 1 && keysOf(msgs)[0] == "p" {
+	if len(msgs) == 1 && strings.HasPrefix(keysOf(msgs)[0], "p") {
 		return errors.New("poison (test)")
 	}
 	q.mu.Lock()
@@ -933,3 +933,86 @@ func (f publisherFunc) Publish(topic string, msgs ...*message.Message) error {
 	return f(topic, msgs...)
 }
 func (publisherFunc) Close() error { return nil }
+
+// TestPoisonKeysAfterOutage: events of three good keys and of several
+// poison keys are in flight when the broker goes down, then comes back,
+// with a good event written every 50 ms. Poison keys fail one after the
+// other with no success between, which looks like an outage: the breaker
+// opens again, and while it is open only their probes fail. Their workers
+// take other lanes meanwhile, so a good event's probe closes it: every
+// good event is published and every poison event parked. (Found by
+// review: with one worker, busy with the poison events, the breaker
+// stayed open for good.)
+func TestPoisonKeysAfterOutage(t *testing.T) {
+	pool := outboxPool(t)
+	wq, err := dialect.NewWALQueries(dialect.Postgres, testdb.Tables.Outbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq int64 // parked rows keep it as their id
+	next := func(key string) *event {
+		seq++
+		e := ev(key, "t")
+		e.Seq = seq
+		return e
+	}
+	for _, conc := range []int{1, 2} {
+		for _, poisons := range []int{3, 6} {
+			for round := range 3 {
+				name := fmt.Sprintf("concurrency %d, %d poison keys, round %d", conc, poisons, round)
+				pub := &outagePub{recovered: make(chan struct{}), ok: map[string]int{}}
+				rig := newDispatchRig(t, pub, func(c *Config) {
+					c.Concurrency = conc
+					c.QuickRetries = 1 + round%2
+					c.PublishTimeout = time.Minute
+					c.BreakerBackoff = func(int) time.Duration { return 10 * time.Millisecond }
+				})
+				rig.d.r.q, rig.d.r.pool = queries{wq}, pool
+				if rig.d.r.met, err = newMetrics(noop.NewMeterProvider(), rig.d.r); err != nil {
+					t.Fatal(err)
+				}
+				var evs []*event
+				for i := range 3 {
+					evs = append(evs, next(fmt.Sprintf("g%d", i)))
+				}
+				for i := range poisons {
+					evs = append(evs, next(fmt.Sprintf("p%d", i)))
+				}
+				if round == 2 {
+					for _, e := range evs {
+						rig.d.dispatch(e)
+					}
+				} else {
+					rig.d.dispatch(evs...)
+				}
+				time.Sleep(time.Duration(50+20*round) * time.Millisecond)
+				close(pub.recovered)
+				ticks := 0
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					var parked int
+					if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+testdb.Tables.Outbox).Scan(&parked); err != nil {
+						t.Fatal(err)
+					}
+					pub.mu.Lock()
+					good := pub.ok["g0"] == 1 && pub.ok["g1"] == 1 && pub.ok["g2"] == 1
+					pub.mu.Unlock()
+					if good && parked == poisons {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%s: 10 s after the outage: good events published %v, %d of %d poison events parked, breaker open %v", name, good, parked, poisons, rig.d.brk.isOpen())
+					}
+					ticks++
+					rig.d.dispatch(next(fmt.Sprintf("tick%d", ticks)))
+					time.Sleep(50 * time.Millisecond)
+				}
+				rig.settle(t, 3+poisons+ticks, 10*time.Second)
+				rig.d.stop(time.Second)
+				if _, err := pool.Exec(context.Background(), "DELETE FROM "+testdb.Tables.Outbox); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}
