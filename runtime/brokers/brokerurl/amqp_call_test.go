@@ -314,15 +314,7 @@ func TestAMQPExchangeDeclaredAfterReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy.Cut()
-	deadline := time.Now().Add(10 * time.Second)
-	var last error
-	for time.Now().Before(deadline) {
-		if last = pub.Publish("orders", ids(1, "b")...); last == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("calls still fail 10 s after the reconnect: %v", last)
+	publishesWithin(t, pub, "orders", 10*time.Second)
 }
 
 // Open's context bounds the first dial only: redials get the whole
@@ -341,15 +333,22 @@ func TestAMQPRedialGetsConnectTimeout(t *testing.T) {
 	defer pub.Close()
 	proxy.SetLag(700 * time.Millisecond) // a handshake takes three round trips: over 2 s
 	proxy.Cut()
-	deadline := time.Now().Add(20 * time.Second)
+	publishesWithin(t, pub, "orders.redial."+randSuffix(t), 20*time.Second)
+}
+
+// publishesWithin calls pub until a call succeeds, failing the test if
+// none does within d (after a cut: the reconnect).
+func publishesWithin(t *testing.T, pub message.Publisher, topic string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	var last error
 	for time.Now().Before(deadline) {
-		if last = pub.Publish("orders.redial."+randSuffix(t), ids(1, "a")...); last == nil {
+		if last = pub.Publish(topic, ids(1, "r")...); last == nil {
 			return
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("calls still fail 20 s after the cut: %v", last)
+	t.Fatalf("calls still fail %s after the cut: %v", d, last)
 }
 
 // The URL's connection_timeout bounds each dial, Open's too.
