@@ -80,9 +80,10 @@ func (b *breaker) epochNow() int {
 }
 
 // acquire waits until a publish may start: at once while closed; while
-// open, when it is this lane's turn to probe (probe true). ok is false
+// open, when it is this lane's turn to probe (probe true). waiting, if
+// not nil, is called once, unlocked, before it first waits. ok is false
 // when ctx ends.
-func (b *breaker) acquire(ctx context.Context) (probe, ok bool) {
+func (b *breaker) acquire(ctx context.Context, waiting func()) (probe, ok bool) {
 	for {
 		b.mu.Lock()
 		if !b.open {
@@ -101,6 +102,10 @@ func (b *breaker) acquire(ctx context.Context) (probe, ok bool) {
 			wait = time.Second
 		}
 		b.mu.Unlock()
+		if waiting != nil {
+			waiting()
+			waiting = nil
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -122,20 +127,17 @@ func (b *breaker) begin() {
 	b.mu.Unlock()
 }
 
-// end stops counting n publishes as under way, with no outcome recorded
-// (a call cut off by shutdown, or events whose batch failed that leave
-// without a call of their own: see handOver).
-func (b *breaker) end(n int) {
-	if n == 0 {
-		return
-	}
+// end stops counting a publish as under way, with no outcome recorded
+// (a call cut off by shutdown, or an event whose batch failed that leaves
+// without a call of its own: see handOver).
+func (b *breaker) end() {
 	b.mu.Lock()
-	b.endLocked(n)
+	b.endLocked()
 	b.mu.Unlock()
 }
 
-func (b *breaker) endLocked(n int) {
-	b.inflight -= n
+func (b *breaker) endLocked() {
+	b.inflight--
 	if b.waiters > 0 {
 		b.signal()
 	}
@@ -150,6 +152,8 @@ func (b *breaker) endLocked(n int) {
 func (b *breaker) handOver(n int) {
 	b.mu.Lock()
 	b.inflight += n - 1 // n ≥ 2: the call's count becomes its events'
+	// (Its events then go to their own calls, deliver, or back to their
+	// lanes, giveBack: each ends its count, never a batch call.)
 	b.mu.Unlock()
 }
 
@@ -217,7 +221,7 @@ func (b *breaker) success(probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.successes++
-	b.endLocked(1)
+	b.endLocked()
 	clear(b.failKeys)
 	if probe {
 		b.probing = false
@@ -239,7 +243,7 @@ func (b *breaker) success(probe bool) {
 func (b *breaker) failure(key string, probe bool, epoch int, permanent bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.endLocked(1)
+	b.endLocked()
 	if probe {
 		b.probing = false
 		b.trips++

@@ -354,9 +354,6 @@ func (d *dispatcher) publishBatch(evs []*event, slow func() bool) bool {
 		return false
 	}
 	d.brk.begin()
-	for _, ev := range evs {
-		d.release(ev) // this call counts for it now
-	}
 	err := r.publishMany(context.WithoutCancel(d.ctx), evs, hooks{slow: slow, losers: &d.losers, pool: d.pool})
 	if err == nil {
 		d.brk.success(false)
@@ -509,13 +506,11 @@ func (d *dispatcher) deliver(ev *event, p *place) bool {
 	attempts := 0
 	since := d.brk.successCount() // see breaker.verdict
 	for {
-		if d.brk.isOpen() {
-			// Its worker takes other lanes meanwhile (a hand-off, as for
-			// a slow call, within the stalls): when the events it holds
-			// are poison, only another key's probe can close the breaker.
-			p.worker()
-		}
-		probe, ok := d.brk.acquire(d.ctx)
+		// Waiting for the open breaker, its worker takes other lanes
+		// meanwhile (a hand-off, as for a slow call, within the stalls):
+		// when the events it holds are poison, only another key's probe
+		// can close the breaker.
+		probe, ok := d.brk.acquire(d.ctx, func() { p.worker() })
 		if !ok {
 			return false
 		}
@@ -536,7 +531,7 @@ func (d *dispatcher) deliver(ev *event, p *place) bool {
 		}
 		permanent := errors.Is(err, relay.ErrPermanent)
 		if d.ctx.Err() != nil && !permanent {
-			d.brk.end(1)
+			d.brk.end()
 			return false // shutting down: streamed again by the next session
 		}
 		counted := d.brk.failure(ev.Key, probe, epoch, permanent)
@@ -602,7 +597,7 @@ func (d *dispatcher) deliver(ev *event, p *place) bool {
 func (d *dispatcher) release(ev *event) {
 	if ev.pending {
 		ev.pending = false
-		d.brk.end(1)
+		d.brk.end()
 	}
 }
 
