@@ -13,15 +13,7 @@ import (
 // a message, its acknowledgement.
 func TestStart(t *testing.T) {
 	s := Start(t, nil)
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := nc.JetStream()
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStream(t, s.ClientURL())
 	if _, err := js.AddStream(&nats.StreamConfig{Name: "T", Subjects: []string{"t.>"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +53,7 @@ func TestRunRestart(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() }) // the one running by then
 	url := s.ClientURL()
-	if _, err := addStream(url); err != nil {
+	if _, err := jetStream(t, url).AddStream(&nats.StreamConfig{Name: "T", Subjects: []string{"t.>"}}); err != nil {
 		t.Fatal(err)
 	}
 	opts.Port = s.Addr().(*net.TCPAddr).Port
@@ -76,30 +68,22 @@ func TestRunRestart(t *testing.T) {
 	if s.ClientURL() != url {
 		t.Fatalf("restarted at %s, want %s", s.ClientURL(), url)
 	}
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := nc.JetStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.StreamInfo("T"); err != nil {
+	if _, err := jetStream(t, url).StreamInfo("T"); err != nil {
 		t.Fatalf("stream after the restart: %v", err)
 	}
 }
 
-// addStream creates the stream T on the server at url.
-func addStream(url string) (*nats.StreamInfo, error) {
+// jetStream connects to the server at url for the rest of the test.
+func jetStream(t *testing.T, url string) nats.JetStreamContext {
+	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, err := nc.JetStream()
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	return js.AddStream(&nats.StreamConfig{Name: "T", Subjects: []string{"t.>"}})
+	return js
 }

@@ -39,14 +39,16 @@ type amqpConn struct {
 	closed      bool
 }
 
-// errAMQPReconnecting is a call's error while the connection is down.
-var errAMQPReconnecting = errors.New("not connected to AMQP: reconnecting")
+// A call's error while the connection is down, and once it is closed.
+var (
+	errAMQPReconnecting = errors.New("not connected to AMQP: reconnecting")
+	errAMQPClosed       = errors.New("AMQP publisher closed")
+)
 
 // dialAMQP connects to uri within first (Open's: its context's deadline
 // may cut it short), and keeps the connection up until Close, each later
-// dial within timeout.
-// The URL's connection_timeout (milliseconds), if set, replaces timeout:
-// amqp091-go reads it only when it dials itself.
+// dial within timeout. The URL's connection_timeout (milliseconds), if
+// set, replaces timeout: amqp091-go reads it only when it dials itself.
 func dialAMQP(uri string, cfg amqp.Config, first, timeout time.Duration, log *slog.Logger, secrets []string) (*amqpConn, error) {
 	if u, err := amqp.ParseURI(uri); err == nil && u.ConnectionTimeout > 0 {
 		timeout = time.Duration(u.ConnectionTimeout) * time.Millisecond
@@ -99,8 +101,6 @@ func (c *amqpConn) connect() (*amqp.Connection, error) {
 	c.mu.Unlock()
 	return conn, err
 }
-
-var errAMQPClosed = errors.New("AMQP publisher closed")
 
 // current is the open connection and its generation; an error while
 // reconnecting or closed.
