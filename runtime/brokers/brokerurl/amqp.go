@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,8 +14,6 @@ import (
 
 	"github.com/outboxgen/outboxgen/runtime/brokers/internal/msgctx"
 	"github.com/outboxgen/outboxgen/runtime/internal/pubguard"
-	"github.com/outboxgen/outboxgen/runtime/internal/wmlog"
-	"github.com/outboxgen/outboxgen/runtime/redact"
 )
 
 // Defaults of amqp:// URLs.
@@ -75,14 +72,15 @@ func amqpParse(u *brokerURL) (amqpSettings, error) {
 	return s, nil
 }
 
-func (s amqpSettings) config(ctx context.Context, opt Options) wmamqp.Config {
+// config is the settings for watermill-amqp's marshaler and topology
+// builder; the connection's Dial is amqpConn's.
+func (s amqpSettings) config() wmamqp.Config {
 	c := wmamqp.Config{
 		Connection: wmamqp.ConnectionConfig{
 			AmqpURI: s.uri,
 			AmqpConfig: &amqp.Config{
 				Heartbeat: DefaultAMQPHeartbeat,
 				Locale:    "en_US",
-				Dial:      amqp.DefaultDial(opt.connectTimeout(ctx)),
 				Properties: amqp.Table{
 					"product": "outboxgen",
 				},
@@ -133,8 +131,8 @@ func openAMQP(ctx context.Context, u *brokerURL, opt Options) (message.Publisher
 	if err != nil {
 		return nil, err
 	}
-	cfg := s.config(ctx, opt)
-	conn, err := dialAMQP(cfg.Connection.AmqpURI, *cfg.Connection.AmqpConfig, opt.connectTimeout(ctx), opt.ConnectTimeout, opt.Logger, u.secrets)
+	cfg := s.config()
+	conn, err := dialAMQP(ctx, cfg.Connection.AmqpURI, *cfg.Connection.AmqpConfig, opt.ConnectTimeout, opt.Logger, u.secrets, amqpPublishesMeanwhile)
 	if err != nil {
 		return nil, u.wrap("connect to AMQP", err)
 	}
@@ -281,43 +279,6 @@ func (p *amqpProducer) Close() error {
 			return p.conn.Close()
 		}
 	}
-}
-
-func openAMQPSubscriber(ctx context.Context, u *brokerURL, group string, opt Options) (message.Subscriber, error) {
-	s, err := amqpParse(u)
-	if err != nil {
-		return nil, err
-	}
-	cfg := s.config(ctx, opt)
-	queue := s.queue
-	cfg.Queue.GenerateName = func(topic string) string {
-		if queue != "" {
-			return queue
-		}
-		return group + "." + topic
-	}
-	cfg.Consume.Consumer = ""
-	sub, err := wmamqp.NewSubscriber(cfg, wmlog.Adapter(opt.Logger))
-	if err != nil {
-		return nil, u.wrap("connect to AMQP", err)
-	}
-	return &amqpSubscriber{Subscriber: sub, secrets: u.secrets}, nil
-}
-
-// amqpSubscriber is watermill-amqp's subscriber with redacted errors.
-type amqpSubscriber struct {
-	*wmamqp.Subscriber
-	secrets []string
-}
-
-// Subscribe declares the queue of topic, binds it to the exchange with
-// topic as routing key, and consumes it.
-func (s *amqpSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	if strings.TrimSpace(topic) == "" {
-		return nil, redact.ErrorWith(errEmptyTopic, s.secrets...)
-	}
-	ch, err := s.Subscriber.Subscribe(ctx, topic)
-	return ch, redact.ErrorWith(err, s.secrets...)
 }
 
 // amqpMarshaler is watermill-amqp's DefaultMarshaler, except that a

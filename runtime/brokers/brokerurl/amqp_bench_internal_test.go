@@ -45,7 +45,7 @@ func BenchmarkAMQPPublish(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		old, err := wmamqp.NewPublisher(s.config(context.Background(), opt), watermill.NopLogger{})
+		old, err := wmamqp.NewPublisher(s.config(), watermill.NopLogger{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -2,7 +2,9 @@ package brokerurl_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"runtime"
@@ -351,17 +353,86 @@ func publishesWithin(t *testing.T, pub message.Publisher, topic string, d time.D
 	t.Fatalf("calls still fail %s after the cut: %v", d, last)
 }
 
-// The URL's connection_timeout bounds each dial, Open's too.
+// amqpOpeners open an AMQP publisher and subscriber, for tests of their
+// shared connection.
+var amqpOpeners = map[string]func(ctx context.Context, u string, opt brokerurl.Options) (io.Closer, error){
+	"publisher": func(ctx context.Context, u string, opt brokerurl.Options) (io.Closer, error) {
+		return brokerurl.Open(ctx, u, opt)
+	},
+	"subscriber": func(ctx context.Context, u string, opt brokerurl.Options) (io.Closer, error) {
+		return brokerurl.OpenSubscriber(ctx, u, "tests-timeout", opt)
+	},
+}
+
+// The URL's connection_timeout bounds each dial, the first one too, a
+// shorter or a longer one than Options.ConnectTimeout. (A longer one cut
+// the first dial at ConnectTimeout, found by review.)
 func TestAMQPURLConnectionTimeout(t *testing.T) {
 	u := serverURL(t, amqpEnv)
-	proxy, via := lagproxy.ForURL(t, u)
-	proxy.SetLag(time.Second) // the handshake takes over 3 s
-	began := time.Now()
-	_, err := brokerurl.Open(context.Background(), via+"?connection_timeout=300", brokerurl.Options{Logger: quiet, ConnectTimeout: 20 * time.Second})
-	if err == nil {
-		t.Fatal("Open succeeded through a handshake of over 3 s with connection_timeout=300")
+	for kind, open := range amqpOpeners {
+		t.Run(kind+"/shorter", func(t *testing.T) {
+			proxy, via := lagproxy.ForURL(t, u)
+			proxy.SetLag(time.Second) // the handshake takes over 3 s
+			began := time.Now()
+			c, err := open(context.Background(), via+"?connection_timeout=300", brokerurl.Options{Logger: quiet, ConnectTimeout: 20 * time.Second})
+			if err == nil {
+				c.Close()
+				t.Fatal("Open succeeded through a handshake of over 3 s with connection_timeout=300")
+			}
+			if took := time.Since(began); took > 2*time.Second {
+				t.Fatalf("Open failed after %s: connection_timeout=300 (ms) was not applied", took.Round(time.Millisecond))
+			}
+		})
+		t.Run(kind+"/longer", func(t *testing.T) {
+			proxy, via := lagproxy.ForURL(t, u)
+			proxy.SetLag(500 * time.Millisecond) // the handshake takes over 1.5 s
+			c, err := open(context.Background(), via+"?connection_timeout=10000", brokerurl.Options{Logger: quiet, ConnectTimeout: 500 * time.Millisecond})
+			if err != nil {
+				t.Fatalf("Open failed with connection_timeout=10000 (ms) through a handshake of 1.5 s: %v", err)
+			}
+			c.Close()
+		})
+		t.Run(kind+"/redial", func(t *testing.T) {
+			proxy, via := lagproxy.ForURL(t, u)
+			var logs syncbuf.Buffer
+			c, err := open(context.Background(), via+"?connection_timeout=300", brokerurl.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), ConnectTimeout: 20 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			proxy.SetLag(time.Second)
+			proxy.Cut()
+			deadline := time.Now().Add(3 * time.Second) // the first redial: 100 ms, then 300 ms
+			for !strings.Contains(logs.String(), "AMQP reconnect failed") {
+				if time.Now().After(deadline) {
+					t.Fatalf("no redial failed within 3 s of the cut, with connection_timeout=300 (ms):\n%s", logs.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
 	}
-	if took := time.Since(began); took > 2*time.Second {
-		t.Fatalf("Open failed after %s: connection_timeout=300 (ms) was not applied", took.Round(time.Millisecond))
+}
+
+// Open's context, cancelled, ends the first dial at once. (Only its
+// deadline was read, found by review: Open could succeed after it.)
+func TestAMQPOpenContextEndsDial(t *testing.T) {
+	u := serverURL(t, amqpEnv)
+	for kind, open := range amqpOpeners {
+		t.Run(kind, func(t *testing.T) {
+			proxy, via := lagproxy.ForURL(t, u)
+			proxy.SetLag(time.Second)
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(200*time.Millisecond, cancel)
+			began := time.Now()
+			c, err := open(ctx, via, brokerurl.Options{Logger: quiet, ConnectTimeout: 20 * time.Second})
+			took := time.Since(began)
+			if err == nil {
+				c.Close()
+				t.Fatalf("Open succeeded after %s, its context cancelled at 200 ms", took.Round(time.Millisecond))
+			}
+			if !errors.Is(err, context.Canceled) || took > time.Second {
+				t.Fatalf("Open failed after %s with %v; want context.Canceled soon after 200 ms", took.Round(time.Millisecond), err)
+			}
+		})
 	}
 }

@@ -14,19 +14,22 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/redact"
 )
 
-// amqpConn is the publisher's connection to an AMQP broker. When the
-// broker closes it (a restart, a lost network), it dials again, with a
-// pause growing from 100 ms to 30 s; calls made meanwhile fail at once,
-// and the relay retries them. watermill-amqp's ConnectionWrapper did the
-// same, but swapped its connection without a lock under running calls (a
-// data race on every reconnect, ThreeDotsLabs/watermill#693), and could
-// leave a connection open when closed while reconnecting.
+// amqpConn is a publisher's or a subscriber's connection to an AMQP
+// broker. When the broker closes it (a restart, a lost network), it dials
+// again, with a pause growing from 100 ms to 30 s; a publisher's calls
+// made meanwhile fail at once (the relay retries them), and a
+// subscriber's subscriptions wait for the new connection. watermill-amqp's
+// ConnectionWrapper did the same, but swapped its connection without a
+// lock under running calls (a data race on every reconnect,
+// ThreeDotsLabs/watermill#693), and could leave a connection open when
+// closed while reconnecting.
 type amqpConn struct {
-	uri     string
-	cfg     amqp.Config   // its Dial is dial
-	timeout time.Duration // of a dial: the TCP connect, then the TLS and AMQP handshakes
-	log     *slog.Logger
-	secrets []string // masked in logged errors
+	uri       string
+	cfg       amqp.Config   // its Dial is dial
+	timeout   time.Duration // of a dial: the TCP connect, then the TLS and AMQP handshakes
+	log       *slog.Logger
+	secrets   []string // masked in logged errors
+	meanwhile string   // the log's word on what happens while reconnecting
 
 	ctx    context.Context // cancelled by Close: a dial, and the reconnecting, end
 	cancel context.CancelFunc
@@ -34,6 +37,7 @@ type amqpConn struct {
 
 	mu          sync.Mutex
 	conn        *amqp.Connection // nil while reconnecting, or once closed
+	up          chan struct{}    // closed while conn is set: wait's signal
 	gen         uint64           // conn's generation: 1, then one more per reconnect
 	handshaking net.Conn         // a dial's socket before its connection is made: Close closes it
 	closed      bool
@@ -45,25 +49,45 @@ var (
 	errAMQPClosed       = errors.New("AMQP publisher closed")
 )
 
-// dialAMQP connects to uri within first (Open's: its context's deadline
-// may cut it short), and keeps the connection up until Close, each later
-// dial within timeout. The URL's connection_timeout (milliseconds), if
-// set, replaces timeout: amqp091-go reads it only when it dials itself.
-func dialAMQP(uri string, cfg amqp.Config, first, timeout time.Duration, log *slog.Logger, secrets []string) (*amqpConn, error) {
+// Log words on what happens while a connection is down (amqpConn's
+// meanwhile).
+const (
+	amqpPublishesMeanwhile     = "publishes fail until it is back, and the relay retries them"
+	amqpSubscriptionsMeanwhile = "subscriptions resume when it is back; unacknowledged messages go back to their queues"
+)
+
+// dialAMQP connects to uri within timeout, cut short by ctx (Open's: its
+// cancellation ends the dial), and keeps the connection up until Close,
+// each later dial within timeout. The URL's connection_timeout
+// (milliseconds), if set, replaces timeout: amqp091-go reads it only when
+// it dials itself. meanwhile is the log's word on what happens while it
+// reconnects.
+func dialAMQP(ctx context.Context, uri string, cfg amqp.Config, timeout time.Duration, log *slog.Logger, secrets []string, meanwhile string) (*amqpConn, error) {
 	if u, err := amqp.ParseURI(uri); err == nil && u.ConnectionTimeout > 0 {
 		timeout = time.Duration(u.ConnectionTimeout) * time.Millisecond
-		first = min(first, timeout)
 	}
-	c := &amqpConn{uri: uri, cfg: cfg, timeout: first, log: log, secrets: secrets}
+	first := timeout
+	if dl, ok := ctx.Deadline(); ok {
+		first = max(min(first, time.Until(dl)), time.Millisecond)
+	}
+	c := &amqpConn{uri: uri, cfg: cfg, timeout: first, log: log, secrets: secrets, meanwhile: meanwhile, up: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.cfg.Dial = c.dial
+	abort := context.AfterFunc(ctx, func() { c.Close() }) //nolint:errcheck // no connection yet
 	conn, err := c.connect()
+	if !abort() { // ctx ended: Close ran, or is running
+		if err == nil {
+			conn.Close() //nolint:errcheck // not kept
+		}
+		return nil, context.Cause(ctx)
+	}
 	if err != nil {
 		c.cancel()
 		return nil, err
 	}
 	c.timeout = timeout // before keep starts: no dial runs meanwhile
 	c.conn, c.gen = conn, 1
+	close(c.up)
 	c.wg.Add(1)
 	go c.keep(conn)
 	return c, nil
@@ -116,6 +140,43 @@ func (c *amqpConn) current() (*amqp.Connection, uint64, error) {
 	return c.conn, c.gen, nil
 }
 
+// wait is the open connection and its generation, once there is one:
+// while reconnecting it waits for the next, until ctx ends (its error)
+// or Close (errAMQPClosed).
+func (c *amqpConn) wait(ctx context.Context) (*amqp.Connection, uint64, error) {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, 0, errAMQPClosed
+		}
+		if c.conn != nil && c.conn.IsClosed() {
+			c.lost() // before keep hears of it: not returned again
+		}
+		if c.conn != nil {
+			conn, gen := c.conn, c.gen
+			c.mu.Unlock()
+			return conn, gen, nil
+		}
+		up := c.up
+		c.mu.Unlock()
+		select {
+		case <-up:
+		case <-c.ctx.Done():
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
+	}
+}
+
+// lost forgets the current connection, if any; c.mu is held.
+func (c *amqpConn) lost() {
+	if c.conn != nil {
+		c.conn = nil
+		c.up = make(chan struct{})
+	}
+}
+
 // keep waits for conn to close, then dials until a connection is made
 // (which it keeps in turn) or Close is called.
 func (c *amqpConn) keep(conn *amqp.Connection) {
@@ -135,10 +196,10 @@ func (c *amqpConn) keep(conn *amqp.Connection) {
 			if err != nil {
 				msg = redact.StringWith(err.Error(), c.secrets...)
 			}
-			c.log.Warn("AMQP connection lost: reconnecting; publishes fail until it is back, and the relay retries them", slog.String("error", msg))
+			c.log.Warn("AMQP connection lost: reconnecting; "+c.meanwhile, slog.String("error", msg))
 		}
 		c.mu.Lock()
-		c.conn = nil
+		c.lost()
 		c.mu.Unlock()
 		if conn = c.redial(); conn == nil {
 			return
@@ -177,6 +238,7 @@ func (c *amqpConn) redial() *amqp.Connection {
 		}
 		c.conn = conn
 		c.gen++
+		close(c.up)
 		c.mu.Unlock()
 		c.log.Info("AMQP connection restored", slog.Int("attempts", bo.Failures()))
 		return conn

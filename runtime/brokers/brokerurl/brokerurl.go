@@ -53,11 +53,15 @@
 // routing key, all of a call's messages before it waits for the broker's
 // publisher confirms. When the broker closes its connection, it dials
 // again (100 ms, doubling to 30 s; calls fail meanwhile, and the relay
-// retries them). A subscriber, watermill-amqp/v3's, declares its queue
-// (named by the group, see OpenSubscriber) and binds it to the exchange
-// with the topic as routing key. RabbitMQ drops a message that no queue is bound to: start
-// the consumers (or declare and bind their queues) before the relay
-// publishes.
+// retries them). A subscriber declares its queue (named by the group, see
+// OpenSubscriber), binds it to the exchange with the topic as routing key
+// and consumes it, one message at a time: the next once the handler acked
+// or nacked (back to the queue) the one before. When its connection is
+// lost, or the queue deleted, it reconnects the same way, declares the
+// queue and binding again and consumes on; the broker puts what was not
+// acknowledged back in the queue. RabbitMQ drops a message that no queue
+// is bound to: start the consumers (or declare and bind their queues)
+// before the relay publishes.
 //
 //	exchange=NAME        exchange (default "outbox")
 //	exchange_type=topic  topic, direct or fanout (default topic)

@@ -1,0 +1,264 @@
+package brokerurl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outboxgen/outboxgen/runtime/internal/backoff"
+	"github.com/outboxgen/outboxgen/runtime/internal/wmlog"
+	"github.com/outboxgen/outboxgen/runtime/redact"
+)
+
+func openAMQPSubscriber(ctx context.Context, u *brokerURL, group string, opt Options) (message.Subscriber, error) {
+	s, err := amqpParse(u)
+	if err != nil {
+		return nil, err
+	}
+	cfg := s.config()
+	queue := s.queue
+	cfg.Queue.GenerateName = func(topic string) string {
+		if queue != "" {
+			return queue
+		}
+		return group + "." + topic
+	}
+	conn, err := dialAMQP(ctx, cfg.Connection.AmqpURI, *cfg.Connection.AmqpConfig, opt.ConnectTimeout, opt.Logger, u.secrets, amqpSubscriptionsMeanwhile)
+	if err != nil {
+		return nil, u.wrap("connect to AMQP", err)
+	}
+	sub := &amqpSubscriber{conn: conn, cfg: cfg, connectTimeout: opt.ConnectTimeout, log: opt.Logger, secrets: u.secrets}
+	sub.ctx, sub.cancel = context.WithCancel(context.Background())
+	return sub, nil
+}
+
+// amqpSubscriber consumes, for each Subscribe, a queue bound to the
+// exchange with the topic as routing key, on a connection of its own that
+// reconnects (amqpConn). A subscription whose channel closes (the
+// connection was lost, or the broker cancelled the consumer: its queue
+// was deleted) declares its queue and binding again and consumes anew, on
+// the connection of the moment; the broker puts the messages that were
+// not acknowledged back in the queue. It replaces watermill-amqp's
+// subscriber, whose connection had the data race on reconnect that
+// amqpConn was written to avoid, and which read a closed delivery
+// channel's zero values in a loop when the broker cancelled its consumer.
+type amqpSubscriber struct {
+	conn           *amqpConn
+	cfg            wmamqp.Config
+	connectTimeout time.Duration // how long Subscribe waits for a connection that is down
+	log            *slog.Logger
+	secrets        []string
+
+	ctx    context.Context // cancelled by Close: every subscription ends
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the subscriptions' goroutines
+
+	mu     sync.Mutex
+	closed bool
+}
+
+var errAMQPSubscriberClosed = errors.New("AMQP subscriber closed")
+
+// Subscribe declares the queue of topic, binds it to the exchange with
+// topic as routing key, and consumes it until ctx ends or Close; the
+// channel it returns is closed then. A message is delivered once the one
+// before it was acknowledged or nacked (nacked: back to its queue).
+// While the connection is down, Subscribe waits for it for up to
+// Options.ConnectTimeout.
+func (s *amqpSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if strings.TrimSpace(topic) == "" {
+		return nil, redact.ErrorWith(errEmptyTopic, s.secrets...)
+	}
+	sub := &amqpSubscription{
+		s: s,
+		topology: wmamqp.BuildTopologyParams{
+			Topic:        topic,
+			QueueName:    s.cfg.Queue.GenerateName(topic),
+			ExchangeName: s.cfg.Exchange.GenerateName(topic),
+			RoutingKey:   s.cfg.QueueBind.GenerateRoutingKey(topic),
+		},
+		out: make(chan *message.Message),
+	}
+	// Ends with ctx or Close.
+	runCtx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.ctx, cancel)
+	end := func() { stop(); cancel() }
+
+	waitCtx, waited := context.WithTimeout(runCtx, s.connectTimeout)
+	conn, _, err := s.conn.wait(waitCtx)
+	waited()
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		err = fmt.Errorf("%w (waited %s)", errAMQPReconnecting, s.connectTimeout)
+	}
+	if err == nil {
+		err = sub.start(conn)
+	}
+	if err != nil {
+		end()
+		return nil, redact.ErrorWith(fmt.Errorf("subscribe to %q (queue %q): %w", topic, sub.topology.QueueName, err), s.secrets...)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		end()
+		sub.ch.Close() //nolint:errcheck // Close closes the connection too
+		return nil, errAMQPSubscriberClosed
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer end()
+		sub.run(runCtx)
+	}()
+	return sub.out, nil
+}
+
+// Close ends every subscription, closing their channels (the broker puts
+// their unacknowledged messages back in the queue), and the connection.
+func (s *amqpSubscriber) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	return redact.ErrorWith(s.conn.Close(), s.secrets...)
+}
+
+// amqpSubscription is one Subscribe's consumer.
+type amqpSubscription struct {
+	s          *amqpSubscriber
+	topology   wmamqp.BuildTopologyParams
+	out        chan *message.Message
+	ch         *amqp.Channel // of the current consumer
+	deliveries <-chan amqp.Delivery
+}
+
+// start opens a channel on conn, declares the queue, the exchange and the
+// binding, and consumes the queue.
+func (sub *amqpSubscription) start(conn *amqp.Connection) error {
+	cfg := sub.s.cfg
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("cannot open channel: %w", err)
+	}
+	if err := ch.Qos(cfg.Consume.Qos.PrefetchCount, 0, false); err != nil {
+		ch.Close() //nolint:errcheck // the Qos error says more
+		return fmt.Errorf("cannot set prefetch: %w", err)
+	}
+	if err := cfg.TopologyBuilder.BuildTopology(ch, sub.topology, cfg, wmlog.Adapter(nil)); err != nil {
+		ch.Close() //nolint:errcheck // the topology error says more
+		return err
+	}
+	// autoAck off: a message is acknowledged once its handler acked it.
+	deliveries, err := ch.Consume(sub.topology.QueueName, "", false, false, false, false, nil)
+	if err != nil {
+		ch.Close() //nolint:errcheck // the consume error says more
+		return fmt.Errorf("cannot consume: %w", err)
+	}
+	sub.ch, sub.deliveries = ch, deliveries
+	return nil
+}
+
+// run delivers messages until ctx ends, subscribing again whenever the
+// consumer's channel closes; it closes out when it returns.
+func (sub *amqpSubscription) run(ctx context.Context) {
+	defer close(sub.out)
+	log := sub.s.log.With(slog.String("queue", sub.topology.QueueName))
+	for {
+		lost := sub.consume(ctx)
+		if sub.s.ctx.Err() == nil {
+			// Closed by Close otherwise, with the connection; a channel
+			// closed already returns at once.
+			sub.ch.Close() //nolint:errcheck // put back what it held, or nothing to do
+		}
+		if !lost {
+			return
+		}
+		log.Warn("AMQP subscription interrupted: subscribing again")
+		bo := backoff.New(backoff.Floor, backoff.DefaultMax)
+		for {
+			conn, _, err := sub.s.conn.wait(ctx)
+			if err != nil {
+				return // ctx ended, or Close
+			}
+			if err = sub.start(conn); err == nil {
+				break
+			}
+			log.Warn("AMQP subscribing again failed: trying again", slog.String("error", redact.StringWith(err.Error(), sub.s.secrets...)), slog.Int("attempt", bo.Failures()+1))
+			t := time.NewTimer(bo.Next())
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		log.Info("AMQP subscription resumed")
+	}
+}
+
+// consume hands the consumer's deliveries out one at a time until ctx
+// ends (false) or the channel is lost (true).
+func (sub *amqpSubscription) consume(ctx context.Context) (lost bool) {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case d, ok := <-sub.deliveries:
+			if !ok {
+				return true // the channel closed, or the broker cancelled the consumer
+			}
+			if done, lost := sub.deliver(ctx, d); done || lost {
+				return lost
+			}
+		}
+	}
+}
+
+// deliver sends d out and waits for its handler's ack or nack, which it
+// passes on to the broker. done: ctx ended (d went back to its queue);
+// lost: the channel could not take the ack or nack.
+func (sub *amqpSubscription) deliver(ctx context.Context, d amqp.Delivery) (done, lost bool) {
+	msg, err := sub.s.cfg.Marshaler.Unmarshal(d)
+	if err != nil {
+		// A consumer's inbox poisons it: better than back to the queue
+		// for ever.
+		msg = message.NewMessage("", d.Body)
+		msg.Metadata.Set(MetadataUnreadable, "AMQP delivery: "+err.Error())
+	}
+	if d.Redelivered {
+		msg.Metadata.Set(wmamqp.MetadataRedeliveredKey, "true")
+	}
+	msgCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	msg.SetContext(msgCtx)
+	select {
+	case sub.out <- msg:
+	case <-ctx.Done():
+		d.Nack(false, true) //nolint:errcheck // closing the channel puts it back too
+		return true, false
+	}
+	select {
+	case <-msg.Acked():
+		err = d.Ack(false)
+	case <-msg.Nacked():
+		err = d.Nack(false, true)
+	case <-ctx.Done():
+		d.Nack(false, true) //nolint:errcheck // closing the channel puts it back too
+		return true, false
+	}
+	return false, err != nil
+}
