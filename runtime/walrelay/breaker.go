@@ -12,7 +12,9 @@ import (
 // between are taken for a broker outage: the breaker opens and every lane
 // waits (the in-flight bound then stops the reading of the stream) instead
 // of parking the world. While open, one lane at a time probes, every
-// BreakerBackoff(n); the first success closes it. Failures of publishes
+// BreakerBackoff(n), the lanes taking turns (a probe that fails sends its
+// lane to the back of the ready lanes: poison events cannot keep the
+// probe from a good one); the first success closes it. Failures of publishes
 // that started while it was open, or while it opened, are not counted
 // toward parking. A single failing key (a poison event) never opens it:
 // other keys' successes reset the count, and the key is parked.
@@ -79,22 +81,42 @@ func (b *breaker) epochNow() int {
 	return b.epoch
 }
 
-// acquire waits until a publish may start: at once while closed; while
-// open, when it is this lane's turn to probe (probe true). waiting, if
-// not nil, is called once, unlocked, before it first waits. ok is false
-// when ctx ends.
-func (b *breaker) acquire(ctx context.Context, waiting func()) (probe, ok bool) {
+// acquire reports whether a publish may start now: while closed, yes;
+// while open, only as the probe, when it is due and no other runs (probe
+// true). It does not wait: an event that may not start goes back to its
+// lane, and its worker waits in await, holding nothing.
+func (b *breaker) acquire() (probe, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !b.open:
+		return false, true
+	case b.mayStartLocked():
+		b.probing = true
+		return true, true
+	}
+	return false, false
+}
+
+// mayStart reports whether acquire would let a publish start now.
+func (b *breaker) mayStart() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.mayStartLocked()
+}
+
+func (b *breaker) mayStartLocked() bool {
+	return !b.open || (!b.probing && !time.Now().Before(b.next))
+}
+
+// await waits while no publish may start (the breaker is open, and a
+// probe runs or the next is not due); false when ctx ends.
+func (b *breaker) await(ctx context.Context) bool {
 	for {
 		b.mu.Lock()
-		if !b.open {
+		if b.mayStartLocked() {
 			b.mu.Unlock()
-			return false, true
-		}
-		now := time.Now()
-		if !b.probing && !now.Before(b.next) {
-			b.probing = true
-			b.mu.Unlock()
-			return true, true
+			return ctx.Err() == nil
 		}
 		ch := b.changed
 		wait := time.Until(b.next)
@@ -102,15 +124,11 @@ func (b *breaker) acquire(ctx context.Context, waiting func()) (probe, ok bool) 
 			wait = time.Second
 		}
 		b.mu.Unlock()
-		if waiting != nil {
-			waiting()
-			waiting = nil
-		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return false, false
+			return false
 		case <-ch:
 			t.Stop()
 		case <-t.C:

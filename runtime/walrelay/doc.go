@@ -194,14 +194,16 @@
 // nothing of any one key: its events count as under way until their own
 // calls, which follow, have an outcome, and an event waiting for its
 // verdict gives back its place among the single deliveries so that they
-// can run. A failure while the breaker is open gives the lane's place to
-// a lane waiting for one, so that a poison event probing the open breaker
-// cannot keep it from a lane whose probe would close it; and a delivery
-// that waits for the open breaker hands its worker off (as a slow call
-// does, within the stalls), so that other keys' events are taken and can
-// probe when the events it holds are poison. A parked key's
-// failures are forgotten, so that they never
-// combine with a later key's into a false outage.
+// can run. While the breaker is open, no event holds a worker or a place
+// waiting for it: an event that may not probe goes back to its lane, and
+// its worker waits holding nothing; the probe is the lane that waited
+// longest, and a probe that fails (or an event that failed as the
+// breaker opened) sends its lane behind the others. The lanes take turns,
+// so poison events cannot keep the probe from a good event, whose success
+// closes the breaker. An event keeps its failed attempts, and the
+// evidence its verdict weighs, through the wait. A parked key's failures
+// are forgotten, so that they never combine with a later key's into a
+// false outage.
 //
 // # One streamer per slot, takeover
 //

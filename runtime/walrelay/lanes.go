@@ -147,6 +147,19 @@ func (d *dispatcher) giveBack(evs []*event) {
 	d.mu.Unlock()
 }
 
+// requeue returns ev, which was tried while the breaker is open and
+// failed, to its lane, which is ready again behind the others: the next
+// probe is another lane's.
+func (d *dispatcher) requeue(ev *event) {
+	d.release(ev)
+	d.mu.Lock()
+	l := d.lanes[ev.Key]
+	l.busy = false
+	d.ready = append(d.ready, l)
+	d.cond.Signal()
+	d.mu.Unlock()
+}
+
 // stop makes the workers start no new publish and waits up to timeout for
 // those under way. Unsettled events are left unconfirmed: the next session
 // streams them again. The breaker is retired: the next session has its
@@ -285,9 +298,20 @@ func (d *dispatcher) worker() {
 	}
 	var buf, batch, singles []*event
 	for {
+		// While the breaker is open, the worker waits here, holding no
+		// event, until a probe may start.
+		if !d.brk.await(d.ctx) {
+			return
+		}
 		evs := d.take(buf[:0])
 		if evs == nil {
 			return
+		}
+		if d.brk.isOpen() {
+			// One probe at a time: the first lane taken, the one that
+			// waited longest; the others go back in front, in order.
+			d.giveBack(evs[1:])
+			evs = evs[:1]
 		}
 		buf = evs
 		// Events of keys that may have parked rows are checked against the
@@ -302,7 +326,7 @@ func (d *dispatcher) worker() {
 			}
 		}
 		if d.brk.isOpen() {
-			singles, batch = append(singles, batch...), batch[:0]
+			singles, batch = append(singles, batch...), batch[:0] // it opened meanwhile
 		}
 		var refused []*event // of batches the broker refused: published one by one
 		for len(batch) > 0 {
@@ -393,13 +417,19 @@ func (d *dispatcher) deliverAll(evs []*event, slow func() bool) bool {
 			return false
 		}
 		p := &place{d: d, worker: slow, held: true}
-		ok := d.deliver(ev, p)
+		o := d.deliver(ev, p)
 		p.leave()
-		if !ok {
+		switch o {
+		case cutOff:
 			return false
+		case notNow:
+			d.giveBack([]*event{ev})
+		case tryLater:
+			d.requeue(ev)
+		default:
+			d.settled <- settlement{ev.tx, ev.bytes}
+			d.done(ev)
 		}
-		d.settled <- settlement{ev.tx, ev.bytes}
-		d.done(ev)
 		return true
 	}
 	switch len(evs) {
@@ -484,35 +514,50 @@ func (p *place) leave() {
 	}
 }
 
-// deliver publishes ev, or parks it; false when shutdown cut it off
-// (unsettled).
-func (d *dispatcher) deliver(ev *event, p *place) bool {
+// outcome is how a delivery ended.
+type outcome int
+
+const (
+	settled  outcome = iota // published, or parked
+	cutOff                  // by shutdown: unsettled, streamed again by the next session
+	notNow                  // the breaker is open and it is another's turn to probe: back in front
+	tryLater                // it failed while the breaker is open: back behind the other lanes
+)
+
+// deliver publishes ev, or parks it. While the breaker is open it leaves
+// instead of waiting (notNow, tryLater), so that its worker takes the
+// next probe's lane: when the events in flight are poison, only another
+// key's probe can close the breaker.
+func (d *dispatcher) deliver(ev *event, p *place) outcome {
 	r := d.r
 	defer d.release(ev) // if it leaves before its own call
+	if !d.brk.mayStart() {
+		return notNow // before the parked rows' check, a query
+	}
 	if d.parked.mayHave(ev.Key) {
 		d.release(ev) // it may be parked without a call
 		// It reads the key's rows and may insert ev: SELECT and INSERT.
 		blocked, err := d.retryDB(ev, "SELECT, INSERT", func(ctx context.Context) (bool, error) { return r.q.parkIfBlocked(ctx, r.pool, ev) })
 		if err != nil {
-			return false
+			return cutOff
 		}
 		if blocked {
 			d.parkedOne(ev, "behind unsent rows of its key")
-			return true
+			return settled
 		}
 		d.parked.remove(ev.Key)
 		r.update(func(s *Status) { s.ParkedKeys = d.parked.size() })
 	}
-	attempts := 0
-	since := d.brk.successCount() // see breaker.verdict
+	if ev.attempts == 0 {
+		ev.since = d.brk.successCount() // see breaker.verdict
+	}
 	for {
-		// Waiting for the open breaker, its worker takes other lanes
-		// meanwhile (a hand-off, as for a slow call, within the stalls):
-		// when the events it holds are poison, only another key's probe
-		// can close the breaker.
-		probe, ok := d.brk.acquire(d.ctx, func() { p.worker() })
+		probe, ok := d.brk.acquire()
 		if !ok {
-			return false
+			if ev.attempts == 0 {
+				return notNow
+			}
+			return tryLater // it opened meanwhile
 		}
 		epoch := d.brk.epochNow()
 		// A publish under way at shutdown is waited for (stop), not cut.
@@ -523,71 +568,69 @@ func (d *dispatcher) deliver(ev *event, p *place) bool {
 		} else {
 			d.brk.begin()
 		}
-		err := r.publish(context.WithoutCancel(d.ctx), ev, attempts+1, hooks{slow: p.slow, losers: &d.losers, pool: d.pool})
+		err := r.publish(context.WithoutCancel(d.ctx), ev, ev.attempts+1, hooks{slow: p.slow, losers: &d.losers, pool: d.pool})
 		if err == nil {
 			d.brk.success(probe)
 			r.update(func(s *Status) { s.Published++ })
-			return true
+			return settled
 		}
 		permanent := errors.Is(err, relay.ErrPermanent)
 		if d.ctx.Err() != nil && !permanent {
 			d.brk.end()
-			return false // shutting down: streamed again by the next session
+			return cutOff
 		}
 		counted := d.brk.failure(ev.Key, probe, epoch, permanent)
-		// Retries and parking count among the Concurrency deliveries: a
-		// place is taken again (after the failure is recorded: a probe's
-		// failure frees the lanes that wait for the breaker holding places).
-		if !p.back() {
-			return false
-		}
 		text := telemetry.ErrorText(err)
 		if !counted {
+			// Another lane probes next: a poison event that probed the
+			// open breaker for ever would keep the probe from a lane
+			// whose success would close it.
 			r.log.Debug("publish failed while the circuit breaker is open: not counted", slog.String("event_id", ev.ID.String()), slog.String("error", text))
-			// A lane waiting for a place goes first: a poison event that
-			// probes the open breaker for ever would otherwise keep the
-			// only place from a lane whose probe would close it.
-			p.leave()
-			if !p.back() {
-				return false
-			}
-			continue
+			return tryLater
 		}
-		attempts++
+		// Retries and parking count among the Concurrency deliveries: a
+		// slow call's delivery takes a place again.
+		if !p.back() {
+			return cutOff
+		}
+		ev.attempts++
 		r.log.Warn("publish failed", slog.String("event_id", ev.ID.String()), slog.String("type", ev.Type), slog.String("key", ev.Key),
-			slog.String("topic", ev.Topic), slog.Int("attempt", attempts), slog.Bool("permanent", permanent), slog.String("error", text))
-		if !permanent && attempts >= r.cfg.QuickRetries {
+			slog.String("topic", ev.Topic), slog.Int("attempt", ev.attempts), slog.Bool("permanent", permanent), slog.String("error", text))
+		if !permanent && ev.attempts >= r.cfg.QuickRetries {
 			// Waiting, it gives back its place: the calls it waits for
 			// may need one (those of a failed batch's events).
 			p.leave()
-			park, ok := d.brk.verdict(d.ctx, since)
-			if !ok || !p.back() {
-				return false
+			park, ok := d.brk.verdict(d.ctx, ev.since)
+			if !ok {
+				return cutOff
 			}
 			if !park {
-				continue // an outage: wait for the breaker's probe
+				return tryLater // an outage: its lane takes its turn to probe
+			}
+			if !p.back() {
+				return cutOff
 			}
 		}
-		if permanent || attempts >= r.cfg.QuickRetries {
+		if permanent || ev.attempts >= r.cfg.QuickRetries {
 			delay := max(r.cfg.Backoff(1), 0)
 			_, err := d.retryDB(ev, "INSERT", func(ctx context.Context) (bool, error) {
 				return true, r.q.park(ctx, r.pool, ev, text, delay)
 			})
 			if err != nil {
-				return false
+				return cutOff
 			}
 			d.parked.add(ev.Key)
 			d.brk.forget(ev.Key)
 			r.update(func(s *Status) { s.ParkedKeys = d.parked.size() })
 			d.parkedOne(ev, "its publish kept failing: "+text)
-			return true
+			return settled
 		}
 		t := time.NewTimer(r.cfg.RetryDelay)
 		select {
 		case <-t.C:
 		case <-d.ctx.Done():
 			t.Stop()
-			return false
+			return cutOff
 		}
 	}
 }

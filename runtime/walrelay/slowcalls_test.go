@@ -839,8 +839,10 @@ func (q *outagePub) Publish(_ string, msgs ...*message.Message) error {
 	default:
 		return errors.New("broker down (test)")
 	}
-	if len(msgs) == 1 && strings.HasPrefix(keysOf(msgs)[0], "p") {
-		return errors.New("poison (test)")
+	for _, k := range keysOf(msgs) {
+		if strings.HasPrefix(k, "p") {
+			return errors.New("poison (test)") // and the call that carries it
+		}
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -854,12 +856,12 @@ func (q *outagePub) Close() error { return nil }
 // TestPoisonProbeGivesWay: a batch [g p] fails in an outage, with one
 // place. When g takes it first, g fails and waits for its verdict (for
 // p's own call), giving its place to p; p's failure opens the breaker,
-// and p, poison, probes and fails for ever. Each uncounted failure gives
-// the place to a lane waiting for one, so once the broker is back g
-// probes, the breaker closes, g is published and p parked. (Found by
-// review: p kept the place, and the breaker stayed open for good.) Who
-// takes the place first is chance: ten rounds (TestOpenBreakerFailureHandsPlaceOn
-// checks the hand-over itself, every time).
+// and p, poison, probes and fails for ever. Each uncounted failure sends
+// p's lane behind g's, so once the broker is back g probes, the breaker
+// closes, g is published and p parked. (Found by review: p kept the
+// place, and the breaker stayed open for good.) Who takes the place
+// first is chance: ten rounds (TestOpenBreakerFailureHandsPlaceOn checks
+// that the place is free between probes, every time).
 func TestPoisonProbeGivesWay(t *testing.T) {
 	pool := outboxPool(t)
 	wq, err := dialect.NewWALQueries(dialect.Postgres, testdb.Tables.Outbox)
@@ -897,9 +899,9 @@ func TestPoisonProbeGivesWay(t *testing.T) {
 
 // TestOpenBreakerFailureHandsPlaceOn: with the breaker open, a poison
 // event probes and fails, each failure uncounted; between two probes it
-// hands its place to a lane waiting for one (here the test), instead of
-// keeping it for good. TestPoisonProbeGivesWay shows the stall this
-// prevents, when chance gives the poison event the place first.
+// leaves its place (its lane waits for its next turn), instead of keeping
+// it for good. TestPoisonProbeGivesWay shows the stall this prevents,
+// when chance gives the poison event the place first.
 func TestOpenBreakerFailureHandsPlaceOn(t *testing.T) {
 	pub := &probePub{release: make(chan struct{}), hung: make(chan struct{})} // mode 0: every call fails at once
 	calls := make(chan struct{}, 1)
@@ -938,11 +940,13 @@ func (publisherFunc) Close() error { return nil }
 // poison keys are in flight when the broker goes down, then comes back,
 // with a good event written every 50 ms. Poison keys fail one after the
 // other with no success between, which looks like an outage: the breaker
-// opens again, and while it is open only their probes fail. Their workers
-// take other lanes meanwhile, so a good event's probe closes it: every
-// good event is published and every poison event parked. (Found by
-// review: with one worker, busy with the poison events, the breaker
-// stayed open for good.)
+// opens again, and while it is open only their probes fail. Lanes take
+// turns to probe, so a good event's probe closes it, and each poison
+// event keeps its failed attempts through the wait: every good event is
+// published and every poison event parked. (Found by review: with one
+// worker, busy with the poison events, the breaker stayed open for good.)
+// A call carrying a poison event fails whole, as a broker's refusal of
+// one message fails the call.
 func TestPoisonKeysAfterOutage(t *testing.T) {
 	pool := outboxPool(t)
 	wq, err := dialect.NewWALQueries(dialect.Postgres, testdb.Tables.Outbox)
@@ -1014,5 +1018,68 @@ func TestPoisonKeysAfterOutage(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestPoisonLanesTakeTurnsToProbe: while the breaker is open (as after
+// the false outage of TestPoisonKeysAfterOutage) and the broker works,
+// poison events of many keys arrive one at a time, then a good one. A
+// delivery that may not probe goes back to its lane and holds no worker,
+// and a failed probe sends its lane behind the others: the good event
+// gets its turn, and its probe closes the breaker. (Found by review: a
+// delivery waiting for the breaker handed its worker off, within the
+// SlowCallsPerSlot × Concurrency stalls; once poison events held them
+// all, no worker took the good event, and the breaker stayed open for
+// good.) No stall is taken meanwhile.
+func TestPoisonLanesTakeTurnsToProbe(t *testing.T) {
+	for _, conc := range []int{1, 2} {
+		t.Run(fmt.Sprintf("concurrency=%d", conc), func(t *testing.T) {
+			var mu sync.Mutex
+			ok := map[string]int{}
+			pub := publisherFunc(func(_ string, msgs ...*message.Message) error {
+				for _, k := range keysOf(msgs) {
+					if strings.HasPrefix(k, "p") {
+						return errors.New("poison (test)")
+					}
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for _, k := range keysOf(msgs) {
+					ok[k]++
+				}
+				return nil
+			})
+			rig := newDispatchRig(t, pub, func(c *Config) {
+				c.Concurrency = conc
+				c.QuickRetries = 1
+				c.PublishTimeout = time.Minute
+				c.BreakerBackoff = func(int) time.Duration { return 10 * time.Millisecond }
+			})
+			d := rig.d
+			d.brk.mu.Lock()
+			d.brk.open, d.brk.trips, d.brk.next = true, 1, time.Now()
+			d.brk.mu.Unlock()
+			for i := range 3 * SlowCallsPerSlot * conc {
+				d.dispatch(ev(fmt.Sprintf("p%d", i), "t"))
+				time.Sleep(15 * time.Millisecond) // a probe or two each
+			}
+			d.dispatch(ev("g", "t"))
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				mu.Lock()
+				got := ok["g"]
+				mu.Unlock()
+				if got == 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("g not published 10 s after it was dispatched: breaker open %v, stalls %d of %d held", d.brk.isOpen(), len(d.stalls), cap(d.stalls))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n := len(d.stalls); n > 0 {
+				t.Errorf("%d stalls held: waiting for the breaker took them", n)
+			}
+		})
 	}
 }
