@@ -21,9 +21,9 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/brokers/brokerurl"
 )
 
-// amqpQueue declares an exclusive queue bound to the outbox exchange
-// with topic as routing key, with args, on a connection of its own.
-func amqpQueue(t *testing.T, u, topic string, args amqp.Table) (*amqp.Channel, string) {
+// amqpChannel is a channel on a connection of the test's own to the
+// broker at u, closed when the test ends.
+func amqpChannel(t *testing.T, u string) *amqp.Channel {
 	t.Helper()
 	conn, err := amqp.Dial(u)
 	if err != nil {
@@ -34,6 +34,14 @@ func amqpQueue(t *testing.T, u, topic string, args amqp.Table) (*amqp.Channel, s
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ch
+}
+
+// amqpQueue declares an exclusive queue bound to the outbox exchange
+// with topic as routing key, with args, on a connection of its own.
+func amqpQueue(t *testing.T, u, topic string, args amqp.Table) (*amqp.Channel, string) {
+	t.Helper()
+	ch := amqpChannel(t, u)
 	if err := ch.ExchangeDeclare(brokerurl.DefaultAMQPExchange, "topic", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -303,15 +311,7 @@ func TestAMQPExchangeDeclaredAfterReconnect(t *testing.T) {
 	if err := pub.Publish("orders", ids(1, "a")...); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := amqp.Dial(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := amqpChannel(t, u)
 	if err := ch.ExchangeDelete(ex, false, false); err != nil { // what a restart does to it
 		t.Fatal(err)
 	}

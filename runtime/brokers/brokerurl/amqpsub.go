@@ -77,6 +77,9 @@ func (s *amqpSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 	if strings.TrimSpace(topic) == "" {
 		return nil, redact.ErrorWith(errEmptyTopic, s.secrets...)
 	}
+	if s.ctx.Err() != nil {
+		return nil, errAMQPSubscriberClosed
+	}
 	sub := &amqpSubscription{
 		s: s,
 		topology: wmamqp.BuildTopologyParams{

@@ -153,15 +153,7 @@ func TestAMQPSubscriberQueueDeleted(t *testing.T) {
 	s := newAMQPSub(t, u, u, brokerurl.Options{})
 	s.publish(t, "a1")
 	s.receive(t, 10*time.Second, "a1")
-	conn, err := amqp.Dial(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := amqpChannel(t, u)
 	if _, err := ch.QueueDelete(s.queue, false, false, false); err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +286,7 @@ func TestAMQPSubscriberCloseWhileReconnecting(t *testing.T) {
 	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "brokerurl.(*amqp") {
 		t.Errorf("a goroutine of the subscriber is left after Close:\n%s", stacks)
 	}
-	if _, err := sub.Subscribe(context.Background(), "orders.late"); err == nil {
-		t.Error("Subscribe after Close succeeded")
+	if _, err := sub.Subscribe(context.Background(), "orders.late"); err == nil || !strings.Contains(err.Error(), "subscriber closed") {
+		t.Errorf("Subscribe after Close: %v, want an error that says the subscriber is closed", err)
 	}
 }

@@ -73,6 +73,11 @@
 // redis://[[user]:pass@]host:6379/0 (also rediss://) — Redis Streams, through
 // watermill-redisstream: the topic is the stream key; a subscriber is a
 // member of a consumer group that starts at the beginning of the stream.
+// Entries a member read and did not acknowledge before it stopped (the
+// one its handler held, and those it had read ahead) stay pending in the
+// group: another member claims them once they were idle for a minute
+// (watermill-redisstream's MaxIdleTime), checking every 5 s; nothing is
+// lost, but they come a minute late.
 //
 //	maxlen=N             trim streams to about N entries on every publish
 //	                     (default 0: no trimming; trimming drops events a

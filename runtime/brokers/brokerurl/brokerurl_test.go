@@ -455,15 +455,7 @@ func TestAMQPHeadersNotText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := amqp.Dial(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	amqpCh, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	amqpCh := amqpChannel(t, u)
 	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	err = amqpCh.PublishWithContext(ctx, exchange, "orders.paid", false, false, amqp.Publishing{
 		Body: []byte(`{"n":1}`),
