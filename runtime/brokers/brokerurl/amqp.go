@@ -269,16 +269,10 @@ func (p *amqpProducer) declare(ch amqpChannel, exchange string) error {
 	return nil
 }
 
-// Close closes the kept channels and the connection.
+// Close closes the connection, and with it the kept channels (each
+// channel's own close would wait for the broker's answer).
 func (p *amqpProducer) Close() error {
-	for {
-		select {
-		case ch := <-p.idle:
-			ch.Close() //nolint:errcheck // the connection closes next
-		default:
-			return p.conn.Close()
-		}
-	}
+	return p.conn.Close()
 }
 
 // amqpMarshaler is watermill-amqp's DefaultMarshaler, except that a

@@ -3,6 +3,7 @@ package brokerurl
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -39,6 +40,7 @@ type amqpConn struct {
 	conn        *amqp.Connection // nil while reconnecting, or once closed
 	up          chan struct{}    // closed while conn is set: wait's signal
 	gen         uint64           // conn's generation: 1, then one more per reconnect
+	sock        net.Conn         // conn's socket: Close closes it when the broker does not answer
 	handshaking net.Conn         // a dial's socket before its connection is made: Close closes it
 	closed      bool
 }
@@ -74,7 +76,7 @@ func dialAMQP(ctx context.Context, uri string, cfg amqp.Config, timeout time.Dur
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.cfg.Dial = c.dial
 	abort := context.AfterFunc(ctx, func() { c.Close() }) //nolint:errcheck // no connection yet
-	conn, err := c.connect()
+	conn, sock, err := c.connect()
 	if !abort() { // ctx ended: Close ran, or is running
 		if err == nil {
 			conn.Close() //nolint:errcheck // not kept
@@ -86,7 +88,7 @@ func dialAMQP(ctx context.Context, uri string, cfg amqp.Config, timeout time.Dur
 		return nil, err
 	}
 	c.timeout = timeout // before keep starts: no dial runs meanwhile
-	c.conn, c.gen = conn, 1
+	c.conn, c.sock, c.gen = conn, sock, 1
 	close(c.up)
 	c.wg.Add(1)
 	go c.keep(conn)
@@ -117,13 +119,13 @@ func (c *amqpConn) dial(network, addr string) (net.Conn, error) {
 	return sock, nil
 }
 
-// connect dials a connection.
-func (c *amqpConn) connect() (*amqp.Connection, error) {
-	conn, err := amqp.DialConfig(c.uri, c.cfg)
+// connect dials a connection; sock is its socket.
+func (c *amqpConn) connect() (conn *amqp.Connection, sock net.Conn, err error) {
+	conn, err = amqp.DialConfig(c.uri, c.cfg)
 	c.mu.Lock()
-	c.handshaking = nil
+	sock, c.handshaking = c.handshaking, nil
 	c.mu.Unlock()
-	return conn, err
+	return conn, sock, err
 }
 
 // current is the open connection and its generation; an error while
@@ -219,7 +221,7 @@ func (c *amqpConn) redial() *amqp.Connection {
 			return nil
 		case <-t.C:
 		}
-		conn, err := c.connect()
+		conn, sock, err := c.connect()
 		if c.ctx.Err() != nil {
 			if err == nil {
 				conn.Close() //nolint:errcheck // closed while dialling: not kept
@@ -236,7 +238,7 @@ func (c *amqpConn) redial() *amqp.Connection {
 			conn.Close() //nolint:errcheck // closed while dialling: not kept
 			return nil
 		}
-		c.conn = conn
+		c.conn, c.sock = conn, sock
 		c.gen++
 		close(c.up)
 		c.mu.Unlock()
@@ -245,8 +247,14 @@ func (c *amqpConn) redial() *amqp.Connection {
 	}
 }
 
+// amqpCloseWait bounds Close's wait for the broker's answer to closing
+// the connection: a broker that stopped answering (TCP still up) would
+// otherwise hold Close until the heartbeats time out. The connection is
+// closed either way.
+const amqpCloseWait = time.Second
+
 // Close stops the reconnecting, ending a dial under way, and closes the
-// connection.
+// connection, waiting at most amqpCloseWait for the broker.
 func (c *amqpConn) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -254,16 +262,30 @@ func (c *amqpConn) Close() error {
 		return nil
 	}
 	c.closed = true
-	conn, sock := c.conn, c.handshaking
+	conn, sock, handshaking := c.conn, c.sock, c.handshaking
 	c.conn = nil
 	c.mu.Unlock()
 	c.cancel()
-	if sock != nil {
-		sock.Close() // its handshake fails at once
+	if handshaking != nil {
+		handshaking.Close() // its handshake fails at once
 	}
 	c.wg.Wait()
 	if conn == nil || conn.IsClosed() {
 		return nil
 	}
-	return conn.Close()
+	closed := make(chan error, 1)
+	go func() { closed <- conn.Close() }()
+	t := time.NewTimer(amqpCloseWait)
+	defer t.Stop()
+	select {
+	case err := <-closed:
+		return err
+	case <-t.C:
+	}
+	sock.Close() // its reader fails, which ends conn.Close
+	select {
+	case <-closed:
+	case <-time.After(amqpCloseWait):
+	}
+	return fmt.Errorf("the broker did not answer the close within %s: the connection was dropped", amqpCloseWait)
 }

@@ -95,15 +95,31 @@ func (s *amqpSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 	stop := context.AfterFunc(s.ctx, cancel)
 	end := func() { stop(); cancel() }
 
+	// The connection, and the declarations and consume on it, within
+	// ConnectTimeout and ctx.
 	waitCtx, waited := context.WithTimeout(runCtx, s.connectTimeout)
 	conn, _, err := s.conn.wait(waitCtx)
-	waited()
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		err = fmt.Errorf("%w (waited %s)", errAMQPReconnecting, s.connectTimeout)
 	}
 	if err == nil {
-		err = sub.start(conn)
+		started := make(chan error, 1)
+		go func() { started <- sub.start(conn) }()
+		select {
+		case err = <-started:
+		case <-waitCtx.Done():
+			err = waitCtx.Err()
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				err = fmt.Errorf("the broker did not answer within %s", s.connectTimeout)
+			}
+			go func() { // until the broker answers, or the connection is lost or closed
+				if <-started == nil {
+					sub.ch.Close() //nolint:errcheck // given up on
+				}
+			}()
+		}
 	}
+	waited()
 	if err != nil {
 		end()
 		return nil, redact.ErrorWith(fmt.Errorf("subscribe to %q (queue %q): %w", topic, sub.topology.QueueName, err), s.secrets...)
@@ -136,8 +152,12 @@ func (s *amqpSubscriber) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.cancel()
+	// Closed before the subscriptions are waited for: it ends their calls
+	// to a broker that stopped answering (a channel's close, a
+	// declaration), which wait for its answer.
+	err := s.conn.Close()
 	s.wg.Wait()
-	return redact.ErrorWith(s.conn.Close(), s.secrets...)
+	return redact.ErrorWith(err, s.secrets...)
 }
 
 // amqpSubscription is one Subscribe's consumer.
@@ -248,9 +268,17 @@ func (sub *amqpSubscription) deliver(ctx context.Context, d amqp.Delivery) (done
 	msgCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	msg.SetContext(msgCtx)
-	select {
-	case sub.out <- msg:
-	case <-ctx.Done():
+	// Not handed out once the subscription ends: select picks at random
+	// among ready cases.
+	handed := false
+	if ctx.Err() == nil {
+		select {
+		case sub.out <- msg:
+			handed = true
+		case <-ctx.Done():
+		}
+	}
+	if !handed {
 		d.Nack(false, true) //nolint:errcheck // closing the channel puts it back too
 		return true, false
 	}
@@ -260,7 +288,12 @@ func (sub *amqpSubscription) deliver(ctx context.Context, d amqp.Delivery) (done
 	case <-msg.Nacked():
 		err = d.Nack(false, true)
 	case <-ctx.Done():
-		d.Nack(false, true) //nolint:errcheck // closing the channel puts it back too
+		select {
+		case <-msg.Acked(): // acked as it ended: passed on
+			d.Ack(false) //nolint:errcheck // a lost ack: delivered again
+		default:
+			d.Nack(false, true) //nolint:errcheck // closing the channel puts it back too
+		}
 		return true, false
 	}
 	return false, err != nil

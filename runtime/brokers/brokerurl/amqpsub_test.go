@@ -2,6 +2,7 @@ package brokerurl_test
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"runtime"
 	"strings"
@@ -288,5 +289,148 @@ func TestAMQPSubscriberCloseWhileReconnecting(t *testing.T) {
 	}
 	if _, err := sub.Subscribe(context.Background(), "orders.late"); err == nil || !strings.Contains(err.Error(), "subscriber closed") {
 		t.Errorf("Subscribe after Close: %v, want an error that says the subscriber is closed", err)
+	}
+}
+
+// A broker that stops answering (TCP still up) does not hold Close: the
+// subscriber's, with a subscription, and the publisher's, with a kept
+// channel, return within about a second (amqpCloseWait), and say the
+// broker did not answer. (Found by review: amqp091-go's close waits for
+// the broker's answer until the heartbeats time out, 30 s.)
+func TestAMQPCloseBrokerSilent(t *testing.T) {
+	u := serverURL(t, amqpEnv)
+	closeWithin := func(t *testing.T, c io.Closer) {
+		t.Helper()
+		began := time.Now()
+		err := c.Close()
+		if took := time.Since(began); took > 2*time.Second {
+			t.Errorf("Close took %s with a broker that does not answer", took.Round(time.Millisecond))
+		}
+		if err == nil || !strings.Contains(err.Error(), "did not answer") {
+			t.Errorf("Close: %v, want an error that says the broker did not answer", err)
+		}
+	}
+	t.Run("subscriber", func(t *testing.T) {
+		proxy, via := lagproxy.ForURL(t, u)
+		s := newAMQPSub(t, u, via, brokerurl.Options{})
+		s.publish(t, "a1")
+		s.receive(t, 10*time.Second, "a1")
+		proxy.SetLag(time.Hour)
+		closeWithin(t, s.sub)
+	})
+	t.Run("publisher", func(t *testing.T) {
+		proxy, via := lagproxy.ForURL(t, u)
+		pub, err := brokerurl.Open(context.Background(), via, brokerurl.Options{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pub.Publish("orders.silent."+randSuffix(t), ids(1, "a")...); err != nil {
+			t.Fatal(err)
+		}
+		proxy.SetLag(time.Hour)
+		closeWithin(t, pub)
+	})
+}
+
+// With a broker that stops answering, Subscribe returns within its
+// context, or within ConnectTimeout: its declarations wait for the
+// broker's answers. (Found by review: they waited 30 s.)
+func TestAMQPSubscribeBrokerSilent(t *testing.T) {
+	u := serverURL(t, amqpEnv)
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration // of Subscribe's context; 0: none
+		want    string
+	}{
+		{"context", time.Second, "context deadline exceeded"},
+		{"connect timeout", 0, "did not answer within 1s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			proxy, via := lagproxy.ForURL(t, u)
+			sub, err := brokerurl.OpenSubscriber(context.Background(), via, "tests-"+randSuffix(t), brokerurl.Options{Logger: quiet, ConnectTimeout: map[bool]time.Duration{true: time.Second, false: 20 * time.Second}[tc.timeout == 0]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			proxy.SetLag(time.Hour)
+			ctx := context.Background()
+			if tc.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.timeout)
+				defer cancel()
+			}
+			began := time.Now()
+			_, err = sub.Subscribe(ctx, "orders.silent."+randSuffix(t))
+			if took := time.Since(began); took > 3*time.Second {
+				t.Errorf("Subscribe took %s", took.Round(time.Millisecond))
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Subscribe: %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Close while a subscription subscribes again (its queue was deleted)
+// on a broker that stopped answering returns within about a second: the
+// connection is closed before the subscriptions are waited for. (Found
+// by review.)
+func TestAMQPSubscriberCloseWhileResubscribing(t *testing.T) {
+	u := serverURL(t, amqpEnv)
+	proxy, via := lagproxy.ForURL(t, u)
+	s := newAMQPSub(t, u, via, brokerurl.Options{})
+	s.publish(t, "a1")
+	s.receive(t, 10*time.Second, "a1")
+	ch := amqpChannel(t, u)
+	proxy.SetLag(time.Hour) // what the subscriber sends from now on is held
+	if _, err := ch.QueueDelete(s.queue, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the cancel arrives: the subscription closes its channel, or declares
+	began := time.Now()
+	s.sub.Close() //nolint:errcheck // the broker does not answer
+	if took := time.Since(began); took > 2*time.Second {
+		t.Errorf("Close took %s", took.Round(time.Millisecond))
+	}
+}
+
+// The queue deleted and declared again with other arguments (declaring it
+// as the subscriber does fails, PRECONDITION_FAILED): the subscription
+// tries again with a growing pause, and resumes once the queue is fixed.
+func TestAMQPSubscriberRedeclareConflict(t *testing.T) {
+	u := serverURL(t, amqpEnv)
+	var logs syncbuf.Buffer
+	s := newAMQPSub(t, u, u, brokerurl.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	s.publish(t, "a1")
+	s.receive(t, 10*time.Second, "a1")
+	ch := amqpChannel(t, u)
+	if _, err := ch.QueueDelete(s.queue, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(s.queue, false, false, false, false, nil); err != nil { // not durable
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if fails := strings.Count(logs.String(), "AMQP subscribing again failed"); fails == 0 || fails > 10 {
+		t.Errorf("%d failed attempts in 2 s, want a few (a growing pause from 100 ms)", fails)
+	}
+	if _, err := ch.QueueDelete(s.queue, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		s.publish(t, "r"+randSuffix(t))
+		select {
+		case m, ok := <-s.msgs:
+			if !ok {
+				t.Fatal("the subscription's channel closed")
+			}
+			m.Ack()
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not resumed 40 s after the queue was fixed:\n%s", logs.String())
+		}
 	}
 }
