@@ -7,8 +7,11 @@ package walrelay_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -285,5 +288,113 @@ func TestInFlightBytesBound(t *testing.T) {
 		write(t, pool, w, false, payload{Key: "b" + strconv.Itoa(i), N: 2, Tag: big})
 	}
 	waitFor(t, 60*time.Second, "the events over the bound", func() bool { return distinct(b.messages(t)) >= n+5 })
+	checkOrder(t, b.messages(t), want)
+}
+
+// failOn fails every call that carries an event whose key starts with
+// poison, and every call while down is set; the others go to the broker.
+type failOn struct {
+	message.Publisher
+	poison string
+	down   atomic.Bool
+}
+
+func (f *failOn) Publish(topic string, msgs ...*message.Message) error {
+	if f.down.Load() {
+		return errors.New("test: the broker is down")
+	}
+	for _, m := range msgs {
+		var p payload
+		if f.poison != "" && json.Unmarshal(m.Payload, &p) == nil && strings.HasPrefix(p.Key, f.poison) {
+			return errors.New("test: poison")
+		}
+	}
+	return f.Publisher.Publish(topic, msgs...)
+}
+
+// TestPoisonKeysFillingInFlight: events of two poison keys fill
+// MaxInFlight, a good event behind them. The poison events' failures
+// open the breaker, and while it is open their probes are not counted;
+// once every key in flight has failed since it opened, the reader reads
+// on past MaxInFlight, so the good event probes and closes the breaker,
+// and with good traffic the poison events are parked. (Found by review:
+// the reader stopped at MaxInFlight, and the breaker stayed open, and
+// the stream stopped, for good.)
+func TestPoisonKeysFillingInFlight(t *testing.T) {
+	pool := logicalPool(t)
+	b := startNATS(t)
+	w := walWriter(t)
+	r := newRelay(t, pool, &failOn{Publisher: b.pub, poison: "p"}, func(c *walrelay.Config) {
+		c.MaxInFlight = 4
+		c.QuickRetries = 1
+		c.Concurrency = 2
+	})
+	runRelay(t, r)
+	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
+	write(t, pool, w, false, payload{Key: "p0", N: 1}, payload{Key: "p1", N: 1}, payload{Key: "p0", N: 2}, payload{Key: "p1", N: 2})
+	write(t, pool, w, false, payload{Key: "g0", N: 1})
+	waitFor(t, 15*time.Second, "the good event behind the poison keys", func() bool { return distinct(b.messages(t)) >= 1 })
+	want := map[string]int{"g0": 1}
+	for i := 1; r.Status().Parked < 4; i++ {
+		if i > 300 {
+			t.Fatalf("30 s after the good event: %+v, want the 4 poison events parked", r.Status())
+		}
+		want[fmt.Sprintf("g%d", i)] = 1
+		write(t, pool, w, false, payload{Key: fmt.Sprintf("g%d", i), N: 1})
+		time.Sleep(100 * time.Millisecond)
+	}
+	waitFor(t, 30*time.Second, "every good event", func() bool { return distinct(b.messages(t)) >= len(want) })
+	checkOrder(t, b.messages(t), want)
+	if n := len(outboxRows(t, pool)); n != 4 {
+		t.Errorf("%d rows in the outbox table, want the 4 poison events", n)
+	}
+}
+
+// TestOutageReadsAtMostTwiceTheBound: in a broker outage every key in
+// flight fails, which looks the same: the reader reads on past
+// MaxInFlight, a new key at a time, up to twice it and no further, and
+// parks nothing; once the broker is back every event is published in
+// order.
+func TestOutageReadsAtMostTwiceTheBound(t *testing.T) {
+	pool := logicalPool(t)
+	b := startNATS(t)
+	w := walWriter(t)
+	pub := &failOn{Publisher: b.pub}
+	pub.down.Store(true)
+	r := newRelay(t, pool, pub, func(c *walrelay.Config) {
+		c.MaxInFlight = 4
+		// The default quick retries, not the harness's: the first keys'
+		// failures must meet before one of them runs out of retries
+		// alone (a lone failing key is parked).
+		c.RetryDelay = walrelay.DefaultRetryDelay
+		c.BreakerBackoff = func(int) time.Duration { return 50 * time.Millisecond }
+	})
+	runRelay(t, r)
+	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
+	want := map[string]int{}
+	var evs []payload // one transaction: many keys fail at once, as in an outage
+	for n := 1; n <= 2; n++ {
+		for i := range 12 {
+			key := fmt.Sprintf("k%d", i)
+			want[key]++
+			evs = append(evs, payload{Key: key, N: n})
+		}
+	}
+	write(t, pool, w, false, evs...)
+	most := 0
+	deadline := time.Now().Add(6 * time.Second)
+	for time.Now().Before(deadline) {
+		st := r.Status()
+		most = max(most, st.InFlight)
+		if st.Parked > 0 {
+			t.Fatalf("%d events parked in an outage", st.Parked)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if most <= 4 || most > 8 {
+		t.Errorf("at most %d events in flight in the outage, want more than MaxInFlight (4) and at most twice it", most)
+	}
+	pub.down.Store(false)
+	waitFor(t, 30*time.Second, "every event", func() bool { return len(b.messages(t)) >= 24 && distinct(b.messages(t)) >= 24 })
 	checkOrder(t, b.messages(t), want)
 }

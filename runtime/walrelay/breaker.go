@@ -75,6 +75,13 @@ func (b *breaker) isOpen() bool {
 	return b.open
 }
 
+// openEpoch is the epoch of the breaker's opening, while it is open.
+func (b *breaker) openEpoch() (epoch int, open bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.epoch, b.open
+}
+
 func (b *breaker) epochNow() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()

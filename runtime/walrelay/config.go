@@ -93,7 +93,13 @@ type Config struct {
 	// settled (default 4096): neither acknowledged by the broker nor
 	// parked. Their content is in memory. At the bound the relay stops
 	// reading the stream (PostgreSQL keeps the WAL), so a broker outage
-	// cannot make the relay's memory grow without end.
+	// cannot make the relay's memory grow without end. One exception, up
+	// to twice this bound (and MaxInFlightBytes, MaxUnconfirmed +
+	// MaxInFlight): while the circuit breaker is open and every key in
+	// flight has failed since it opened, the relay reads on, a new key at
+	// a time, so that another key's event can probe; poison events of a
+	// few keys, with their keys' later events behind them, would
+	// otherwise hold the breaker open, and the stream, for good.
 	MaxInFlight int
 	// MaxInFlightBytes bounds the content bytes of the events received and
 	// not yet acknowledged or parked (default 64 MiB): the memory a broker

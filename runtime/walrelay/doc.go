@@ -100,7 +100,9 @@
 // the unsettled ones hold MaxInFlightBytes of content (at least one event
 // is always read), or while MaxUnconfirmed events are not confirmed
 // (unsettled, or settled behind an unsettled transaction): memory stays
-// bounded however long an event takes. A call that runs eight times the
+// bounded however long an event takes (while the breaker is open and every
+// key in flight failed since it opened, up to twice the bounds: see
+// Broker outages). A call that runs eight times the
 // typical one (2ms to 250ms) gives its place among the Concurrency calls
 // to another, with the events taken beside it that had not started, so
 // stalled calls hold back their own keys only; at most SlowCallsPerSlot ×
@@ -201,7 +203,13 @@
 // breaker opened) sends its lane behind the others. The lanes take turns,
 // so poison events cannot keep the probe from a good event, whose success
 // closes the breaker. An event keeps its failed attempts, and the
-// evidence its verdict weighs, through the wait. A parked key's failures
+// evidence its verdict weighs, through the wait. Poison events of a few
+// keys that fill MaxInFlight, their keys' later events behind them, look
+// like an outage to the breaker, and no other key's event would be read
+// to tell: so while the breaker is open and every key in flight has
+// failed since it opened, the reader reads on past MaxInFlight, up to
+// twice it, and a new key's event probes (in an outage, it fails in turn:
+// one new key per round of probes). A parked key's failures
 // are forgotten, so that they never combine with a later key's into a
 // false outage.
 //

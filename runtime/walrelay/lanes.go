@@ -43,6 +43,10 @@ type lane struct {
 	key   string
 	queue []*event
 	busy  bool // a worker publishes its head
+	// failedIn is 1 + the breaker's epoch (breaker.openEpoch) in which
+	// its head last failed while the breaker was open (requeue; 0: never):
+	// see starved.
+	failedIn int
 }
 
 type dispatcher struct {
@@ -64,6 +68,10 @@ type dispatcher struct {
 	failed   chan struct{}
 	err      error
 	failOnce sync.Once
+
+	// starve is signalled (buffered, one) when starved may have become
+	// true: the reader, paused at its bounds, looks again.
+	starve chan struct{}
 
 	mu    sync.Mutex
 	cond  *sync.Cond // signalled when a lane becomes ready, and at stop
@@ -93,6 +101,7 @@ func newDispatcher(r *Relay, parked *parkedKeys, settled chan<- settlement) *dis
 		stalls:  make(chan struct{}, SlowCallsPerSlot*r.cfg.Concurrency),
 		ctx:     ctx, cancel: cancel,
 		failed: make(chan struct{}),
+		starve: make(chan struct{}, 1),
 		lanes:  map[string]*lane{},
 		pool:   workers.New(),
 	}
@@ -152,12 +161,47 @@ func (d *dispatcher) giveBack(evs []*event) {
 // probe is another lane's.
 func (d *dispatcher) requeue(ev *event) {
 	d.release(ev)
+	epoch, open := d.brk.openEpoch()
 	d.mu.Lock()
 	l := d.lanes[ev.Key]
 	l.busy = false
+	if open {
+		l.failedIn = epoch + 1
+	}
 	d.ready = append(d.ready, l)
 	d.cond.Signal()
 	d.mu.Unlock()
+	if open {
+		select {
+		case d.starve <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// starved reports whether the breaker is open and the head of every
+// lane has failed since it opened: no event in flight can close it.
+// Poison events of a few keys look so (their failures opened it, and
+// while it is open their probes are not counted), and so does an outage.
+// The reader then reads on past its bounds (session.overflow), so that
+// another key's event can probe: if it succeeds, the breaker closes and
+// the poison events are parked.
+func (d *dispatcher) starved() bool {
+	epoch, open := d.brk.openEpoch()
+	if !open {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.lanes) == 0 {
+		return false
+	}
+	for _, l := range d.lanes {
+		if l.failedIn != epoch+1 || l.busy {
+			return false
+		}
+	}
+	return true
 }
 
 // stop makes the workers start no new publish and waits up to timeout for

@@ -69,6 +69,7 @@ type session struct {
 	cur           *txn            // between BEGIN and COMMIT
 	curHas        bool            // cur carried an outbox event
 	inFlight      int             // events not settled
+	overflowSaid  int             // what overflow logged: 2×epoch+1 reading on, +2 at the end of the room
 	inFlightBytes int             // their content bytes
 	// waiting counts the settled events of committed transactions not yet
 	// confirmed (behind an unsettled one): with inFlight, what
@@ -187,7 +188,7 @@ func (s *session) stream(ctx context.Context) error {
 		if s.disp.hasFailed() {
 			return s.disp.err
 		}
-		if s.full() {
+		if s.full() && !s.overflow() {
 			// Backpressure: stop reading until events settle and their
 			// transactions are confirmed.
 			wait.Reset(time.Until(statusDue))
@@ -196,6 +197,7 @@ func (s *session) stream(ctx context.Context) error {
 			case t := <-s.settled:
 				s.settle(t)
 			case <-s.disp.failed:
+			case <-s.disp.starve:
 			case <-wait.C:
 			}
 			if !wait.Stop() {
@@ -383,6 +385,36 @@ func (s *session) full() bool {
 	return s.inFlight >= s.r.cfg.MaxInFlight ||
 		s.inFlight+s.waiting >= s.r.cfg.MaxUnconfirmed ||
 		s.inFlight > 0 && s.inFlightBytes >= s.r.cfg.MaxInFlightBytes
+}
+
+// overflow reports whether the reader reads on past its bounds (full),
+// up to twice each: while the dispatcher is starved (the breaker is open
+// and every key in flight failed since it opened), a key read next can
+// probe. Poison events of a few keys, with their keys' later events
+// behind them, would otherwise hold the breaker open and the stream for
+// good; in an outage the extra events fail in turn, one new key at a
+// time, and the reader stops at twice the bounds.
+func (s *session) overflow() bool {
+	if !s.disp.starved() {
+		return false
+	}
+	cfg := s.r.cfg
+	room := s.inFlight < 2*cfg.MaxInFlight && s.inFlight+s.waiting < cfg.MaxUnconfirmed+cfg.MaxInFlight &&
+		s.inFlightBytes < 2*cfg.MaxInFlightBytes
+	// Said once per opening of the breaker, and once more at the end of
+	// the room.
+	epoch, _ := s.disp.brk.openEpoch()
+	switch {
+	case room && s.overflowSaid < 2*epoch+1:
+		s.overflowSaid = 2*epoch + 1
+		s.r.log.Warn("circuit breaker open, and every key in flight has failed since it opened: reading on past the in-flight bounds (up to twice them) so that another key's event can probe; poison events of those keys are parked once a probe succeeds",
+			slog.Int("in_flight", s.inFlight), slog.Int("max_in_flight", cfg.MaxInFlight))
+	case !room && s.overflowSaid < 2*epoch+2:
+		s.overflowSaid = 2*epoch + 2
+		s.r.log.Warn("circuit breaker open, and every key in flight, twice the in-flight bounds, has failed since it opened: the stream waits for the broker (an outage, or poison events of every key read)",
+			slog.Int("in_flight", s.inFlight), slog.Int("max_in_flight", cfg.MaxInFlight))
+	}
+	return room
 }
 
 // advance moves the confirmed position over the leading transactions whose
