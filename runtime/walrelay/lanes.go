@@ -598,10 +598,7 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 	for {
 		probe, ok := d.brk.acquire()
 		if !ok {
-			if ev.attempts == 0 {
-				return notNow
-			}
-			return tryLater // it opened meanwhile
+			return notNow // it opened meanwhile, or another lane probes
 		}
 		epoch := d.brk.epochNow()
 		// A publish under way at shutdown is waited for (stop), not cut.
