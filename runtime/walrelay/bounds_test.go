@@ -398,3 +398,42 @@ func TestOutageReadsAtMostTwiceTheBound(t *testing.T) {
 	waitFor(t, 30*time.Second, "every event", func() bool { return len(b.messages(t)) >= 24 && distinct(b.messages(t)) >= 24 })
 	checkOrder(t, b.messages(t), want)
 }
+
+// TestOverflowSettlesWithoutTheReader: the reader, past MaxInFlight in an
+// outage (TestOutageReadsAtMostTwiceTheBound), waits for the stream,
+// here up to a StatusInterval of 10 s. When the broker is back, the
+// events settle without it: their settlements have room for twice
+// MaxInFlight, and a key's next event is published at once. (Found by
+// review: room for MaxInFlight only; the workers waited for the reader,
+// 9 s.)
+func TestOverflowSettlesWithoutTheReader(t *testing.T) {
+	pool := logicalPool(t)
+	b := startNATS(t)
+	w := walWriter(t)
+	pub := &failOn{Publisher: b.pub}
+	pub.down.Store(true)
+	r := newRelay(t, pool, pub, func(c *walrelay.Config) {
+		c.MaxInFlight = 4
+		c.Concurrency = 2
+		c.StatusInterval = 10 * time.Second
+		c.RetryDelay = walrelay.DefaultRetryDelay // see TestOutageReadsAtMostTwiceTheBound
+		c.BreakerBackoff = func(int) time.Duration { return 50 * time.Millisecond }
+	})
+	runRelay(t, r)
+	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
+	want := map[string]int{"k0": 4, "k1": 1, "k2": 1, "k3": 1}
+	write(t, pool, w, false,
+		payload{Key: "k0", N: 1}, payload{Key: "k1", N: 1}, payload{Key: "k2", N: 1}, payload{Key: "k3", N: 1},
+		payload{Key: "k0", N: 2}, payload{Key: "k0", N: 3}, payload{Key: "k0", N: 4})
+	waitFor(t, 30*time.Second, "7 events in flight", func() bool { return r.Status().InFlight == 7 })
+	if st := r.Status(); st.Parked > 0 || !st.BreakerOpen {
+		t.Fatalf("status %+v: want the breaker open, nothing parked", st)
+	}
+	pub.down.Store(false)
+	began := time.Now()
+	waitFor(t, 30*time.Second, "every event", func() bool { return distinct(b.messages(t)) >= 7 })
+	if took := time.Since(began); took > 3*time.Second {
+		t.Errorf("every event published %s after the broker came back (a probe every 50 ms)", took.Round(time.Millisecond))
+	}
+	checkOrder(t, b.messages(t), want)
+}

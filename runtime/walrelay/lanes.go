@@ -154,6 +154,20 @@ func (d *dispatcher) giveBack(evs []*event) {
 	d.ready = append(ready, d.ready...)
 	d.cond.Broadcast()
 	d.mu.Unlock()
+	d.pokeStarve()
+}
+
+// pokeStarve wakes the reader, paused at its bounds, to look at starved
+// again, when the breaker is open: a lane was given back or emptied.
+// (A failed head's requeue wakes it too.)
+func (d *dispatcher) pokeStarve() {
+	if !d.brk.isOpen() {
+		return
+	}
+	select {
+	case d.starve <- struct{}{}:
+	default:
+	}
 }
 
 // requeue returns ev, which was tried while the breaker is open and
@@ -171,12 +185,7 @@ func (d *dispatcher) requeue(ev *event) {
 	d.ready = append(d.ready, l)
 	d.cond.Signal()
 	d.mu.Unlock()
-	if open {
-		select {
-		case d.starve <- struct{}{}:
-		default:
-		}
-	}
+	d.pokeStarve()
 }
 
 // starved reports whether the breaker is open and the head of every
@@ -275,13 +284,17 @@ func (d *dispatcher) done(ev *event) {
 	l.queue[0] = nil
 	l.queue = l.queue[1:]
 	l.busy = false
-	if len(l.queue) > 0 {
+	emptied := len(l.queue) == 0
+	if emptied {
+		delete(d.lanes, ev.Key)
+	} else {
 		d.ready = append(d.ready, l)
 		d.cond.Signal()
-	} else {
-		delete(d.lanes, ev.Key)
 	}
 	d.mu.Unlock()
+	if emptied {
+		d.pokeStarve()
+	}
 }
 
 // worker publishes the heads of ready lanes until the dispatcher stops,

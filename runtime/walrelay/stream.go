@@ -132,7 +132,9 @@ func (r *Relay) session(ctx context.Context, standby *bool) (err error) {
 
 	s := &session{
 		r: r, conn: conn,
-		settled:   make(chan settlement, r.cfg.MaxInFlight+1),
+		// Room for every event in flight (twice MaxInFlight at most, see
+		// overflow), so that a worker never waits for the reader to settle.
+		settled:   make(chan settlement, 2*r.cfg.MaxInFlight+1),
 		confirmed: confirmed, sentConfirmed: confirmed,
 	}
 	s.disp = newDispatcher(r, parked, s.settled)

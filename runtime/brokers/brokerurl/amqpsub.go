@@ -103,20 +103,9 @@ func (s *amqpSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 		err = fmt.Errorf("%w (waited %s)", errAMQPReconnecting, s.connectTimeout)
 	}
 	if err == nil {
-		started := make(chan error, 1)
-		go func() { started <- sub.start(conn) }()
-		select {
-		case err = <-started:
-		case <-waitCtx.Done():
-			err = waitCtx.Err()
-			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-				err = fmt.Errorf("the broker did not answer within %s", s.connectTimeout)
-			}
-			go func() { // until the broker answers, or the connection is lost or closed
-				if <-started == nil {
-					sub.ch.Close() //nolint:errcheck // given up on
-				}
-			}()
+		err = sub.startWithin(waitCtx, conn)
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = fmt.Errorf("the broker did not answer within %s", s.connectTimeout)
 		}
 	}
 	waited()
@@ -169,30 +158,61 @@ type amqpSubscription struct {
 	deliveries <-chan amqp.Delivery
 }
 
+// startWithin opens a channel on conn, declares the queue, the exchange
+// and the binding, and consumes the queue, unless ctx ends first: the
+// broker's answers are waited for, and a broker may stop answering with
+// the connection still up. A start given up on closes its channel once
+// it returns (at the latest when the connection is lost or closed).
+func (sub *amqpSubscription) startWithin(ctx context.Context, conn *amqp.Connection) error {
+	type started struct {
+		ch         *amqp.Channel
+		deliveries <-chan amqp.Delivery
+		err        error
+	}
+	done := make(chan started, 1)
+	go func() {
+		ch, deliveries, err := sub.start(conn)
+		done <- started{ch, deliveries, err}
+	}()
+	select {
+	case st := <-done:
+		if st.err == nil {
+			sub.ch, sub.deliveries = st.ch, st.deliveries
+		}
+		return st.err
+	case <-ctx.Done():
+		go func() {
+			if st := <-done; st.err == nil {
+				st.ch.Close() //nolint:errcheck // given up on
+			}
+		}()
+		return ctx.Err()
+	}
+}
+
 // start opens a channel on conn, declares the queue, the exchange and the
 // binding, and consumes the queue.
-func (sub *amqpSubscription) start(conn *amqp.Connection) error {
+func (sub *amqpSubscription) start(conn *amqp.Connection) (*amqp.Channel, <-chan amqp.Delivery, error) {
 	cfg := sub.s.cfg
 	ch, err := conn.Channel()
 	if err != nil {
-		return fmt.Errorf("cannot open channel: %w", err)
+		return nil, nil, fmt.Errorf("cannot open channel: %w", err)
 	}
 	if err := ch.Qos(cfg.Consume.Qos.PrefetchCount, 0, false); err != nil {
 		ch.Close() //nolint:errcheck // the Qos error says more
-		return fmt.Errorf("cannot set prefetch: %w", err)
+		return nil, nil, fmt.Errorf("cannot set prefetch: %w", err)
 	}
 	if err := cfg.TopologyBuilder.BuildTopology(ch, sub.topology, cfg, wmlog.Adapter(nil)); err != nil {
 		ch.Close() //nolint:errcheck // the topology error says more
-		return err
+		return nil, nil, err
 	}
 	// autoAck off: a message is acknowledged once its handler acked it.
 	deliveries, err := ch.Consume(sub.topology.QueueName, "", false, false, false, false, nil)
 	if err != nil {
 		ch.Close() //nolint:errcheck // the consume error says more
-		return fmt.Errorf("cannot consume: %w", err)
+		return nil, nil, fmt.Errorf("cannot consume: %w", err)
 	}
-	sub.ch, sub.deliveries = ch, deliveries
-	return nil
+	return ch, deliveries, nil
 }
 
 // run delivers messages until ctx ends, subscribing again whenever the
@@ -203,9 +223,10 @@ func (sub *amqpSubscription) run(ctx context.Context) {
 	for {
 		lost := sub.consume(ctx)
 		if sub.s.ctx.Err() == nil {
-			// Closed by Close otherwise, with the connection; a channel
-			// closed already returns at once.
-			sub.ch.Close() //nolint:errcheck // put back what it held, or nothing to do
+			// Not waited for: a broker that stopped answering would hold
+			// the subscription (Close closes the connection, and with it
+			// the channel). A channel closed already returns at once.
+			go sub.ch.Close() //nolint:errcheck // puts back what it held
 		}
 		if !lost {
 			return
@@ -217,8 +238,14 @@ func (sub *amqpSubscription) run(ctx context.Context) {
 			if err != nil {
 				return // ctx ended, or Close
 			}
-			if err = sub.start(conn); err == nil {
+			attempt, cancel := context.WithTimeout(ctx, sub.s.connectTimeout)
+			err = sub.startWithin(attempt, conn)
+			cancel()
+			if err == nil {
 				break
+			}
+			if ctx.Err() != nil {
+				return
 			}
 			log.Warn("AMQP subscribing again failed: trying again", slog.String("error", redact.StringWith(err.Error(), sub.s.secrets...)), slog.Int("attempt", bo.Failures()+1))
 			t := time.NewTimer(bo.Next())

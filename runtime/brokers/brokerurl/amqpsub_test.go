@@ -434,3 +434,43 @@ func TestAMQPSubscriberRedeclareConflict(t *testing.T) {
 		}
 	}
 }
+
+// A subscription whose context ends while it subscribes again (its queue
+// was deleted) on a broker that stopped answering ends at once: its
+// channel closes, without waiting for the broker. (Found by review: it
+// waited for the heartbeats to time out.)
+func TestAMQPSubscriptionEndsWhileResubscribing(t *testing.T) {
+	u := serverURL(t, amqpEnv)
+	proxy, via := lagproxy.ForURL(t, u)
+	group, topic := "tests-"+randSuffix(t), "orders.resub."+randSuffix(t)
+	sub, err := brokerurl.OpenSubscriber(context.Background(), via, group, brokerurl.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := sub.Subscribe(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := amqpChannel(t, u)
+	proxy.SetLag(time.Hour)
+	if _, err := ch.QueueDelete(group+"."+topic, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the cancel arrives: the subscription declares again, unanswered
+	began := time.Now()
+	cancel()
+	select {
+	case _, ok := <-msgs:
+		if ok {
+			t.Fatal("a message after the end")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the subscription's channel is still open 5 s after its context ended")
+	}
+	if took := time.Since(began); took > time.Second {
+		t.Errorf("the subscription took %s to end", took.Round(time.Millisecond))
+	}
+}
