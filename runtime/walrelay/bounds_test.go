@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxgen/outboxgen/internal/testdb"
+	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/runtime/walrelay"
 )
 
@@ -291,25 +291,47 @@ func TestInFlightBytesBound(t *testing.T) {
 	checkOrder(t, b.messages(t), want)
 }
 
-// failOn fails every call that carries an event whose key starts with
-// poison, and every call while down is set; the others go to the broker.
-type failOn struct {
+// poisonous fails every call that carries an event whose key starts
+// with prefix; the others go to the broker.
+type poisonous struct {
 	message.Publisher
-	poison string
-	down   atomic.Bool
+	prefix string
 }
 
-func (f *failOn) Publish(topic string, msgs ...*message.Message) error {
-	if f.down.Load() {
-		return errors.New("test: the broker is down")
-	}
+func (f poisonous) Publish(topic string, msgs ...*message.Message) error {
 	for _, m := range msgs {
 		var p payload
-		if f.poison != "" && json.Unmarshal(m.Payload, &p) == nil && strings.HasPrefix(p.Key, f.poison) {
+		if json.Unmarshal(m.Payload, &p) == nil && strings.HasPrefix(p.Key, f.prefix) {
 			return errors.New("test: poison")
 		}
 	}
 	return f.Publisher.Publish(topic, msgs...)
+}
+
+// outageRelay runs a relay with MaxInFlight 4 (its Config changed by mod)
+// to NATS through pub, with the broker down: pub fails every call until
+// pub.on is cleared.
+func outageRelay(t *testing.T, mod func(*walrelay.Config)) (pool *pgxpool.Pool, b *natsBroker, w *outbox.WALWriter, pub *toggle, r *walrelay.Relay) {
+	t.Helper()
+	pool = logicalPool(t)
+	b = startNATS(t)
+	w = walWriter(t)
+	pub = &toggle{Publisher: b.pub}
+	pub.on.Store(true)
+	r = newRelay(t, pool, pub, func(c *walrelay.Config) {
+		c.MaxInFlight = 4
+		// The default quick retries, not the harness's: the first keys'
+		// failures must meet before one of them runs out of retries
+		// alone (a lone failing key is parked).
+		c.RetryDelay = walrelay.DefaultRetryDelay
+		c.BreakerBackoff = func(int) time.Duration { return 50 * time.Millisecond }
+		if mod != nil {
+			mod(c)
+		}
+	})
+	runRelay(t, r)
+	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
+	return pool, b, w, pub, r
 }
 
 // TestPoisonKeysFillingInFlight: events of two poison keys fill
@@ -324,7 +346,7 @@ func TestPoisonKeysFillingInFlight(t *testing.T) {
 	pool := logicalPool(t)
 	b := startNATS(t)
 	w := walWriter(t)
-	r := newRelay(t, pool, &failOn{Publisher: b.pub, poison: "p"}, func(c *walrelay.Config) {
+	r := newRelay(t, pool, poisonous{Publisher: b.pub, prefix: "p"}, func(c *walrelay.Config) {
 		c.MaxInFlight = 4
 		c.QuickRetries = 1
 		c.Concurrency = 2
@@ -356,21 +378,7 @@ func TestPoisonKeysFillingInFlight(t *testing.T) {
 // parks nothing; once the broker is back every event is published in
 // order.
 func TestOutageReadsAtMostTwiceTheBound(t *testing.T) {
-	pool := logicalPool(t)
-	b := startNATS(t)
-	w := walWriter(t)
-	pub := &failOn{Publisher: b.pub}
-	pub.down.Store(true)
-	r := newRelay(t, pool, pub, func(c *walrelay.Config) {
-		c.MaxInFlight = 4
-		// The default quick retries, not the harness's: the first keys'
-		// failures must meet before one of them runs out of retries
-		// alone (a lone failing key is parked).
-		c.RetryDelay = walrelay.DefaultRetryDelay
-		c.BreakerBackoff = func(int) time.Duration { return 50 * time.Millisecond }
-	})
-	runRelay(t, r)
-	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
+	pool, b, w, pub, r := outageRelay(t, nil)
 	want := map[string]int{}
 	var evs []payload // one transaction: many keys fail at once, as in an outage
 	for n := 1; n <= 2; n++ {
@@ -394,7 +402,7 @@ func TestOutageReadsAtMostTwiceTheBound(t *testing.T) {
 	if most <= 4 || most > 8 {
 		t.Errorf("at most %d events in flight in the outage, want more than MaxInFlight (4) and at most twice it", most)
 	}
-	pub.down.Store(false)
+	pub.on.Store(false)
 	waitFor(t, 30*time.Second, "every event", func() bool { return len(b.messages(t)) >= 24 && distinct(b.messages(t)) >= 24 })
 	checkOrder(t, b.messages(t), want)
 }
@@ -407,20 +415,10 @@ func TestOutageReadsAtMostTwiceTheBound(t *testing.T) {
 // review: room for MaxInFlight only; the workers waited for the reader,
 // 9 s.)
 func TestOverflowSettlesWithoutTheReader(t *testing.T) {
-	pool := logicalPool(t)
-	b := startNATS(t)
-	w := walWriter(t)
-	pub := &failOn{Publisher: b.pub}
-	pub.down.Store(true)
-	r := newRelay(t, pool, pub, func(c *walrelay.Config) {
-		c.MaxInFlight = 4
+	pool, b, w, pub, r := outageRelay(t, func(c *walrelay.Config) {
 		c.Concurrency = 2
 		c.StatusInterval = 10 * time.Second
-		c.RetryDelay = walrelay.DefaultRetryDelay // see TestOutageReadsAtMostTwiceTheBound
-		c.BreakerBackoff = func(int) time.Duration { return 50 * time.Millisecond }
 	})
-	runRelay(t, r)
-	waitFor(t, 30*time.Second, "the relay to stream", func() bool { return r.Status().Streaming })
 	want := map[string]int{"k0": 4, "k1": 1, "k2": 1, "k3": 1}
 	write(t, pool, w, false,
 		payload{Key: "k0", N: 1}, payload{Key: "k1", N: 1}, payload{Key: "k2", N: 1}, payload{Key: "k3", N: 1},
@@ -429,7 +427,7 @@ func TestOverflowSettlesWithoutTheReader(t *testing.T) {
 	if st := r.Status(); st.Parked > 0 || !st.BreakerOpen {
 		t.Fatalf("status %+v: want the breaker open, nothing parked", st)
 	}
-	pub.down.Store(false)
+	pub.on.Store(false)
 	began := time.Now()
 	waitFor(t, 30*time.Second, "every event", func() bool { return distinct(b.messages(t)) >= 7 })
 	if took := time.Since(began); took > 3*time.Second {

@@ -44,8 +44,8 @@ type lane struct {
 	queue []*event
 	busy  bool // a worker publishes its head
 	// failedIn is 1 + the breaker's epoch (breaker.openEpoch) in which
-	// its head last failed while the breaker was open (requeue; 0: never):
-	// see starved.
+	// its head failed while the breaker was open (requeue; 0: not since it
+	// became the head): see starved.
 	failedIn int
 }
 
@@ -284,6 +284,7 @@ func (d *dispatcher) done(ev *event) {
 	l.queue[0] = nil
 	l.queue = l.queue[1:]
 	l.busy = false
+	l.failedIn = 0 // its next event has not failed
 	emptied := len(l.queue) == 0
 	if emptied {
 		delete(d.lanes, ev.Key)
