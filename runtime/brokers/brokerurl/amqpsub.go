@@ -71,8 +71,8 @@ var errAMQPSubscriberClosed = errors.New("AMQP subscriber closed")
 // topic as routing key, and consumes it until ctx ends or Close; the
 // channel it returns is closed then. A message is delivered once the one
 // before it was acknowledged or nacked (nacked: back to its queue).
-// While the connection is down, Subscribe waits for it for up to
-// Options.ConnectTimeout.
+// Subscribe waits up to Options.ConnectTimeout (and ctx) for a connection
+// that is down, and for the broker's answers to its declarations.
 func (s *amqpSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if strings.TrimSpace(topic) == "" {
 		return nil, redact.ErrorWith(errEmptyTopic, s.secrets...)
