@@ -82,27 +82,22 @@ func (b *breaker) openEpoch() (epoch int, open bool) {
 	return b.epoch, b.open
 }
 
-func (b *breaker) epochNow() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.epoch
-}
-
 // acquire reports whether a publish may start now: while closed, yes;
 // while open, only as the probe, when it is due and no other runs (probe
-// true). It does not wait: an event that may not start goes back to its
-// lane, and its worker waits in await, holding nothing.
-func (b *breaker) acquire() (probe, ok bool) {
+// true); epoch is the breaker's at that moment (see failure). It does not
+// wait: an event that may not start goes back to its lane, and its
+// worker waits in await, holding nothing.
+func (b *breaker) acquire() (probe bool, epoch int, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
 	case !b.open:
-		return false, true
+		return false, b.epoch, true
 	case b.mayStartLocked():
 		b.probing = true
-		return true, true
+		return true, b.epoch, true
 	}
-	return false, false
+	return false, b.epoch, false
 }
 
 // mayStart reports whether acquire would let a publish start now.

@@ -610,11 +610,10 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 		ev.since = d.brk.successCount() // see breaker.verdict
 	}
 	for {
-		probe, ok := d.brk.acquire()
+		probe, epoch, ok := d.brk.acquire()
 		if !ok {
 			return notNow // it opened meanwhile, or another lane probes
 		}
-		epoch := d.brk.epochNow()
 		// A publish under way at shutdown is waited for (stop), not cut.
 		// success and failure record the outcome as the call stops
 		// counting as under way, so that a verdict waiting for it sees it.

@@ -64,13 +64,15 @@ type session struct {
 	r    *Relay
 	conn *pgconn.PgConn
 
-	settled       chan settlement // one per settled event
-	fifo          []*txn          // transactions with events, in commit order
-	cur           *txn            // between BEGIN and COMMIT
-	curHas        bool            // cur carried an outbox event
-	inFlight      int             // events not settled
-	overflowSaid  int             // what overflow logged: 2×epoch+1 reading on, +2 at the end of the room
-	inFlightBytes int             // their content bytes
+	settled  chan settlement // one per settled event
+	fifo     []*txn          // transactions with events, in commit order
+	cur      *txn            // between BEGIN and COMMIT
+	curHas   bool            // cur carried an outbox event
+	inFlight int             // events not settled
+	// 1 + the breaker's epoch of overflow's last warnings: reading on,
+	// and at the end of the room (each said once per opening).
+	saidReadingOn, saidAtRoomEnd int
+	inFlightBytes                int // their content bytes
 	// waiting counts the settled events of committed transactions not yet
 	// confirmed (behind an unsettled one): with inFlight, what
 	// MaxUnconfirmed bounds. Those of the open transaction are left out,
@@ -383,10 +385,16 @@ func (s *session) settle(st settlement) {
 // MaxUnconfirmed: they hold no content, and counting them toward
 // MaxInFlight would let one slow event pause every key once MaxInFlight
 // events of other keys had been published behind it.
-func (s *session) full() bool {
-	return s.inFlight >= s.r.cfg.MaxInFlight ||
-		s.inFlight+s.waiting >= s.r.cfg.MaxUnconfirmed ||
-		s.inFlight > 0 && s.inFlightBytes >= s.r.cfg.MaxInFlightBytes
+func (s *session) full() bool { return s.atBounds(1) }
+
+// atBounds reports whether the reader is at its bounds stretched times
+// over: times MaxInFlight, MaxUnconfirmed and (times-1) MaxInFlight more,
+// times MaxInFlightBytes (see overflow for times 2).
+func (s *session) atBounds(times int) bool {
+	cfg := s.r.cfg
+	return s.inFlight >= times*cfg.MaxInFlight ||
+		s.inFlight+s.waiting >= cfg.MaxUnconfirmed+(times-1)*cfg.MaxInFlight ||
+		s.inFlight > 0 && s.inFlightBytes >= times*cfg.MaxInFlightBytes
 }
 
 // overflow reports whether the reader reads on past its bounds (full),
@@ -401,18 +409,16 @@ func (s *session) overflow() bool {
 		return false
 	}
 	cfg := s.r.cfg
-	room := s.inFlight < 2*cfg.MaxInFlight && s.inFlight+s.waiting < cfg.MaxUnconfirmed+cfg.MaxInFlight &&
-		s.inFlightBytes < 2*cfg.MaxInFlightBytes
-	// Said once per opening of the breaker, and once more at the end of
-	// the room.
+	room := !s.atBounds(2)
+	// Each said once per opening of the breaker.
 	epoch, _ := s.disp.brk.openEpoch()
 	switch {
-	case room && s.overflowSaid < 2*epoch+1:
-		s.overflowSaid = 2*epoch + 1
+	case room && s.saidReadingOn != epoch+1:
+		s.saidReadingOn = epoch + 1
 		s.r.log.Warn("circuit breaker open, and every key in flight has failed since it opened: reading on past the in-flight bounds (up to twice them) so that another key's event can probe; poison events of those keys are parked once a probe succeeds",
 			slog.Int("in_flight", s.inFlight), slog.Int("max_in_flight", cfg.MaxInFlight))
-	case !room && s.overflowSaid < 2*epoch+2:
-		s.overflowSaid = 2*epoch + 2
+	case !room && s.saidAtRoomEnd != epoch+1:
+		s.saidAtRoomEnd = epoch + 1
 		s.r.log.Warn("circuit breaker open, and every key in flight, twice the in-flight bounds, has failed since it opened: the stream waits for the broker (an outage, or poison events of every key read)",
 			slog.Int("in_flight", s.inFlight), slog.Int("max_in_flight", cfg.MaxInFlight))
 	}

@@ -48,7 +48,7 @@ type amqpConn struct {
 // A call's error while the connection is down, and once it is closed.
 var (
 	errAMQPReconnecting = errors.New("not connected to AMQP: reconnecting")
-	errAMQPClosed       = errors.New("AMQP publisher closed")
+	errAMQPClosed       = errors.New("AMQP connection closed (Close was called)")
 )
 
 // Log words on what happens while a connection is down (amqpConn's
@@ -133,10 +133,19 @@ func (c *amqpConn) connect() (conn *amqp.Connection, sock net.Conn, err error) {
 func (c *amqpConn) current() (*amqp.Connection, uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch {
-	case c.closed:
+	return c.currentLocked()
+}
+
+// currentLocked is current with c.mu held. A connection closed before
+// keep heard of it is forgotten, so that it is not returned again.
+func (c *amqpConn) currentLocked() (*amqp.Connection, uint64, error) {
+	if c.closed {
 		return nil, 0, errAMQPClosed
-	case c.conn == nil || c.conn.IsClosed():
+	}
+	if c.conn != nil && c.conn.IsClosed() {
+		c.lost()
+	}
+	if c.conn == nil {
 		return nil, 0, errAMQPReconnecting
 	}
 	return c.conn, c.gen, nil
@@ -148,17 +157,10 @@ func (c *amqpConn) current() (*amqp.Connection, uint64, error) {
 func (c *amqpConn) wait(ctx context.Context) (*amqp.Connection, uint64, error) {
 	for {
 		c.mu.Lock()
-		if c.closed {
+		conn, gen, err := c.currentLocked()
+		if !errors.Is(err, errAMQPReconnecting) {
 			c.mu.Unlock()
-			return nil, 0, errAMQPClosed
-		}
-		if c.conn != nil && c.conn.IsClosed() {
-			c.lost() // before keep hears of it: not returned again
-		}
-		if c.conn != nil {
-			conn, gen := c.conn, c.gen
-			c.mu.Unlock()
-			return conn, gen, nil
+			return conn, gen, err
 		}
 		up := c.up
 		c.mu.Unlock()
