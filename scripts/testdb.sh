@@ -22,7 +22,8 @@
 # ${OUTBOXGEN_TESTDB_DIR:-/tmp/outboxgen-testdb} and is tuned for speed, not
 # durability (fsync off; Redis without persistence). `start` is idempotent:
 # a fast no-op when the servers answer, and it recovers after the servers
-# were killed (kill -9).
+# were killed (kill -9). A start that starts PostgreSQL or MariaDB drops
+# the test databases (og_...) and slots that killed test runs left there.
 #
 # If OUTBOXGEN_TEST_POSTGRES_DSN / OUTBOXGEN_TEST_MYSQL_DSN /
 # OUTBOXGEN_TEST_REDIS_URL / OUTBOXGEN_TEST_AMQP_URL are already set and
@@ -247,7 +248,22 @@ CONF
 		sleep 0.2
 	done
 	pg_role
+	[ "$started" = 0 ] || pg_drop_leftovers
 	log "postgres: ready on 127.0.0.1:$PG_PORT ($(( $(now_ms) - t0 )) ms)"
+}
+
+# pg_drop_leftovers drops the og_ databases (internal/testdb's) and their
+# replication slots that killed test runs left behind. Only run right
+# after this script started the server: no test can be using one then.
+pg_drop_leftovers() {
+	local n
+	n=$(pg_psql -At -c "SELECT count(*) FROM pg_database WHERE datname LIKE 'og\_%'") || return 0
+	[ "$n" -gt 0 ] || return 0
+	pg_psql >/dev/null <<'SQL' || { log "postgres: could not drop the leftover test databases (og_...)"; return 0; }
+SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database LIKE 'og\_%' AND NOT active;
+SELECT format('DROP DATABASE IF EXISTS %I WITH (FORCE)', datname) FROM pg_database WHERE datname LIKE 'og\_%' \gexec
+SQL
+	log "postgres: dropped $n test database(s) (og_...) left behind by killed test runs"
 }
 
 pg_role() {
@@ -309,7 +325,7 @@ my_external_ok() {
 }
 
 my_start() {
-	local t0 pid deadline
+	local t0 pid deadline started=0
 	t0=$(now_ms)
 	my_bins
 	if my_ready_app; then
@@ -330,6 +346,7 @@ my_start() {
 	if ! alive "$pid"; then
 		rm -f "$MY_PID"
 		log "mariadb: starting on 127.0.0.1:$MY_PORT"
+		started=1
 		# setsid + nohup: the server outlives this script and its terminal.
 		setsid nohup "$MARIADBD" --no-defaults --user=mysql \
 			--datadir="$MY_DATA" --socket="$MY_SOCK" --pid-file="$MY_PID" \
@@ -358,7 +375,19 @@ GRANT ALL PRIVILEGES ON *.* TO 'outboxgen'@'127.0.0.1' WITH GRANT OPTION;
 GRANT ALL PRIVILEGES ON *.* TO 'outboxgen'@'localhost' WITH GRANT OPTION;
 SQL
 	my_ready_app || die "mariadb: user outboxgen cannot log in on 127.0.0.1:$MY_PORT"
+	[ "$started" = 0 ] || my_drop_leftovers
 	log "mariadb: ready on 127.0.0.1:$MY_PORT ($(( $(now_ms) - t0 )) ms)"
+}
+
+# my_drop_leftovers drops the og_ databases (internal/testdb's) that killed
+# test runs left behind, as pg_drop_leftovers.
+my_drop_leftovers() {
+	local drops n
+	drops=$(my_root -N -B -e "SELECT CONCAT('DROP DATABASE IF EXISTS \`', schema_name, '\`;') FROM information_schema.schemata WHERE schema_name LIKE 'og\\_%'") || return 0
+	[ -n "$drops" ] || return 0
+	n=$(printf '%s\n' "$drops" | wc -l)
+	printf '%s\n' "$drops" | my_root || { log "mariadb: could not drop the leftover test databases (og_...)"; return 0; }
+	log "mariadb: dropped $n test database(s) (og_...) left behind by killed test runs"
 }
 
 my_stop() {

@@ -1,6 +1,9 @@
 package testdb
 
 import (
+	"database/sql"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -257,4 +260,140 @@ func TestScriptUsage(t *testing.T) {
 	if _, err := os.Lstat(dir); err == nil {
 		t.Error("a usage error created the data directory")
 	}
+}
+
+// TestScriptDropsLeftovers: a start that starts a server drops the og_
+// databases (and, on PostgreSQL, their replication slots) that killed test
+// runs left behind, and says how many; other databases stay, and a start
+// that finds the server running drops nothing (a live test may use it).
+// It runs private servers on free ports in a data directory of its own.
+func TestScriptDropsLeftovers(t *testing.T) {
+	needScriptRoot(t)
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and MariaDB servers of its own")
+	}
+	for _, bin := range []string{"mariadbd", "mariadb-install-db", "runuser"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if _, err := os.Stat("/usr/sbin/" + bin); err != nil {
+				t.Skipf("%s not installed", bin)
+			}
+		}
+	}
+	if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb"); len(m) == 0 {
+		t.Skip("PostgreSQL not installed")
+	}
+	top := t.TempDir()
+	// The servers run as postgres and mysql: they must reach the directory.
+	for _, d := range []string{filepath.Dir(top), top} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(top, "testdb")
+	ports := []string{"OUTBOXGEN_TESTDB_PG_PORT=" + freePort(t), "OUTBOXGEN_TESTDB_MYSQL_PORT=" + freePort(t)}
+	script := func(args ...string) (map[string]string, string) {
+		t.Helper()
+		stdout, stderr, ok := runScriptArgs(t, dir, args, ports...)
+		if !ok {
+			t.Fatalf("testdb.sh %q failed:\n%s%s", args, stdout, stderr)
+		}
+		env := map[string]string{}
+		for _, line := range strings.Split(stdout, "\n") {
+			if k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "="); ok {
+				env[k] = strings.Trim(v, "'")
+			}
+		}
+		return env, stderr
+	}
+	t.Cleanup(func() { runScriptArgs(t, dir, []string{"stop", "postgres", "mariadb"}, ports...) })
+	env, _ := script("start", "postgres", "mariadb")
+
+	open := func(driver, dsn string) *sql.DB {
+		t.Helper()
+		db, err := sql.Open(driver, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	pg := open("pgx", env[PostgresEnv])
+	my := open("mysql", env[MySQLEnv])
+	run := func(db *sql.DB, q string) {
+		t.Helper()
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, db := range []*sql.DB{pg, my} {
+		run(db, "CREATE DATABASE og_left1")
+		run(db, "CREATE DATABASE og_left2")
+		run(db, "CREATE DATABASE keep_me")
+	}
+	pgDSN, err := url.Parse(env[PostgresEnv])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgDSN.Path = "/og_left1"
+	slotDB := open("pgx", pgDSN.String())
+	run(slotDB, "SELECT pg_create_logical_replication_slot('og_left_slot', 'pgoutput')")
+	slotDB.Close()
+	pg.Close()
+	my.Close()
+
+	names := func(db *sql.DB, q string) []string {
+		t.Helper()
+		rows, err := db.Query(q)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	const pgDBs = "SELECT datname FROM pg_database WHERE datname LIKE 'og\\_%' OR datname = 'keep_me' ORDER BY 1"
+	const myDBs = "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'og\\_%' OR schema_name = 'keep_me' ORDER BY 1"
+
+	// Running: nothing is dropped.
+	_, stderr := script("start", "postgres", "mariadb")
+	if strings.Contains(stderr, "dropped") {
+		t.Fatalf("a start of running servers dropped databases:\n%s", stderr)
+	}
+	// Stopped and started: the leftovers go.
+	script("stop", "postgres", "mariadb")
+	env, stderr = script("start", "postgres", "mariadb")
+	for _, want := range []string{"postgres: dropped 2 test database(s)", "mariadb: dropped 2 test database(s)"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("start after a stop: log lacks %q:\n%s", want, stderr)
+		}
+	}
+	pg = open("pgx", env[PostgresEnv])
+	my = open("mysql", env[MySQLEnv])
+	if got := names(pg, pgDBs); strings.Join(got, ",") != "keep_me" {
+		t.Errorf("postgres databases after the start: %q, want only keep_me", got)
+	}
+	if got := names(pg, "SELECT slot_name FROM pg_replication_slots"); len(got) != 0 {
+		t.Errorf("postgres replication slots after the start: %q, want none", got)
+	}
+	if got := names(my, myDBs); strings.Join(got, ",") != "keep_me" {
+		t.Errorf("mariadb databases after the start: %q, want only keep_me", got)
+	}
+}
+
+// freePort returns a TCP port on 127.0.0.1 nothing listens on now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
