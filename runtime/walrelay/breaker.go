@@ -86,18 +86,24 @@ func (b *breaker) openEpoch() (epoch int, open bool) {
 // while open, only as the probe, when it is due and no other runs (probe
 // true); epoch is the breaker's at that moment (see failure). It does not
 // wait: an event that may not start goes back to its lane, and its
-// worker waits in await, holding nothing.
-func (b *breaker) acquire() (probe bool, epoch int, ok bool) {
+// worker waits in await, holding nothing. A publish that may start
+// counts as under way from here (as begin), unless carried: it counts
+// already, its failed batch's count handed over (handOver). So no verdict
+// sees nothing under way between the decision and the call.
+func (b *breaker) acquire(carried bool) (probe bool, epoch int, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
 	case !b.open:
-		return false, b.epoch, true
 	case b.mayStartLocked():
-		b.probing = true
-		return true, b.epoch, true
+		b.probing, probe = true, true
+	default:
+		return false, b.epoch, false
 	}
-	return false, b.epoch, false
+	if !carried {
+		b.inflight++
+	}
+	return probe, b.epoch, true
 }
 
 // mayStart reports whether acquire would let a publish start now.

@@ -610,18 +610,16 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 		ev.since = d.brk.successCount() // see breaker.verdict
 	}
 	for {
-		probe, epoch, ok := d.brk.acquire()
+		probe, epoch, ok := d.brk.acquire(ev.pending)
 		if !ok {
 			return notNow // it opened meanwhile, or another lane probes
 		}
-		// A publish under way at shutdown is waited for (stop), not cut.
-		// success and failure record the outcome as the call stops
-		// counting as under way, so that a verdict waiting for it sees it.
-		if ev.pending {
-			ev.pending = false // its count, from its failed batch, is this call's
-		} else {
-			d.brk.begin()
-		}
+		// Counted as under way now (its count from its failed batch, if
+		// pending, is this call's). A publish under way at shutdown is
+		// waited for (stop), not cut. success and failure record the
+		// outcome as the call stops counting as under way, so that a
+		// verdict waiting for it sees it.
+		ev.pending = false
 		err := r.publish(context.WithoutCancel(d.ctx), ev, ev.attempts+1, hooks{slow: p.slow, losers: &d.losers, pool: d.pool})
 		if err == nil {
 			d.brk.success(probe)

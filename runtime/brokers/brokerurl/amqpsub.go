@@ -72,7 +72,9 @@ var errAMQPSubscriberClosed = errors.New("AMQP subscriber closed")
 // channel it returns is closed then. A message is delivered once the one
 // before it was acknowledged or nacked (nacked: back to its queue).
 // Subscribe waits up to Options.ConnectTimeout (and ctx) for a connection
-// that is down, and for the broker's answers to its declarations.
+// that is down, and for the broker's answers to its declarations; once
+// it returned, subscribing again after an interruption waits as long as
+// the broker takes (or until ctx ends, or Close).
 func (s *amqpSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if strings.TrimSpace(topic) == "" {
 		return nil, redact.ErrorWith(errEmptyTopic, s.secrets...)
@@ -223,12 +225,29 @@ func (sub *amqpSubscription) run(ctx context.Context) {
 	for {
 		lost := sub.consume(ctx)
 		if sub.s.ctx.Err() == nil {
-			// Not waited for: a broker that stopped answering would hold
-			// the subscription (Close closes the connection, and with it
-			// the channel). A channel closed already returns at once.
-			go sub.ch.Close() //nolint:errcheck // puts back what it held
-		}
-		if !lost {
+			// Close puts back what the channel held. (After Close, the
+			// connection's close did.) A channel closed already returns
+			// at once.
+			closed := make(chan struct{})
+			go func(ch *amqp.Channel) {
+				defer close(closed)
+				ch.Close() //nolint:errcheck // nothing to do about it
+			}(sub.ch)
+			if !lost {
+				// The subscription ends: out closes once the broker has
+				// its messages back, so that a subscriber that follows
+				// gets them first; waited for at most amqpCloseWait, a
+				// broker that stopped answering must not hold it.
+				t := time.NewTimer(amqpCloseWait)
+				select {
+				case <-closed:
+				case <-t.C:
+					log.Warn("AMQP subscription ended without the broker's answer to closing its channel: what it held goes back to the queue when the broker notices", slog.Duration("waited", amqpCloseWait))
+				}
+				t.Stop()
+				return
+			}
+		} else if !lost {
 			return
 		}
 		log.Warn("AMQP subscription interrupted: subscribing again")
@@ -238,10 +257,12 @@ func (sub *amqpSubscription) run(ctx context.Context) {
 			if err != nil {
 				return // ctx ended, or Close
 			}
-			attempt, cancel := context.WithTimeout(ctx, sub.s.connectTimeout)
-			err = sub.startWithin(attempt, conn)
-			cancel()
-			if err == nil {
+			// Bounded by ctx alone, not ConnectTimeout: a broker slower
+			// than that for the six calls of a subscription would never
+			// get it back, each attempt given up and begun again. One
+			// that stops answering loses the connection to the
+			// heartbeats, and the attempt fails then.
+			if err = sub.startWithin(ctx, conn); err == nil {
 				break
 			}
 			if ctx.Err() != nil {

@@ -187,13 +187,16 @@ func TestAMQPSubscriberQueueDeleted(t *testing.T) {
 // queue, for the next subscriber of the group.
 func TestAMQPSubscriberPutsBackUnacked(t *testing.T) {
 	u := serverURL(t, amqpEnv)
-	for _, how := range []string{"close", "context"} {
+	// "context, lag": the subscriber's calls reach the broker 200 ms late
+	// as the subscription ends.
+	for _, how := range []string{"close", "context", "context, lag"} {
 		t.Run(how, func(t *testing.T) {
 			group := "tests-" + randSuffix(t)
 			topic := "orders.back." + randSuffix(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			sub, err := brokerurl.OpenSubscriber(ctx, u+"?prefetch=10", group, brokerurl.Options{Logger: quiet})
+			proxy, via := lagproxy.ForURL(t, u)
+			sub, err := brokerurl.OpenSubscriber(ctx, via+"?prefetch=10", group, brokerurl.Options{Logger: quiet})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -216,6 +219,9 @@ func TestAMQPSubscriberPutsBackUnacked(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else {
+				if how == "context, lag" {
+					proxy.SetLag(200 * time.Millisecond)
+				}
 				cancel()
 			}
 			select {
@@ -228,6 +234,13 @@ func TestAMQPSubscriberPutsBackUnacked(t *testing.T) {
 			}
 			if took := time.Since(began); took > 2*time.Second {
 				t.Errorf("the subscription took %s to end", took.Round(time.Millisecond))
+			}
+			// Back in the queue by the time the channel closed: a
+			// subscriber that follows gets them first.
+			if q, err := amqpChannel(t, u).QueueDeclarePassive(group+"."+topic, true, false, false, false, nil); err != nil {
+				t.Fatal(err)
+			} else if q.Messages != 3 {
+				t.Errorf("%d messages ready in the queue as the subscription's channel closed, want all 3 back", q.Messages)
 			}
 			select {
 			case <-held.Context().Done():
@@ -472,5 +485,43 @@ func TestAMQPSubscriptionEndsWhileResubscribing(t *testing.T) {
 	}
 	if took := time.Since(began); took > time.Second {
 		t.Errorf("the subscription took %s to end", took.Round(time.Millisecond))
+	}
+}
+
+// TestAMQPSubscriberResubscribesOnSlowBroker: a broker that answers, but
+// takes longer than ConnectTimeout for the calls of a subscription (six
+// round trips of 300 ms here, against 1 s), gets the subscription back
+// after an interruption. (Found by review: each attempt was given up at
+// ConnectTimeout, its late consumer closed, and the next begun from
+// scratch, so none ever finished.)
+func TestAMQPSubscriberResubscribesOnSlowBroker(t *testing.T) {
+	u := serverURL(t, amqpEnv)
+	proxy, via := lagproxy.ForURL(t, u)
+	var logs syncbuf.Buffer
+	s := newAMQPSub(t, u, via, brokerurl.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), ConnectTimeout: time.Second})
+	s.publish(t, "a1")
+	s.receive(t, 10*time.Second, "a1")
+	proxy.SetLag(300 * time.Millisecond)
+	if _, err := amqpChannel(t, u).QueueDelete(s.queue, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	// Published once the queue is consumed again (bound before): before
+	// that, it would go nowhere.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if q, err := amqpChannel(t, u).QueueDeclarePassive(s.queue, true, false, false, false, nil); err == nil && q.Consumers > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the queue was not consumed again within 20 s; log:\n%s", logs.String())
+		}
+	}
+	s.publish(t, "b1")
+	if m := s.next(t, 20*time.Second); m.UUID != "b1" {
+		t.Fatalf("got %s, want b1", m.UUID)
+	} else {
+		m.Ack()
+	}
+	if n := strings.Count(logs.String(), "subscribing again failed"); n > 0 {
+		t.Errorf("%d attempts to subscribe again failed on a broker that answers:\n%s", n, logs.String())
 	}
 }
