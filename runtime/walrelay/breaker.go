@@ -215,7 +215,9 @@ func (b *breaker) successCount() uint64 {
 // the events of a batch call that failed or was split, until each one's
 // own call has an outcome (handOver). The lane gives back its place
 // among the single deliveries while it waits here, so that those calls
-// can run. ok is false when ctx ends.
+// can run. ok is false when ctx ends. (A park verdict whose successes
+// all came after the event's last failure gets it one more attempt
+// first: see deliver.)
 func (b *breaker) verdict(ctx context.Context, since uint64) (park, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -265,10 +267,11 @@ func (b *breaker) success(probe bool) {
 
 // failure records a failed publish call of key that started at epoch,
 // ends it (in one step, as success), and reports whether it counts toward
-// parking the event.
-func (b *breaker) failure(key string, probe bool, epoch int, permanent bool) bool {
+// parking the event, and the success count at its end (successCount).
+func (b *breaker) failure(key string, probe bool, epoch int, permanent bool) (counted bool, successes uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	successes = b.successes
 	b.endLocked()
 	if probe {
 		b.probing = false
@@ -277,17 +280,17 @@ func (b *breaker) failure(key string, probe bool, epoch int, permanent bool) boo
 		b.next = time.Now().Add(wait)
 		b.r.log.Warn("circuit breaker probe failed: still paused", slog.Int("failed_probes", b.trips-1), slog.Duration("next_probe_in", wait))
 		b.signal()
-		return permanent
+		return permanent, successes
 	}
 	if permanent {
-		return true
+		return true, successes
 	}
 	if b.open || epoch != b.epoch {
-		return false
+		return false, successes
 	}
 	b.failKeys[key] = true
 	if len(b.failKeys) < 2 {
-		return true
+		return true, successes
 	}
 	b.open = true
 	b.epoch++
@@ -302,5 +305,5 @@ func (b *breaker) failure(key string, probe bool, epoch int, permanent bool) boo
 		b.r.tel.Breaker(true)
 	}
 	b.signal()
-	return false
+	return false, successes
 }

@@ -197,7 +197,9 @@
 // meanwhile or none is under way (breaker.verdict): a publish that fails
 // fast at the start of an outage, while the others still wait for the
 // broker, would otherwise be parked before their failures open the
-// breaker. A batch call that fails (or is split by its hedge) says
+// breaker. When every success came after its last failure (calls under
+// way as an outage ended), the broker may have come back since: it is
+// tried once more before it is parked. A batch call that fails (or is split by its hedge) says
 // nothing of any one key: its events count as under way until their own
 // calls, which follow, have an outcome, and an event waiting for its
 // verdict gives back its place among the single deliveries so that they

@@ -631,7 +631,7 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 			d.brk.end()
 			return cutOff
 		}
-		counted := d.brk.failure(ev.Key, probe, epoch, permanent)
+		counted, failedAt := d.brk.failure(ev.Key, probe, epoch, permanent)
 		text := telemetry.ErrorText(err)
 		if !counted {
 			// Another lane probes next: a poison event that probed the
@@ -661,6 +661,18 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 			}
 			if !p.back() {
 				return cutOff
+			}
+			if !ev.again && failedAt == ev.since && d.brk.successCount() != ev.since {
+				// The broker accepted others only after this event's
+				// last failure, not while it was failing: it may have
+				// come back since (calls under way as an outage ended).
+				// One more attempt tells.
+				ev.again = true
+				ev.attempts--
+				ev.since = d.brk.successCount()
+				r.log.Info("publish failed, then the broker accepted other events: trying it once more before parking it",
+					slog.String("event_id", ev.ID.String()), slog.String("key", ev.Key))
+				continue
 			}
 		}
 		if permanent || ev.attempts >= r.cfg.QuickRetries {

@@ -1083,3 +1083,88 @@ func TestPoisonLanesTakeTurnsToProbe(t *testing.T) {
 		})
 	}
 }
+
+// recoverPub: the call of key x hangs until release is closed, then
+// succeeds; the others fail while down is set, and succeed after.
+type recoverPub struct {
+	release, xStarted chan struct{}
+	once              sync.Once
+	down              atomic.Bool
+	mu                sync.Mutex
+	calls             map[string]int
+}
+
+func (p *recoverPub) Publish(_ string, msgs ...*message.Message) error {
+	key := keysOf(msgs)[0]
+	p.mu.Lock()
+	if p.calls == nil {
+		p.calls = map[string]int{}
+	}
+	p.calls[key]++
+	p.mu.Unlock()
+	if key == "x" {
+		p.once.Do(func() { close(p.xStarted) })
+		<-p.release
+		return nil
+	}
+	if p.down.Load() {
+		return errors.New("connection refused (test)")
+	}
+	return nil
+}
+func (p *recoverPub) Close() error { return nil }
+
+// TestVerdictRetriesAfterRecovery: y fails while the broker is down and
+// waits for its verdict while x's slow call is under way; the broker
+// comes back, and x's call succeeds after y's last failure. That success
+// says the broker works now, not that y is poison: y gets one more
+// attempt, succeeds, and is not parked. (Found by TestStreamChaos's
+// reasoning: y was parked, its key's later events behind it.) A poison
+// event still is parked: a success while it was failing is the evidence
+// (TestPoisonKeysAfterOutage, TestPoisonLanesTakeTurnsToProbe), and its
+// one more attempt fails.
+func TestVerdictRetriesAfterRecovery(t *testing.T) {
+	for _, poison := range []bool{false, true} {
+		t.Run(fmt.Sprintf("poison=%v", poison), func(t *testing.T) {
+			pub := &recoverPub{release: make(chan struct{}), xStarted: make(chan struct{})}
+			pub.down.Store(true)
+			rig := verdictRig(t, pub, false)
+			rig.d.dispatch(ev("x", "t"))
+			<-pub.xStarted
+			time.Sleep(30 * time.Millisecond) // x's call is slow: it gave its place back
+			rig.d.dispatch(ev("y", "t"))
+			time.Sleep(100 * time.Millisecond) // y failed, and waits for x's call
+			if !poison {
+				pub.down.Store(false)
+			}
+			close(pub.release)
+			if poison {
+				// Still failing after x's success: parked (in a database
+				// that refuses connections, so the parking's failure is
+				// what shows).
+				deadline := time.Now().Add(5 * time.Second)
+				for !rig.log.contain("parking in the outbox table failed") {
+					if time.Now().After(deadline) {
+						t.Fatal("y kept failing after the broker accepted x, yet was not parked within 5 s")
+					}
+					time.Sleep(time.Millisecond)
+				}
+				pub.mu.Lock()
+				defer pub.mu.Unlock()
+				if pub.calls["y"] != 2 {
+					t.Errorf("y was tried %d times, want 2 (one more once x succeeded)", pub.calls["y"])
+				}
+				return
+			}
+			rig.settle(t, 2, 5*time.Second)
+			if rig.log.contain("parking in the outbox table failed") {
+				t.Error("y went to parking, though the broker accepted it once back")
+			}
+			pub.mu.Lock()
+			defer pub.mu.Unlock()
+			if pub.calls["y"] != 2 {
+				t.Errorf("y was tried %d times, want 2 (one more once x succeeded)", pub.calls["y"])
+			}
+		})
+	}
+}

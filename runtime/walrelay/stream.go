@@ -52,6 +52,9 @@ type event struct {
 	// pending is.
 	attempts int
 	since    uint64
+	// again: it was given one more attempt, the broker having accepted
+	// others only after its last failure (see deliver). Held as pending is.
+	again bool
 }
 
 // settlement is one settled event, as the reader accounts for it.
