@@ -252,16 +252,19 @@ CONF
 	log "postgres: ready on 127.0.0.1:$PG_PORT ($(( $(now_ms) - t0 )) ms)"
 }
 
-# pg_drop_leftovers drops the og_ databases (internal/testdb's) and their
-# replication slots that killed test runs left behind. Only run right
-# after this script started the server: no test can be using one then.
+# pg_drop_leftovers drops the test databases (internal/testdb's: og_ and
+# 16 lower-case hex digits, exactly) and their replication slots that
+# killed test runs left behind. Only run right after this script started
+# the server: no test can be using one then (unless a test run outlived
+# the server it used, and creates one in the moment between).
 pg_drop_leftovers() {
 	local n
-	n=$(pg_psql -At -c "SELECT count(*) FROM pg_database WHERE datname LIKE 'og\_%'") || return 0
+	n=$(pg_psql -At -c "SELECT count(*) FROM pg_database WHERE datname ~ '^og_[0-9a-f]{16}\$'") || return 0
 	[ "$n" -gt 0 ] || return 0
 	pg_psql >/dev/null <<'SQL' || { log "postgres: could not drop the leftover test databases (og_...)"; return 0; }
-SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database LIKE 'og\_%' AND NOT active;
-SELECT format('DROP DATABASE IF EXISTS %I WITH (FORCE)', datname) FROM pg_database WHERE datname LIKE 'og\_%' \gexec
+SET lock_timeout = '10s';
+SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database ~ '^og_[0-9a-f]{16}$' AND NOT active;
+SELECT format('DROP DATABASE IF EXISTS %I WITH (FORCE)', datname) FROM pg_database WHERE datname ~ '^og_[0-9a-f]{16}$' \gexec
 SQL
 	log "postgres: dropped $n test database(s) (og_...) left behind by killed test runs"
 }
@@ -379,14 +382,15 @@ SQL
 	log "mariadb: ready on 127.0.0.1:$MY_PORT ($(( $(now_ms) - t0 )) ms)"
 }
 
-# my_drop_leftovers drops the og_ databases (internal/testdb's) that killed
-# test runs left behind, as pg_drop_leftovers.
+# my_drop_leftovers drops the test databases that killed test runs left
+# behind, as pg_drop_leftovers. (REGEXP BINARY: schema names compare
+# without regard to case, and OG_x is not a test database.)
 my_drop_leftovers() {
 	local drops n
-	drops=$(my_root -N -B -e "SELECT CONCAT('DROP DATABASE IF EXISTS \`', schema_name, '\`;') FROM information_schema.schemata WHERE schema_name LIKE 'og\\_%'") || return 0
+	drops=$(my_root -N -B -e "SELECT CONCAT('DROP DATABASE IF EXISTS \`', schema_name, '\`;') FROM information_schema.schemata WHERE schema_name REGEXP BINARY '^og_[0-9a-f]{16}\$'") || return 0
 	[ -n "$drops" ] || return 0
 	n=$(printf '%s\n' "$drops" | wc -l)
-	printf '%s\n' "$drops" | my_root || { log "mariadb: could not drop the leftover test databases (og_...)"; return 0; }
+	{ echo "SET SESSION lock_wait_timeout = 10;"; printf '%s\n' "$drops"; } | my_root || { log "mariadb: could not drop the leftover test databases (og_...)"; return 0; }
 	log "mariadb: dropped $n test database(s) (og_...) left behind by killed test runs"
 }
 

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -325,16 +326,21 @@ func TestScriptDropsLeftovers(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
+	// Two of internal/testdb's names, and names close to them that are
+	// not (OG_… on MariaDB, whose schema names compare without regard
+	// to case; PostgreSQL folds the unquoted name).
+	const left1, left2 = "og_00000000000000a1", "og_00000000000000a2"
 	for _, db := range []*sql.DB{pg, my} {
-		run(db, "CREATE DATABASE og_left1")
-		run(db, "CREATE DATABASE og_left2")
-		run(db, "CREATE DATABASE keep_me")
+		for _, name := range []string{left1, left2, "keep_me", "og_left", "ogx0000000000000000", "og_00000000000000a3x"} {
+			run(db, "CREATE DATABASE "+name)
+		}
 	}
+	run(my, "CREATE DATABASE OG_00000000000000A4")
 	pgDSN, err := url.Parse(env[PostgresEnv])
 	if err != nil {
 		t.Fatal(err)
 	}
-	pgDSN.Path = "/og_left1"
+	pgDSN.Path = "/" + left1
 	slotDB := open("pgx", pgDSN.String())
 	run(slotDB, "SELECT pg_create_logical_replication_slot('og_left_slot', 'pgoutput')")
 	slotDB.Close()
@@ -356,10 +362,12 @@ func TestScriptDropsLeftovers(t *testing.T) {
 			}
 			out = append(out, s)
 		}
+		slices.Sort(out) // MariaDB's ORDER BY ignores case
 		return out
 	}
-	const pgDBs = "SELECT datname FROM pg_database WHERE datname LIKE 'og\\_%' OR datname = 'keep_me' ORDER BY 1"
-	const myDBs = "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'og\\_%' OR schema_name = 'keep_me' ORDER BY 1"
+	const pgDBs = "SELECT datname FROM pg_database WHERE datname NOT IN ('postgres', 'template0', 'template1') ORDER BY 1"
+	const myDBs = "SELECT schema_name FROM information_schema.schemata WHERE schema_name NOT IN ('information_schema', 'mysql', 'performance_schema', 'sys') ORDER BY 1"
+	const kept = "keep_me,og_00000000000000a3x,og_left,ogx0000000000000000"
 
 	// Running: nothing is dropped.
 	_, stderr := script("start", "postgres", "mariadb")
@@ -376,14 +384,14 @@ func TestScriptDropsLeftovers(t *testing.T) {
 	}
 	pg = open("pgx", env[PostgresEnv])
 	my = open("mysql", env[MySQLEnv])
-	if got := names(pg, pgDBs); strings.Join(got, ",") != "keep_me" {
-		t.Errorf("postgres databases after the start: %q, want only keep_me", got)
+	if got := strings.Join(names(pg, pgDBs), ","); got != kept {
+		t.Errorf("postgres databases after the start: %s, want %s", got, kept)
 	}
 	if got := names(pg, "SELECT slot_name FROM pg_replication_slots"); len(got) != 0 {
 		t.Errorf("postgres replication slots after the start: %q, want none", got)
 	}
-	if got := names(my, myDBs); strings.Join(got, ",") != "keep_me" {
-		t.Errorf("mariadb databases after the start: %q, want only keep_me", got)
+	if got, want := strings.Join(names(my, myDBs), ","), "OG_00000000000000A4,"+kept; got != want {
+		t.Errorf("mariadb databases after the start: %s, want %s", got, want)
 	}
 }
 

@@ -90,7 +90,9 @@ func (b *breaker) openEpoch() (epoch int, open bool) {
 // counts as under way from here (as begin), unless carried: it counts
 // already, its failed batch's count handed over (handOver). So no verdict
 // sees nothing under way between the decision and the call.
-func (b *breaker) acquire(carried bool) (probe bool, epoch int, ok bool) {
+//
+// successes is the success count as it starts (see deliver).
+func (b *breaker) acquire(carried bool) (probe bool, epoch int, successes uint64, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
@@ -98,12 +100,12 @@ func (b *breaker) acquire(carried bool) (probe bool, epoch int, ok bool) {
 	case b.mayStartLocked():
 		b.probing, probe = true, true
 	default:
-		return false, b.epoch, false
+		return false, b.epoch, b.successes, false
 	}
 	if !carried {
 		b.inflight++
 	}
-	return probe, b.epoch, true
+	return probe, b.epoch, b.successes, true
 }
 
 // mayStart reports whether acquire would let a publish start now.
@@ -267,11 +269,10 @@ func (b *breaker) success(probe bool) {
 
 // failure records a failed publish call of key that started at epoch,
 // ends it (in one step, as success), and reports whether it counts toward
-// parking the event, and the success count at its end (successCount).
-func (b *breaker) failure(key string, probe bool, epoch int, permanent bool) (counted bool, successes uint64) {
+// parking the event.
+func (b *breaker) failure(key string, probe bool, epoch int, permanent bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	successes = b.successes
 	b.endLocked()
 	if probe {
 		b.probing = false
@@ -280,17 +281,17 @@ func (b *breaker) failure(key string, probe bool, epoch int, permanent bool) (co
 		b.next = time.Now().Add(wait)
 		b.r.log.Warn("circuit breaker probe failed: still paused", slog.Int("failed_probes", b.trips-1), slog.Duration("next_probe_in", wait))
 		b.signal()
-		return permanent, successes
+		return permanent
 	}
 	if permanent {
-		return true, successes
+		return true
 	}
 	if b.open || epoch != b.epoch {
-		return false, successes
+		return false
 	}
 	b.failKeys[key] = true
 	if len(b.failKeys) < 2 {
-		return true, successes
+		return true
 	}
 	b.open = true
 	b.epoch++
@@ -305,5 +306,5 @@ func (b *breaker) failure(key string, probe bool, epoch int, permanent bool) (co
 		b.r.tel.Breaker(true)
 	}
 	b.signal()
-	return false, successes
+	return false
 }

@@ -24,6 +24,7 @@ const (
 	DefaultMaxUnconfirmed   = 1 << 18
 	DefaultQuickRetries     = 3
 	DefaultRetryDelay       = 200 * time.Millisecond
+	DefaultParkAloneAfter   = 10 * time.Second
 	DefaultPublishTimeout   = 30 * time.Second
 	DefaultStatusInterval   = time.Second
 	DefaultTakeoverInterval = 5 * time.Second
@@ -126,10 +127,24 @@ type Config struct {
 
 	// QuickRetries is the number of publish attempts of an event, RetryDelay
 	// apart, before it is parked in the outbox table (default 3). Attempts
-	// made while the circuit breaker is open do not count.
+	// made while the circuit breaker is open do not count. One more is
+	// made when the broker accepted other events only once the last had
+	// begun (it may have come back meanwhile), and more, for
+	// ParkAloneAfter, when its key fails alone.
 	QuickRetries int
 	// RetryDelay is the pause between quick retries (default 200ms).
 	RetryDelay time.Duration
+	// ParkAloneAfter is how long an event whose quick retries failed is
+	// retried further when its key fails alone: no other publish
+	// succeeded meanwhile, and none is under way to tell a broker outage
+	// from a poison event (a quiet moment). The pauses grow from
+	// RetryDelay, doubling; the broker's return, or another key's publish,
+	// decides; after this long it is parked (default 10s). So a short
+	// outage at a quiet moment is ridden out instead of sending the key to
+	// the polling relay, whose first retry of a parked event comes Backoff
+	// later (a minute by default); the cost is this long before a poison
+	// event, alone, is parked.
+	ParkAloneAfter time.Duration
 	// Backoff gives the next_retry_time of a parked event, after its
 	// attempt-th failure (default relay.DefaultBackoff, as the polling
 	// relay's). The parked row is charged one attempt.
@@ -254,6 +269,9 @@ func (c *Config) setDefaults(table string) {
 	if c.RetryDelay == 0 {
 		c.RetryDelay = DefaultRetryDelay
 	}
+	if c.ParkAloneAfter == 0 {
+		c.ParkAloneAfter = DefaultParkAloneAfter
+	}
 	if c.Backoff == nil {
 		c.Backoff = relay.DefaultBackoff
 	}
@@ -317,7 +335,7 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"RetryDelay", c.RetryDelay}, {"PublishTimeout", c.PublishTimeout}, {"StatusInterval", c.StatusInterval},
+	}{{"RetryDelay", c.RetryDelay}, {"ParkAloneAfter", c.ParkAloneAfter}, {"PublishTimeout", c.PublishTimeout}, {"StatusInterval", c.StatusInterval},
 		{"TakeoverInterval", c.TakeoverInterval}, {"ShutdownTimeout", c.ShutdownTimeout}, {"ReconnectMax", c.ReconnectMax}} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("walrelay: Config.%s is %s: use a positive duration (or 0 for the default)", d.name, d.v))

@@ -18,7 +18,7 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 		t.Fatalf("defaults invalid: %v", err)
 	}
 	if c.Slot != "outboxgen_outbox_event" || c.Publication != c.Slot || c.QuickRetries != DefaultQuickRetries || c.MaxInFlight != DefaultMaxInFlight ||
-		c.MaxInFlightBytes != DefaultMaxInFlightBytes {
+		c.MaxInFlightBytes != DefaultMaxInFlightBytes || c.ParkAloneAfter != DefaultParkAloneAfter {
 		t.Errorf("defaults: %+v", c)
 	}
 	bad := c
@@ -28,12 +28,13 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 	bad.MaxInFlightBytes = -1
 	bad.QuickRetries = -1
 	bad.StatusInterval = -1
+	bad.ParkAloneAfter = -time.Second
 	bad.HedgeAfter = time.Second // without Hedge
 	err := bad.Validate()
 	if err == nil {
 		t.Fatal("invalid config accepted")
 	}
-	for _, want := range []string{"Publisher is nil", `Slot "Bad-Slot"`, "MaxInFlight is", "MaxInFlightBytes", "QuickRetries", "StatusInterval", "HedgeAfter is 1s but Config.Hedge is false"} {
+	for _, want := range []string{"Publisher is nil", `Slot "Bad-Slot"`, "MaxInFlight is", "MaxInFlightBytes", "QuickRetries", "StatusInterval", "ParkAloneAfter is -1s", "HedgeAfter is 1s but Config.Hedge is false"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}

@@ -185,21 +185,25 @@
 // one lane probes every BreakerBackoff until a publish succeeds. An
 // outage therefore pauses the stream instead of parking the world. A
 // single failing key never opens it (other keys' successes reset the
-// count): that key is parked. When only one key has traffic during an
-// outage, its event is parked (it cannot be told from a poison event);
-// the polling relay then publishes it after the outage. "Only one key"
-// means within its quick retries (QuickRetries attempts RetryDelay
-// apart, 400 ms by default): another key's failure in that time opens the
-// breaker first (TestStreamChaos: with writes every 5–15 ms, no good key
-// was parked with 40 ms of retries; one, in 3 of 4 runs, with 5 ms). An
-// event whose
-// quick retries failed is parked only once another publish succeeded
-// meanwhile or none is under way (breaker.verdict): a publish that fails
-// fast at the start of an outage, while the others still wait for the
-// broker, would otherwise be parked before their failures open the
-// breaker. When every success came after its last failure (calls under
-// way as an outage ended), the broker may have come back since: it is
-// tried once more before it is parked. A batch call that fails (or is split by its hedge) says
+// count): that key is parked. An event whose quick retries failed is
+// parked only once another publish succeeded meanwhile or none is under
+// way (breaker.verdict): a publish that fails fast at the start of an
+// outage, while the others still wait for the broker, would otherwise be
+// parked before their failures open the breaker. When every success
+// came after its last failure (calls under way as an outage ended), the
+// broker may have come back since: it is tried once more before it is
+// parked. When nothing succeeded and nothing else is under way (its key
+// fails alone, at a quiet moment), an outage cannot be told from a poison
+// event: it is retried, the pauses doubling from RetryDelay, for
+// ParkAloneAfter (10 s) before it is parked, waiting as a slow call does
+// (its worker's place given to another), so that the broker's return or
+// another key's publish decides. A short outage at a quiet moment is so
+// ridden out (TestLoneKeyOutage); before, the key went to the polling
+// relay, whose first retry comes a minute later. A success that lands
+// between an event's attempts, as an outage begins, still makes a good
+// event look poison (TestStreamChaos: a good key parked in 1 of 10 runs
+// with retries 5 ms apart, none in 10 with 20 ms).
+// A batch call that fails (or is split by its hedge) says
 // nothing of any one key: its events count as under way until their own
 // calls, which follow, have an outcome, and an event waiting for its
 // verdict gives back its place among the single deliveries so that they

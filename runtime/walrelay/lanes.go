@@ -610,7 +610,7 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 		ev.since = d.brk.successCount() // see breaker.verdict
 	}
 	for {
-		probe, epoch, ok := d.brk.acquire(ev.pending)
+		probe, epoch, startedAt, ok := d.brk.acquire(ev.pending)
 		if !ok {
 			return notNow // it opened meanwhile, or another lane probes
 		}
@@ -631,7 +631,8 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 			d.brk.end()
 			return cutOff
 		}
-		counted, failedAt := d.brk.failure(ev.Key, probe, epoch, permanent)
+		counted := d.brk.failure(ev.Key, probe, epoch, permanent)
+		delay := r.cfg.RetryDelay
 		text := telemetry.ErrorText(err)
 		if !counted {
 			// Another lane probes next: a poison event that probed the
@@ -662,17 +663,42 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 			if !p.back() {
 				return cutOff
 			}
-			if !ev.again && failedAt == ev.since && d.brk.successCount() != ev.since {
-				// The broker accepted others only after this event's
-				// last failure, not while it was failing: it may have
-				// come back since (calls under way as an outage ended).
-				// One more attempt tells.
-				ev.again = true
+			if startedAt == ev.since && d.brk.successCount() != ev.since {
+				// The broker accepted others only once this event's last
+				// attempt had begun, not while it was failing before: it
+				// may have come back meanwhile (calls under way as an
+				// outage ended). One more attempt tells; it begins after
+				// those successes, so this holds once.
+				if d.ctx.Err() != nil {
+					return cutOff // stop starts no new publish
+				}
 				ev.attempts--
-				ev.since = d.brk.successCount()
 				r.log.Info("publish failed, then the broker accepted other events: trying it once more before parking it",
 					slog.String("event_id", ev.ID.String()), slog.String("key", ev.Key))
 				continue
+			}
+			if d.brk.successCount() == ev.since {
+				// Its key fails alone: nothing succeeded since its first
+				// attempt and nothing else is under way to tell an outage
+				// (a quiet moment) from a poison event. Retried with
+				// growing pauses until the broker's return or another
+				// key's publish decides, for ParkAloneAfter at most. It
+				// waits as a slow call does, its worker's place given to
+				// another, so that the other keys' publishes, which may
+				// decide, go on; with no stall left to take, it is parked
+				// now.
+				if ev.alone.IsZero() {
+					ev.alone = time.Now()
+				}
+				if left := r.cfg.ParkAloneAfter - time.Since(ev.alone); left > 0 && p.slow() {
+					if ev.aloneTries == 0 {
+						r.log.Info("publish failed, and no other key's publish tells a broker outage from a poison event: retrying it before parking it",
+							slog.String("event_id", ev.ID.String()), slog.String("key", ev.Key), slog.Duration("for", left))
+					}
+					ev.attempts--
+					ev.aloneTries++
+					delay = min(r.cfg.RetryDelay<<min(ev.aloneTries, 16), left)
+				}
 			}
 		}
 		if permanent || ev.attempts >= r.cfg.QuickRetries {
@@ -689,11 +715,14 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 			d.parkedOne(ev, "its publish kept failing: "+text)
 			return settled
 		}
-		t := time.NewTimer(r.cfg.RetryDelay)
+		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
 		case <-d.ctx.Done():
 			t.Stop()
+			return cutOff
+		}
+		if !p.back() || d.ctx.Err() != nil { // after waiting alone; stop starts no new publish
 			return cutOff
 		}
 	}

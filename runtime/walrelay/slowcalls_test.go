@@ -65,7 +65,9 @@ type dispatchRig struct {
 
 func newDispatchRig(t *testing.T, pub message.Publisher, mod func(*Config)) *dispatchRig {
 	t.Helper()
-	cfg := Config{Publisher: pub, RetryDelay: 10 * time.Millisecond, ShutdownTimeout: 10 * time.Second}
+	// ParkAloneAfter short: a poison event that fails alone, nothing else
+	// under way, is parked soon (TestLoneKeyOutage sets its own).
+	cfg := Config{Publisher: pub, RetryDelay: 10 * time.Millisecond, ParkAloneAfter: 300 * time.Millisecond, ShutdownTimeout: 10 * time.Second}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -1166,5 +1168,160 @@ func TestVerdictRetriesAfterRecovery(t *testing.T) {
 				t.Errorf("y was tried %d times, want 2 (one more once x succeeded)", pub.calls["y"])
 			}
 		})
+	}
+}
+
+// lonePub fails every call while down is set, and always the calls of
+// key poison; it counts calls by key and records when each key was first
+// accepted.
+type lonePub struct {
+	poison   string
+	down     atomic.Bool
+	mu       sync.Mutex
+	calls    map[string]int
+	accepted map[string]time.Time
+}
+
+func (p *lonePub) Publish(_ string, msgs ...*message.Message) error {
+	key := keysOf(msgs)[0]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.calls == nil {
+		p.calls, p.accepted = map[string]int{}, map[string]time.Time{}
+	}
+	p.calls[key]++
+	if p.down.Load() || key == p.poison {
+		return errors.New("connection refused (test)")
+	}
+	if _, ok := p.accepted[key]; !ok {
+		p.accepted[key] = time.Now()
+	}
+	return nil
+}
+func (p *lonePub) Close() error { return nil }
+
+// waitParking waits for a parking (it fails: verdictRig's database
+// refuses connections) and returns when it was seen.
+func waitParking(t *testing.T, rig *dispatchRig, within time.Duration, what string) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !rig.log.contain("parking in the outbox table failed") {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not parked within %s", what, within)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Now()
+}
+
+// TestLoneKeyOutage: with nothing else to publish, a key whose publishes
+// fail cannot be told from a poison event. An outage shorter than
+// ParkAloneAfter is ridden out: the event is retried, with growing
+// pauses, and published once the broker is back, not parked (before, it
+// was parked at once, and its key went to the polling relay: a minute's
+// Backoff before its first retry). A poison event alone is parked after
+// ParkAloneAfter, with few attempts. And while one waits alone, its
+// worker's place goes to another: with one worker, another key's event
+// is published at once, and its success shows the waiting one is
+// poison: parked then, not ParkAloneAfter later.
+func TestLoneKeyOutage(t *testing.T) {
+	rig := func(t *testing.T, pub *lonePub, parkAfter time.Duration) *dispatchRig {
+		rig := verdictRig(t, pub, false)
+		rig.d.r.cfg.ParkAloneAfter = parkAfter
+		return rig
+	}
+	t.Run("short outage", func(t *testing.T) {
+		pub := &lonePub{}
+		pub.down.Store(true)
+		rig := rig(t, pub, 5*time.Second)
+		rig.d.dispatch(ev("y", "t"))
+		time.Sleep(300 * time.Millisecond)
+		pub.down.Store(false)
+		rig.settle(t, 1, 3*time.Second)
+		if rig.log.contain("parking in the outbox table failed") {
+			t.Error("y was parked during a 300 ms outage, ParkAloneAfter 5 s")
+		}
+	})
+	t.Run("poison alone", func(t *testing.T) {
+		pub := &lonePub{poison: "y"}
+		rig := rig(t, pub, 500*time.Millisecond)
+		began := time.Now()
+		rig.d.dispatch(ev("y", "t"))
+		parked := waitParking(t, rig, 5*time.Second, "y, poison, alone")
+		if took := parked.Sub(began); took < 500*time.Millisecond {
+			t.Errorf("y was parked %s after its first attempt, before ParkAloneAfter (500 ms)", took.Round(time.Millisecond))
+		}
+		pub.mu.Lock()
+		defer pub.mu.Unlock()
+		// RetryDelay 10 ms doubling: 20, 40, 80, 160 and 200 (what is
+		// left) ms.
+		if n := pub.calls["y"]; n < 4 || n > 8 {
+			t.Errorf("y was tried %d times in 500 ms, want 4 to 8 (pauses doubling from RetryDelay)", n)
+		}
+	})
+	t.Run("another key decides", func(t *testing.T) {
+		pub := &lonePub{poison: "y"}
+		rig := rig(t, pub, 10*time.Second)
+		rig.d.dispatch(ev("y", "t"))
+		time.Sleep(200 * time.Millisecond) // y fails alone, and waits
+		sent := time.Now()
+		rig.d.dispatch(ev("g", "t"))
+		rig.settle(t, 1, 2*time.Second)
+		pub.mu.Lock()
+		took := pub.accepted["g"].Sub(sent)
+		pub.mu.Unlock()
+		if took > 500*time.Millisecond {
+			t.Errorf("g was published %s after it was dispatched, while y waited alone: its worker was held", took.Round(time.Millisecond))
+		}
+		waitParking(t, rig, 3*time.Second, "y, once g succeeded")
+	})
+}
+
+// lateFailPub: y's first call hangs until release, then fails (a call on
+// a connection that died in the outage); every other call succeeds.
+type lateFailPub struct {
+	release, yStarted chan struct{}
+	once              sync.Once
+	mu                sync.Mutex
+	calls             map[string]int
+}
+
+func (p *lateFailPub) Publish(_ string, msgs ...*message.Message) error {
+	key := keysOf(msgs)[0]
+	p.mu.Lock()
+	if p.calls == nil {
+		p.calls = map[string]int{}
+	}
+	p.calls[key]++
+	n := p.calls[key]
+	p.mu.Unlock()
+	if key == "y" && n == 1 {
+		p.once.Do(func() { close(p.yStarted) })
+		<-p.release
+		return errors.New("connection reset (test)")
+	}
+	return nil
+}
+func (p *lateFailPub) Close() error { return nil }
+
+// TestVerdictRetriesAfterLateFailure is TestVerdictRetriesAfterRecovery
+// the other way round: y's call, under way as the outage ends, fails
+// after x's success (found by review helper-93: y was parked with no
+// further attempt). The success came while y's last attempt ran, not
+// before it: y gets one more attempt and is published.
+func TestVerdictRetriesAfterLateFailure(t *testing.T) {
+	pub := &lateFailPub{release: make(chan struct{}), yStarted: make(chan struct{})}
+	rig := verdictRig(t, pub, false)
+	rig.d.dispatch(ev("y", "t"))
+	<-pub.yStarted
+	time.Sleep(30 * time.Millisecond) // y's call is slow: it gave its place back
+	rig.d.dispatch(ev("x", "t"))
+	rig.settle(t, 1, 2*time.Second) // x
+	close(pub.release)
+	rig.settle(t, 1, 3*time.Second) // y
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	if rig.log.contain("parking in the outbox table failed") || pub.calls["y"] != 2 {
+		t.Errorf("y was tried %d times, parked %v: want 2 attempts and no parking", pub.calls["y"], rig.log.contain("parking in the outbox table failed"))
 	}
 }

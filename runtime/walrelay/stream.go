@@ -52,9 +52,10 @@ type event struct {
 	// pending is.
 	attempts int
 	since    uint64
-	// again: it was given one more attempt, the broker having accepted
-	// others only after its last failure (see deliver). Held as pending is.
-	again bool
+	// alone: when its key was first found failing alone, and its retries
+	// since (Config.ParkAloneAfter). Held as pending is.
+	alone      time.Time
+	aloneTries int
 }
 
 // settlement is one settled event, as the reader accounts for it.

@@ -64,12 +64,12 @@ func (s *stormy) Publish(topic string, msgs ...*message.Message) error {
 // turns to probe and the reader's reading on past its bounds together,
 // on a real stream and broker.
 //
-// A good key may be parked too: one failing alone as an outage begins,
-// with nothing else under way at its verdict, is taken for poison (see
-// breaker.verdict). The quick retries span 40 ms here, longer than the
-// writer's pauses, so another key's failure opens the breaker first: no
-// good key was parked in 10 runs. With 2 retries 5 ms apart, one was
-// parked in 3 of 4 runs.
+// A good key may be parked too: a success that lands between its
+// attempts as an outage begins (a call under way then) makes it look
+// poison (see breaker.verdict). The quick retries span 40 ms here, longer
+// than the writer's pauses, so another key's failure opens the breaker
+// first: no good key was parked in 10 runs. With 2 retries 5 ms apart,
+// one was parked in 1 of 10 runs (in 3 of 4 before ParkAloneAfter).
 func TestStreamChaos(t *testing.T) {
 	for _, hedge := range []bool{false, true} {
 		t.Run(fmt.Sprintf("hedge=%v", hedge), func(t *testing.T) {

@@ -73,8 +73,8 @@ var errAMQPSubscriberClosed = errors.New("AMQP subscriber closed")
 // before it was acknowledged or nacked (nacked: back to its queue).
 // Subscribe waits up to Options.ConnectTimeout (and ctx) for a connection
 // that is down, and for the broker's answers to its declarations; once
-// it returned, subscribing again after an interruption waits as long as
-// the broker takes (or until ctx ends, or Close).
+// it returned, an attempt to subscribe again after an interruption waits
+// ConnectTimeout, doubling after each attempt that ran out.
 func (s *amqpSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if strings.TrimSpace(topic) == "" {
 		return nil, redact.ErrorWith(errEmptyTopic, s.secrets...)
@@ -150,6 +150,10 @@ func (s *amqpSubscriber) Close() error {
 	s.wg.Wait()
 	return redact.ErrorWith(err, s.secrets...)
 }
+
+// amqpResubscribeMax caps the bound of one attempt to subscribe again
+// (see amqpSubscription.run).
+const amqpResubscribeMax = 5 * time.Minute
 
 // amqpSubscription is one Subscribe's consumer.
 type amqpSubscription struct {
@@ -252,21 +256,30 @@ func (sub *amqpSubscription) run(ctx context.Context) {
 		}
 		log.Warn("AMQP subscription interrupted: subscribing again")
 		bo := backoff.New(backoff.Floor, backoff.DefaultMax)
+		// Each attempt is bounded, from ConnectTimeout, the bound doubling
+		// after each attempt that ran out (up to amqpResubscribeMax): a
+		// broker slower than ConnectTimeout for the six calls of a
+		// subscription gets it back (a fixed bound gave up every attempt),
+		// and a channel call stuck while the connection stays up (its
+		// heartbeats answered) is tried again.
+		limit := sub.s.connectTimeout
 		for {
 			conn, _, err := sub.s.conn.wait(ctx)
 			if err != nil {
 				return // ctx ended, or Close
 			}
-			// Bounded by ctx alone, not ConnectTimeout: a broker slower
-			// than that for the six calls of a subscription would never
-			// get it back, each attempt given up and begun again. One
-			// that stops answering loses the connection to the
-			// heartbeats, and the attempt fails then.
-			if err = sub.startWithin(ctx, conn); err == nil {
+			attempt, cancel := context.WithTimeout(ctx, limit)
+			err = sub.startWithin(attempt, conn)
+			cancel()
+			if err == nil {
 				break
 			}
 			if ctx.Err() != nil {
 				return
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("the broker did not answer within %s", limit)
+				limit = min(2*limit, amqpResubscribeMax)
 			}
 			log.Warn("AMQP subscribing again failed: trying again", slog.String("error", redact.StringWith(err.Error(), sub.s.secrets...)), slog.Int("attempt", bo.Failures()+1))
 			t := time.NewTimer(bo.Next())
