@@ -1086,35 +1086,36 @@ func TestPoisonLanesTakeTurnsToProbe(t *testing.T) {
 	}
 }
 
-// recoverPub: the call of key x hangs until release is closed, then
-// succeeds; the others fail while down is set, and succeed after.
-type recoverPub struct {
-	release, xStarted chan struct{}
-	once              sync.Once
-	down              atomic.Bool
-	mu                sync.Mutex
-	calls             map[string]int
+// scripted counts the calls by key and answers each as decide says
+// (its key, and the call's number for that key, from 1); decide runs in
+// the call's goroutine, outside the lock.
+type scripted struct {
+	decide func(key string, n int) error
+	mu     sync.Mutex
+	calls  map[string]int
 }
 
-func (p *recoverPub) Publish(_ string, msgs ...*message.Message) error {
+func (p *scripted) Publish(_ string, msgs ...*message.Message) error {
 	key := keysOf(msgs)[0]
 	p.mu.Lock()
 	if p.calls == nil {
 		p.calls = map[string]int{}
 	}
 	p.calls[key]++
+	n := p.calls[key]
 	p.mu.Unlock()
-	if key == "x" {
-		p.once.Do(func() { close(p.xStarted) })
-		<-p.release
-		return nil
-	}
-	if p.down.Load() {
-		return errors.New("connection refused (test)")
-	}
-	return nil
+	return p.decide(key, n)
 }
-func (p *recoverPub) Close() error { return nil }
+func (p *scripted) Close() error { return nil }
+
+// called is how many calls of key were made.
+func (p *scripted) called(key string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[key]
+}
+
+var errRefused = errors.New("connection refused (test)")
 
 // TestVerdictRetriesAfterRecovery: y fails while the broker is down and
 // waits for its verdict while x's slow call is under way; the broker
@@ -1122,83 +1123,78 @@ func (p *recoverPub) Close() error { return nil }
 // says the broker works now, not that y is poison: y gets one more
 // attempt, succeeds, and is not parked. (Found by TestStreamChaos's
 // reasoning: y was parked, its key's later events behind it.) A poison
-// event still is parked: a success while it was failing is the evidence
-// (TestPoisonKeysAfterOutage, TestPoisonLanesTakeTurnsToProbe), and its
-// one more attempt fails.
+// event still is parked: its one more attempt fails after x's success.
 func TestVerdictRetriesAfterRecovery(t *testing.T) {
 	for _, poison := range []bool{false, true} {
 		t.Run(fmt.Sprintf("poison=%v", poison), func(t *testing.T) {
-			pub := &recoverPub{release: make(chan struct{}), xStarted: make(chan struct{})}
-			pub.down.Store(true)
+			release, xStarted := make(chan struct{}), make(chan struct{})
+			var down atomic.Bool
+			down.Store(true)
+			pub := &scripted{decide: func(key string, n int) error {
+				switch {
+				case key == "x":
+					close(xStarted)
+					<-release
+					return nil
+				case down.Load():
+					return errRefused
+				}
+				return nil
+			}}
 			rig := verdictRig(t, pub, false)
 			rig.d.dispatch(ev("x", "t"))
-			<-pub.xStarted
+			<-xStarted
 			time.Sleep(30 * time.Millisecond) // x's call is slow: it gave its place back
 			rig.d.dispatch(ev("y", "t"))
 			time.Sleep(100 * time.Millisecond) // y failed, and waits for x's call
 			if !poison {
-				pub.down.Store(false)
+				down.Store(false)
 			}
-			close(pub.release)
+			close(release)
 			if poison {
-				// Still failing after x's success: parked (in a database
-				// that refuses connections, so the parking's failure is
-				// what shows).
-				deadline := time.Now().Add(5 * time.Second)
-				for !rig.log.contain("parking in the outbox table failed") {
-					if time.Now().After(deadline) {
-						t.Fatal("y kept failing after the broker accepted x, yet was not parked within 5 s")
-					}
-					time.Sleep(time.Millisecond)
+				// Parked in a database that refuses connections: the
+				// parking's failure is what shows.
+				waitParking(t, rig, 5*time.Second, "y, failing after the broker accepted x")
+			} else {
+				rig.settle(t, 2, 5*time.Second)
+				if rig.log.contain("parking in the outbox table failed") {
+					t.Error("y went to parking, though the broker accepted it once back")
 				}
-				pub.mu.Lock()
-				defer pub.mu.Unlock()
-				if pub.calls["y"] != 2 {
-					t.Errorf("y was tried %d times, want 2 (one more once x succeeded)", pub.calls["y"])
-				}
-				return
 			}
-			rig.settle(t, 2, 5*time.Second)
-			if rig.log.contain("parking in the outbox table failed") {
-				t.Error("y went to parking, though the broker accepted it once back")
-			}
-			pub.mu.Lock()
-			defer pub.mu.Unlock()
-			if pub.calls["y"] != 2 {
-				t.Errorf("y was tried %d times, want 2 (one more once x succeeded)", pub.calls["y"])
+			if n := pub.called("y"); n != 2 {
+				t.Errorf("y was tried %d times, want 2 (one more once x succeeded)", n)
 			}
 		})
 	}
 }
 
-// lonePub fails every call while down is set, and always the calls of
-// key poison; it counts calls by key and records when each key was first
-// accepted.
-type lonePub struct {
-	poison   string
-	down     atomic.Bool
-	mu       sync.Mutex
-	calls    map[string]int
-	accepted map[string]time.Time
+// TestVerdictRetriesAfterLateFailure is TestVerdictRetriesAfterRecovery
+// the other way round: y's call, under way as the outage ends, fails
+// after x's success (found by review helper-93: y was parked with no
+// further attempt). The success came while y's last attempt ran, not
+// before it: y gets one more attempt and is published.
+func TestVerdictRetriesAfterLateFailure(t *testing.T) {
+	release, yStarted := make(chan struct{}), make(chan struct{})
+	pub := &scripted{decide: func(key string, n int) error {
+		if key == "y" && n == 1 { // a call on a connection that died in the outage
+			close(yStarted)
+			<-release
+			return errors.New("connection reset (test)")
+		}
+		return nil
+	}}
+	rig := verdictRig(t, pub, false)
+	rig.d.dispatch(ev("y", "t"))
+	<-yStarted
+	time.Sleep(30 * time.Millisecond) // y's call is slow: it gave its place back
+	rig.d.dispatch(ev("x", "t"))
+	rig.settle(t, 1, 2*time.Second) // x
+	close(release)
+	rig.settle(t, 1, 3*time.Second) // y
+	if parked, n := rig.log.contain("parking in the outbox table failed"), pub.called("y"); parked || n != 2 {
+		t.Errorf("y was tried %d times, parked %v: want 2 attempts and no parking", n, parked)
+	}
 }
-
-func (p *lonePub) Publish(_ string, msgs ...*message.Message) error {
-	key := keysOf(msgs)[0]
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.calls == nil {
-		p.calls, p.accepted = map[string]int{}, map[string]time.Time{}
-	}
-	p.calls[key]++
-	if p.down.Load() || key == p.poison {
-		return errors.New("connection refused (test)")
-	}
-	if _, ok := p.accepted[key]; !ok {
-		p.accepted[key] = time.Now()
-	}
-	return nil
-}
-func (p *lonePub) Close() error { return nil }
 
 // waitParking waits for a parking (it fails: verdictRig's database
 // refuses connections) and returns when it was seen.
@@ -1225,25 +1221,41 @@ func waitParking(t *testing.T, rig *dispatchRig, within time.Duration, what stri
 // is published at once, and its success shows the waiting one is
 // poison: parked then, not ParkAloneAfter later.
 func TestLoneKeyOutage(t *testing.T) {
-	rig := func(t *testing.T, pub *lonePub, parkAfter time.Duration) *dispatchRig {
+	var down atomic.Bool
+	var mu sync.Mutex
+	accepted := map[string]time.Time{} // first acceptance, by key
+	pub := func(poison string) *scripted {
+		return &scripted{decide: func(key string, _ int) error {
+			if down.Load() || key == poison {
+				return errRefused
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if _, ok := accepted[key]; !ok {
+				accepted[key] = time.Now()
+			}
+			return nil
+		}}
+	}
+	rig := func(t *testing.T, pub *scripted, parkAfter time.Duration) *dispatchRig {
 		rig := verdictRig(t, pub, false)
 		rig.d.r.cfg.ParkAloneAfter = parkAfter
 		return rig
 	}
 	t.Run("short outage", func(t *testing.T) {
-		pub := &lonePub{}
-		pub.down.Store(true)
-		rig := rig(t, pub, 5*time.Second)
+		down.Store(true)
+		defer down.Store(false)
+		rig := rig(t, pub(""), 5*time.Second)
 		rig.d.dispatch(ev("y", "t"))
 		time.Sleep(300 * time.Millisecond)
-		pub.down.Store(false)
+		down.Store(false)
 		rig.settle(t, 1, 3*time.Second)
 		if rig.log.contain("parking in the outbox table failed") {
 			t.Error("y was parked during a 300 ms outage, ParkAloneAfter 5 s")
 		}
 	})
 	t.Run("poison alone", func(t *testing.T) {
-		pub := &lonePub{poison: "y"}
+		pub := pub("y")
 		rig := rig(t, pub, 500*time.Millisecond)
 		began := time.Now()
 		rig.d.dispatch(ev("y", "t"))
@@ -1251,77 +1263,25 @@ func TestLoneKeyOutage(t *testing.T) {
 		if took := parked.Sub(began); took < 500*time.Millisecond {
 			t.Errorf("y was parked %s after its first attempt, before ParkAloneAfter (500 ms)", took.Round(time.Millisecond))
 		}
-		pub.mu.Lock()
-		defer pub.mu.Unlock()
 		// RetryDelay 10 ms doubling: 20, 40, 80, 160 and 200 (what is
 		// left) ms.
-		if n := pub.calls["y"]; n < 4 || n > 8 {
+		if n := pub.called("y"); n < 4 || n > 8 {
 			t.Errorf("y was tried %d times in 500 ms, want 4 to 8 (pauses doubling from RetryDelay)", n)
 		}
 	})
 	t.Run("another key decides", func(t *testing.T) {
-		pub := &lonePub{poison: "y"}
-		rig := rig(t, pub, 10*time.Second)
+		rig := rig(t, pub("y"), 10*time.Second)
 		rig.d.dispatch(ev("y", "t"))
 		time.Sleep(200 * time.Millisecond) // y fails alone, and waits
 		sent := time.Now()
 		rig.d.dispatch(ev("g", "t"))
 		rig.settle(t, 1, 2*time.Second)
-		pub.mu.Lock()
-		took := pub.accepted["g"].Sub(sent)
-		pub.mu.Unlock()
+		mu.Lock()
+		took := accepted["g"].Sub(sent)
+		mu.Unlock()
 		if took > 500*time.Millisecond {
 			t.Errorf("g was published %s after it was dispatched, while y waited alone: its worker was held", took.Round(time.Millisecond))
 		}
 		waitParking(t, rig, 3*time.Second, "y, once g succeeded")
 	})
-}
-
-// lateFailPub: y's first call hangs until release, then fails (a call on
-// a connection that died in the outage); every other call succeeds.
-type lateFailPub struct {
-	release, yStarted chan struct{}
-	once              sync.Once
-	mu                sync.Mutex
-	calls             map[string]int
-}
-
-func (p *lateFailPub) Publish(_ string, msgs ...*message.Message) error {
-	key := keysOf(msgs)[0]
-	p.mu.Lock()
-	if p.calls == nil {
-		p.calls = map[string]int{}
-	}
-	p.calls[key]++
-	n := p.calls[key]
-	p.mu.Unlock()
-	if key == "y" && n == 1 {
-		p.once.Do(func() { close(p.yStarted) })
-		<-p.release
-		return errors.New("connection reset (test)")
-	}
-	return nil
-}
-func (p *lateFailPub) Close() error { return nil }
-
-// TestVerdictRetriesAfterLateFailure is TestVerdictRetriesAfterRecovery
-// the other way round: y's call, under way as the outage ends, fails
-// after x's success (found by review helper-93: y was parked with no
-// further attempt). The success came while y's last attempt ran, not
-// before it: y gets one more attempt and is published.
-func TestVerdictRetriesAfterLateFailure(t *testing.T) {
-	pub := &lateFailPub{release: make(chan struct{}), yStarted: make(chan struct{})}
-	rig := verdictRig(t, pub, false)
-	rig.d.dispatch(ev("y", "t"))
-	<-pub.yStarted
-	time.Sleep(30 * time.Millisecond) // y's call is slow: it gave its place back
-	rig.d.dispatch(ev("x", "t"))
-	rig.settle(t, 1, 2*time.Second) // x
-	close(pub.release)
-	rig.settle(t, 1, 3*time.Second) // y
-	pub.mu.Lock()
-	defer pub.mu.Unlock()
-	if rig.log.contain("parking in the outbox table failed") || pub.calls["y"] != 2 {
-		t.Errorf("y was tried %d times, parked %v: want 2 attempts and no parking", pub.calls["y"], rig.log.contain("parking in the outbox table failed"))
-	}
 }
