@@ -32,7 +32,7 @@ type breaker struct {
 
 	inflight  int    // publish calls under way, and events of failed batches before their own call (handOver)
 	successes uint64 // publishes the broker accepted so far
-	waiters   int    // lanes in verdict: wake them on every publish's end
+	waiters   int    // lanes in verdict or a lone pause: wake them on every publish's end
 	retired   bool   // its session ended: it no longer reports its state
 }
 
@@ -243,6 +243,30 @@ func (b *breaker) verdict(ctx context.Context, since uint64) (park, ok bool) {
 			return false, false
 		}
 	}
+}
+
+// pause waits d, or less: until a publish ends or the breaker changes
+// (open, closed, a probe's end). A key failing alone waits here: another
+// key's outcome decides. false when ctx ends.
+func (b *breaker) pause(ctx context.Context, d time.Duration) bool {
+	b.mu.Lock()
+	b.waiters++
+	ch := b.changed
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.waiters--
+		b.mu.Unlock()
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-ch:
+	case <-t.C:
+	}
+	return true
 }
 
 // success records a publish call the broker accepted, and ends it: in

@@ -632,7 +632,7 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 			return cutOff
 		}
 		counted := d.brk.failure(ev.Key, probe, epoch, permanent)
-		delay := r.cfg.RetryDelay
+		delay, alone := r.cfg.RetryDelay, false
 		text := telemetry.ErrorText(err)
 		if !counted {
 			// Another lane probes next: a poison event that probed the
@@ -649,7 +649,7 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 		ev.attempts++
 		r.log.Warn("publish failed", slog.String("event_id", ev.ID.String()), slog.String("type", ev.Type), slog.String("key", ev.Key),
 			slog.String("topic", ev.Topic), slog.Int("attempt", ev.attempts), slog.Bool("permanent", permanent), slog.String("error", text))
-		if !permanent && ev.attempts >= r.cfg.QuickRetries {
+		if !permanent && ev.attempts >= r.cfg.QuickRetries+ev.extra {
 			// Waiting, it gives back its place: the calls it waits for
 			// may need one (those of a failed batch's events).
 			p.leave()
@@ -663,7 +663,8 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 			if !p.back() {
 				return cutOff
 			}
-			if startedAt == ev.since && d.brk.successCount() != ev.since {
+			now := d.brk.successCount() // read once: both checks below must see one count
+			if startedAt == ev.since && now != ev.since {
 				// The broker accepted others only once this event's last
 				// attempt had begun, not while it was failing before: it
 				// may have come back meanwhile (calls under way as an
@@ -672,12 +673,12 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 				if d.ctx.Err() != nil {
 					return cutOff // stop starts no new publish
 				}
-				ev.attempts--
+				ev.extra++
 				r.log.Info("publish failed, then the broker accepted other events: trying it once more before parking it",
 					slog.String("event_id", ev.ID.String()), slog.String("key", ev.Key))
 				continue
 			}
-			if d.brk.successCount() == ev.since {
+			if now == ev.since {
 				// Its key fails alone: nothing succeeded since its first
 				// attempt and nothing else is under way to tell an outage
 				// (a quiet moment) from a poison event. Retried with
@@ -695,13 +696,21 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 						r.log.Info("publish failed, and no other key's publish tells a broker outage from a poison event: retrying it before parking it",
 							slog.String("event_id", ev.ID.String()), slog.String("key", ev.Key), slog.Duration("for", left))
 					}
-					ev.attempts--
+					ev.extra++
 					ev.aloneTries++
-					delay = min(r.cfg.RetryDelay<<min(ev.aloneTries, 16), left)
+					// RetryDelay, doubling, at most a second (or
+					// RetryDelay): the broker's return is seen soon
+					// even with nothing else to wake the wait.
+					delay = r.cfg.RetryDelay
+					for i := 1; i < ev.aloneTries && delay < time.Second; i++ {
+						delay *= 2
+					}
+					delay = min(delay, max(time.Second, r.cfg.RetryDelay), left)
+					alone = true
 				}
 			}
 		}
-		if permanent || ev.attempts >= r.cfg.QuickRetries {
+		if permanent || ev.attempts >= r.cfg.QuickRetries+ev.extra {
 			delay := max(r.cfg.Backoff(1), 0)
 			_, err := d.retryDB(ev, "INSERT", func(ctx context.Context) (bool, error) {
 				return true, r.q.park(ctx, r.pool, ev, text, delay)
@@ -715,12 +724,20 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 			d.parkedOne(ev, "its publish kept failing: "+text)
 			return settled
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-d.ctx.Done():
-			t.Stop()
-			return cutOff
+		if alone {
+			// Cut short by another key's outcome or the breaker's
+			// change: either decides.
+			if !d.brk.pause(d.ctx, delay) {
+				return cutOff
+			}
+		} else {
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-d.ctx.Done():
+				t.Stop()
+				return cutOff
+			}
 		}
 		if !p.back() || d.ctx.Err() != nil { // after waiting alone; stop starts no new publish
 			return cutOff

@@ -1284,4 +1284,55 @@ func TestLoneKeyOutage(t *testing.T) {
 		}
 		waitParking(t, rig, 3*time.Second, "y, once g succeeded")
 	})
+	// Found by review (helper-94): a long pause was not cut short when
+	// the broker came back, and with QuickRetries 1 a poison event waiting
+	// alone took the success that ended an outage for its own start.
+	t.Run("woken by another key", func(t *testing.T) {
+		down.Store(true)
+		defer down.Store(false)
+		rig := rig(t, pub(""), 10*time.Second)
+		rig.d.r.cfg.RetryDelay = 100 * time.Millisecond
+		rig.d.dispatch(ev("v", "t"))        // keys of their own: accepted is shared
+		time.Sleep(1700 * time.Millisecond) // v waits alone, its pauses up to a second
+		down.Store(false)
+		rig.d.dispatch(ev("w", "t"))
+		rig.settle(t, 2, 5*time.Second)
+		mu.Lock()
+		took := accepted["v"].Sub(accepted["w"])
+		mu.Unlock()
+		if took > 300*time.Millisecond {
+			t.Errorf("v was published %s after w's success showed the broker back", took.Round(time.Millisecond))
+		}
+	})
+	for _, qr := range []int{1, 2} {
+		t.Run(fmt.Sprintf("outage ends, QuickRetries %d", qr), func(t *testing.T) {
+			down.Store(true)
+			defer down.Store(false)
+			rig := rig(t, pub("y"), 10*time.Second)
+			rig.d.r.cfg.QuickRetries = qr
+			rig.d.r.cfg.BreakerBackoff = func(int) time.Duration { return 50 * time.Millisecond }
+			rig.d.dispatch(ev("y", "t"))
+			waitLog(t, rig, "no other key's publish tells", "y waiting alone")
+			rig.d.dispatch(ev(fmt.Sprintf("x%d", qr), "t")) // fails too: an outage
+			waitLog(t, rig, "circuit breaker open", "the breaker to open")
+			down.Store(false)
+			waitLog(t, rig, "circuit breaker closed", "the breaker to close")
+			closed := time.Now()
+			if took := waitParking(t, rig, 5*time.Second, "y").Sub(closed); took > time.Second {
+				t.Errorf("y, poison, was parked %s after a success closed the breaker, want at once", took.Round(time.Millisecond))
+			}
+		})
+	}
+}
+
+// waitLog waits for a log line that contains line.
+func waitLog(t *testing.T, rig *dispatchRig, line, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !rig.log.contain(line) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

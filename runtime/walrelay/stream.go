@@ -52,8 +52,11 @@ type event struct {
 	// pending is.
 	attempts int
 	since    uint64
-	// alone: when its key was first found failing alone, and its retries
-	// since (Config.ParkAloneAfter). Held as pending is.
+	// extra: attempts granted beyond QuickRetries (one more after the
+	// broker came back; those of a key failing alone). alone: when its
+	// key was first found failing alone, and its retries since
+	// (Config.ParkAloneAfter). Held as pending is.
+	extra      int
 	alone      time.Time
 	aloneTries int
 }

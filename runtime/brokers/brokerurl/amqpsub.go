@@ -261,7 +261,9 @@ func (sub *amqpSubscription) run(ctx context.Context) {
 		// broker slower than ConnectTimeout for the six calls of a
 		// subscription gets it back (a fixed bound gave up every attempt),
 		// and a channel call stuck while the connection stays up (its
-		// heartbeats answered) is tried again.
+		// heartbeats answered) is tried again. An attempt given up runs
+		// on until the broker answers, and then closes its channel
+		// (startWithin): a few, at most, on a slow broker.
 		limit := sub.s.connectTimeout
 		for {
 			conn, _, err := sub.s.conn.wait(ctx)
@@ -279,7 +281,7 @@ func (sub *amqpSubscription) run(ctx context.Context) {
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
 				err = fmt.Errorf("the broker did not answer within %s", limit)
-				limit = min(2*limit, amqpResubscribeMax)
+				limit = min(2*limit, max(amqpResubscribeMax, sub.s.connectTimeout))
 			}
 			log.Warn("AMQP subscribing again failed: trying again", slog.String("error", redact.StringWith(err.Error(), sub.s.secrets...)), slog.Int("attempt", bo.Failures()+1))
 			t := time.NewTimer(bo.Next())
