@@ -245,26 +245,35 @@ func (b *breaker) verdict(ctx context.Context, since uint64) (park, ok bool) {
 	}
 }
 
-// pause waits d, or less: until a publish ends or the breaker changes
-// (open, closed, a probe's end). A key failing alone waits here: another
-// key's outcome decides. false when ctx ends.
-func (b *breaker) pause(ctx context.Context, d time.Duration) bool {
-	b.mu.Lock()
-	b.waiters++
-	ch := b.changed
-	b.mu.Unlock()
-	defer func() {
-		b.mu.Lock()
-		b.waiters--
-		b.mu.Unlock()
-	}()
+// pause waits d, or less: until a publish succeeds (the count is no
+// longer since) or the breaker opens. A key failing alone waits here:
+// another key's outcome decides, and only those two tell something (a
+// publish that ends otherwise, a permanent failure, wakes it to wait
+// on). false when ctx ends.
+func (b *breaker) pause(ctx context.Context, d time.Duration, since uint64) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-ch:
-	case <-t.C:
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for !b.open && b.successes == since {
+		b.waiters++
+		ch := b.changed
+		b.mu.Unlock()
+		timedOut := false
+		select {
+		case <-ctx.Done():
+		case <-ch:
+		case <-t.C:
+			timedOut = true
+		}
+		b.mu.Lock()
+		b.waiters--
+		if ctx.Err() != nil {
+			return false
+		}
+		if timedOut {
+			return true
+		}
 	}
 	return true
 }

@@ -138,13 +138,13 @@ type Config struct {
 	// retried further when its key fails alone: no other publish
 	// succeeded meanwhile, and none is under way to tell a broker outage
 	// from a poison event (a quiet moment). The pauses double from
-	// RetryDelay up to a second, cut short when another publish ends; the
-	// broker's return, or another key's publish, decides; after this long
-	// it is parked (default 10s; 1ns: at once). So a short outage at a
-	// quiet moment is ridden out instead of sending the key to the polling
-	// relay, whose first retry of a parked event comes Backoff later (a
-	// minute by default); the cost is this long before a poison event,
-	// alone, is parked.
+	// RetryDelay up to a second, cut short when another publish succeeds
+	// or the breaker opens; the broker's return, or another key's
+	// publish, decides; after this long it is parked (default 10s; 1ns:
+	// at once). So a short outage at a quiet moment is ridden out instead
+	// of sending the key to the polling relay, whose first retry of a
+	// parked event comes Backoff later (a minute by default); the cost is
+	// this long before a poison event, alone, is parked.
 	ParkAloneAfter time.Duration
 	// Backoff gives the next_retry_time of a parked event, after its
 	// attempt-th failure (default relay.DefaultBackoff, as the polling

@@ -196,7 +196,7 @@
 // key fails alone, at a quiet moment), an outage cannot be told from a
 // poison event: it is retried for ParkAloneAfter (10 s) before it is
 // parked, the pauses doubling from RetryDelay up to a second and cut
-// short by any other publish's end or the breaker's change, and waiting
+// short by another publish's success or the breaker's opening, and waiting
 // as a slow call does (its worker's place given to another), so that the
 // broker's return or another key's publish decides. A short outage at a
 // quiet moment is so ridden out (TestLoneKeyOutage); before, the key went

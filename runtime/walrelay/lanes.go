@@ -725,9 +725,9 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 			return settled
 		}
 		if alone {
-			// Cut short by another key's outcome or the breaker's
-			// change: either decides.
-			if !d.brk.pause(d.ctx, delay) {
+			// Cut short by another key's success or the breaker's
+			// opening: either decides.
+			if !d.brk.pause(d.ctx, delay, ev.since) {
 				return cutOff
 			}
 		} else {

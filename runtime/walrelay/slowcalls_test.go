@@ -1263,8 +1263,8 @@ func TestLoneKeyOutage(t *testing.T) {
 		if took := parked.Sub(began); took < 500*time.Millisecond {
 			t.Errorf("y was parked %s after its first attempt, before ParkAloneAfter (500 ms)", took.Round(time.Millisecond))
 		}
-		// RetryDelay 10 ms doubling: 20, 40, 80, 160 and 200 (what is
-		// left) ms.
+		// RetryDelay 10 ms doubling: 10, 20, 40, 80, 160 and what is
+		// left of the 500 ms.
 		if n := pub.called("y"); n < 4 || n > 8 {
 			t.Errorf("y was tried %d times in 500 ms, want 4 to 8 (pauses doubling from RetryDelay)", n)
 		}
@@ -1322,6 +1322,39 @@ func TestLoneKeyOutage(t *testing.T) {
 				t.Errorf("y, poison, was parked %s after a success closed the breaker, want at once", took.Round(time.Millisecond))
 			}
 		})
+	}
+}
+
+// TestLonePauseIgnoresEndsThatTellNothing: a publish of another key that
+// ends neither in a success nor opening the breaker (a permanent failure:
+// that event is parked) tells nothing of the broker, and does not cut a
+// lone pause short. (Found by review, helper-95: a poison key waiting
+// alone was retried at those publishes' rate, 274 times in 1.5 s.)
+func TestLonePauseIgnoresEndsThatTellNothing(t *testing.T) {
+	pub := &scripted{decide: func(string, int) error { return errRefused }}
+	rig := verdictRig(t, pub, false)
+	rig.d.r.cfg.ParkAloneAfter = 2 * time.Second
+	rig.d.r.cfg.RetryDelay = 100 * time.Millisecond
+	var stop atomic.Bool
+	done := make(chan struct{})
+	rig.d.dispatch(ev("y", "t"))
+	waitLog(t, rig, "no other key's publish tells", "y waiting alone")
+	go func() {
+		defer close(done)
+		for !stop.Load() {
+			rig.d.brk.begin() // a publish of key z, refused for good
+			time.Sleep(2 * time.Millisecond)
+			_, epoch, _, _ := rig.d.brk.acquire(true)
+			rig.d.brk.failure("z", false, epoch, true)
+			time.Sleep(3 * time.Millisecond)
+		}
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	stop.Store(true)
+	<-done
+	// RetryDelay 100 ms doubling to a second: about 6 in 1.5 s.
+	if n := pub.called("y"); n > 12 {
+		t.Errorf("y was tried %d times in 1.5 s of waiting alone, want about 6: its pauses were cut short by publishes that tell nothing", n)
 	}
 }
 

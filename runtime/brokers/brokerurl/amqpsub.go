@@ -257,13 +257,15 @@ func (sub *amqpSubscription) run(ctx context.Context) {
 		log.Warn("AMQP subscription interrupted: subscribing again")
 		bo := backoff.New(backoff.Floor, backoff.DefaultMax)
 		// Each attempt is bounded, from ConnectTimeout, the bound doubling
-		// after each attempt that ran out (up to amqpResubscribeMax): a
+		// after each attempt that ran out (up to amqpResubscribeMax, or
+		// ConnectTimeout if longer): a
 		// broker slower than ConnectTimeout for the six calls of a
 		// subscription gets it back (a fixed bound gave up every attempt),
 		// and a channel call stuck while the connection stays up (its
 		// heartbeats answered) is tried again. An attempt given up runs
 		// on until the broker answers, and then closes its channel
-		// (startWithin): a few, at most, on a slow broker.
+		// (startWithin): a few on a slow broker; one per bound (5
+		// minutes) on a channel call stuck until the connection drops.
 		limit := sub.s.connectTimeout
 		for {
 			conn, _, err := sub.s.conn.wait(ctx)
