@@ -711,9 +711,9 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 			}
 		}
 		if permanent || ev.attempts >= r.cfg.QuickRetries+ev.extra {
-			delay := max(r.cfg.Backoff(1), 0)
+			backoff := max(r.cfg.Backoff(1), 0)
 			_, err := d.retryDB(ev, "INSERT", func(ctx context.Context) (bool, error) {
-				return true, r.q.park(ctx, r.pool, ev, text, delay)
+				return true, r.q.park(ctx, r.pool, ev, text, backoff)
 			})
 			if err != nil {
 				return cutOff
