@@ -53,7 +53,7 @@ func openAMQPSubscriber(ctx context.Context, u *brokerURL, group string, opt Opt
 type amqpSubscriber struct {
 	conn           *amqpConn
 	cfg            wmamqp.Config
-	connectTimeout time.Duration // how long Subscribe waits for a connection that is down
+	connectTimeout time.Duration // how long Subscribe waits for a connection that is down; the first bound of subscribing again
 	log            *slog.Logger
 	secrets        []string
 
