@@ -30,10 +30,27 @@ type breaker struct {
 	probing  bool
 	changed  chan struct{} // closed and replaced on every state change
 
-	inflight  int    // publish calls under way, and events of failed batches before their own call (handOver)
-	successes uint64 // publishes the broker accepted so far
-	waiters   int    // lanes in verdict or a lone pause: wake them on every publish's end
-	retired   bool   // its session ended: it no longer reports its state
+	inflight int // publish calls under way, and events of failed batches before their own call (handOver)
+	// starts numbers the publish calls as they start (the last one's
+	// number); freshest is the highest number of a call the broker
+	// accepted. An event's failure is judged against the calls that
+	// started after it (verdict): a call under way as the broker went
+	// down may still succeed after the first failures, and tells nothing
+	// of the broker since.
+	starts   uint64
+	freshest uint64
+	waiters  int  // lanes in verdict or a lone pause: wake them on every publish's end
+	retired  bool // its session ended: it no longer reports its state
+}
+
+// call is a publish call as it starts: its number (breaker.starts), the
+// freshest accepted call's number then (so whether the broker had
+// accepted a call begun after the event's first failure before this
+// attempt began), the breaker's epoch, and whether it probes.
+type call struct {
+	n, freshest uint64
+	epoch       int
+	probe       bool
 }
 
 func newBreaker(r *Relay) *breaker {
@@ -90,22 +107,22 @@ func (b *breaker) openEpoch() (epoch int, open bool) {
 // counts as under way from here (as begin), unless carried: it counts
 // already, its failed batch's count handed over (handOver). So no verdict
 // sees nothing under way between the decision and the call.
-//
-// successes is the success count as it starts (see deliver).
-func (b *breaker) acquire(carried bool) (probe bool, epoch int, successes uint64, ok bool) {
+func (b *breaker) acquire(carried bool) (c call, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
 	case !b.open:
 	case b.mayStartLocked():
-		b.probing, probe = true, true
+		b.probing, c.probe = true, true
 	default:
-		return false, b.epoch, b.successes, false
+		return c, false
 	}
 	if !carried {
 		b.inflight++
 	}
-	return probe, b.epoch, b.successes, true
+	b.starts++
+	c.n, c.freshest, c.epoch = b.starts, b.freshest, b.epoch
+	return c, true
 }
 
 // mayStart reports whether acquire would let a publish start now.
@@ -146,13 +163,15 @@ func (b *breaker) await(ctx context.Context) bool {
 	}
 }
 
-// begin counts a publish call (an event alone or a batch) as under way,
-// so that verdict knows whether other publishes may still bring evidence.
-// success, failure, handOver and end stop counting it.
-func (b *breaker) begin() {
+// begin counts a batch's publish call as under way, so that verdict
+// knows whether other publishes may still bring evidence, and numbers it.
+// success, handOver and end stop counting it.
+func (b *breaker) begin() call {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.inflight++
-	b.mu.Unlock()
+	b.starts++
+	return call{n: b.starts, freshest: b.freshest, epoch: b.epoch}
 }
 
 // end stops counting a publish as under way, with no outcome recorded
@@ -194,11 +213,11 @@ func (b *breaker) forget(key string) {
 	b.mu.Unlock()
 }
 
-// successCount returns how many publishes the broker accepted so far.
-func (b *breaker) successCount() uint64 {
+// freshestCall returns the highest number of a call the broker accepted.
+func (b *breaker) freshestCall() uint64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.successes
+	return b.freshest
 }
 
 // verdict decides, once an event's quick retries failed, between a poison
@@ -206,28 +225,30 @@ func (b *breaker) successCount() uint64 {
 // fast (a refused connection, a full client buffer) can use up its quick
 // retries before the other keys' publishes, still under way, fail and
 // open the breaker: parking it then would be wrong. So verdict waits until
-// the evidence is in: park (true) once another publish succeeded since
-// since (the broker works: the event is poison) or no other publish is
-// under way (nothing else to learn from: a lone failing key is parked);
-// false once the breaker opened (an outage: the event waits with the
-// others and is tried again when a probe closes the breaker). The
-// publishes under way include slow calls that gave their place back:
-// their outcome is evidence too (a broker that hangs rather than
-// refuses), so a verdict may wait for them, at most PublishTimeout; and
-// the events of a batch call that failed or was split, until each one's
-// own call has an outcome (handOver). The lane gives back its place
+// the evidence is in: park (true) once the broker accepted a call that
+// started after failed, the number of calls started when the event first
+// failed (the broker works since: deliver then parks the event, or tries
+// it once more if that came only after its last attempt began), or once
+// no other publish is under way (nothing else to learn from: a key
+// failing alone, see deliver); false once the breaker opened (an outage:
+// the event waits with the others and is tried again when a probe closes
+// the breaker). A call that started before the event failed tells
+// nothing when it succeeds: it may have been under way as the broker
+// went down. The publishes under way include slow calls that gave their
+// place back: their outcome is evidence too (a broker that hangs rather
+// than refuses), so a verdict may wait for them, at most PublishTimeout;
+// and the events of a batch call that failed or was split, until each
+// one's own call has an outcome (handOver). The lane gives back its place
 // among the single deliveries while it waits here, so that those calls
-// can run. ok is false when ctx ends. (A park verdict whose successes
-// all came after the event's last failure gets it one more attempt
-// first: see deliver.)
-func (b *breaker) verdict(ctx context.Context, since uint64) (park, ok bool) {
+// can run. ok is false when ctx ends.
+func (b *breaker) verdict(ctx context.Context, failed uint64) (park, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for {
 		switch {
 		case b.open:
 			return false, true
-		case b.successes != since || b.inflight == 0:
+		case b.freshest > failed || b.inflight == 0:
 			return true, true
 		}
 		b.waiters++
@@ -245,17 +266,18 @@ func (b *breaker) verdict(ctx context.Context, since uint64) (park, ok bool) {
 	}
 }
 
-// pause waits d, or less: until a publish succeeds (the count is no
-// longer since) or the breaker opens. A key failing alone waits here:
-// another key's outcome decides, and only those two tell something (a
-// publish that ends otherwise, a permanent failure, wakes it to wait
-// on). false when ctx ends.
-func (b *breaker) pause(ctx context.Context, d time.Duration, since uint64) bool {
+// pause waits d, or less: until the broker accepts a call that started
+// after failed (as in verdict) or the breaker opens. A key failing alone
+// waits here: another key's outcome decides, and only those two tell
+// something (a publish that ends otherwise, a permanent failure or a
+// success of a call that started before, wakes it to wait on). false
+// when ctx ends.
+func (b *breaker) pause(ctx context.Context, d time.Duration, failed uint64) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for !b.open && b.successes == since {
+	for !b.open && b.freshest <= failed {
 		b.waiters++
 		ch := b.changed
 		b.mu.Unlock()
@@ -280,13 +302,13 @@ func (b *breaker) pause(ctx context.Context, d time.Duration, since uint64) bool
 
 // success records a publish call the broker accepted, and ends it: in
 // one step, so that a verdict woken by the end sees the outcome.
-func (b *breaker) success(probe bool) {
+func (b *breaker) success(c call) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.successes++
+	b.freshest = max(b.freshest, c.n)
 	b.endLocked()
 	clear(b.failKeys)
-	if probe {
+	if c.probe {
 		b.probing = false
 	}
 	if b.open {
@@ -300,31 +322,32 @@ func (b *breaker) success(probe bool) {
 	}
 }
 
-// failure records a failed publish call of key that started at epoch,
-// ends it (in one step, as success), and reports whether it counts toward
-// parking the event.
-func (b *breaker) failure(key string, probe bool, epoch int, permanent bool) bool {
+// failure records a failed publish call c of key, ends it (in one step,
+// as success), and reports whether it counts toward parking the event,
+// and the number of calls started so far (verdict's failed).
+func (b *breaker) failure(key string, c call, permanent bool) (counted bool, started uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.endLocked()
-	if probe {
+	started = b.starts
+	if c.probe {
 		b.probing = false
 		b.trips++
 		wait := max(b.r.cfg.BreakerBackoff(b.trips), 0)
 		b.next = time.Now().Add(wait)
 		b.r.log.Warn("circuit breaker probe failed: still paused", slog.Int("failed_probes", b.trips-1), slog.Duration("next_probe_in", wait))
 		b.signal()
-		return permanent
+		return permanent, started
 	}
 	if permanent {
-		return true
+		return true, started
 	}
-	if b.open || epoch != b.epoch {
-		return false
+	if b.open || c.epoch != b.epoch {
+		return false, started
 	}
 	b.failKeys[key] = true
 	if len(b.failKeys) < 2 {
-		return true
+		return true, started
 	}
 	b.open = true
 	b.epoch++
@@ -339,5 +362,5 @@ func (b *breaker) failure(key string, probe bool, epoch int, permanent bool) boo
 		b.r.tel.Breaker(true)
 	}
 	b.signal()
-	return false
+	return false, started
 }

@@ -128,18 +128,19 @@ type Config struct {
 	// QuickRetries is the number of publish attempts of an event, RetryDelay
 	// apart, before it is parked in the outbox table (default 3). Attempts
 	// made while the circuit breaker is open do not count. One more is
-	// made when the broker accepted other events only once the last had
-	// begun (it may have come back meanwhile), and more, for
-	// ParkAloneAfter, when its key fails alone.
+	// made when the broker accepted another call begun after the event
+	// first failed only once the last attempt had begun (it may have come
+	// back meanwhile), and more, for ParkAloneAfter, when its key fails
+	// alone.
 	QuickRetries int
 	// RetryDelay is the pause between quick retries (default 200ms).
 	RetryDelay time.Duration
 	// ParkAloneAfter is how long an event whose quick retries failed is
-	// retried further when its key fails alone: no other publish
-	// succeeded meanwhile, and none is under way to tell a broker outage
-	// from a poison event (a quiet moment). The pauses double from
-	// RetryDelay up to a second, cut short when another publish succeeds
-	// or the breaker opens; the broker's return, or another key's
+	// retried further when its key fails alone: the broker accepted no
+	// other call begun since the event first failed, and none is under
+	// way to tell a broker outage from a poison event (a quiet moment).
+	// The pauses double from RetryDelay up to a second, cut short when
+	// such a call succeeds or the breaker opens; the broker's return, or another key's
 	// publish, decides; after this long it is parked (default 10s; 1ns:
 	// at once). So a short outage at a quiet moment is ridden out instead
 	// of sending the key to the polling relay, whose first retry of a

@@ -186,26 +186,30 @@
 // outage therefore pauses the stream instead of parking the world. A
 // single failing key never opens it (other keys' successes reset the
 // count): that key is parked. An event whose quick retries failed is
-// parked only once another publish succeeded meanwhile or none is under
-// way (breaker.verdict): a publish that fails fast at the start of an
-// outage, while the others still wait for the broker, would otherwise be
-// parked before their failures open the breaker. When every success came
-// after its last attempt began (calls under way as an outage ended), the
-// broker may have come back meanwhile: it is tried once more before it
-// is parked. When nothing succeeded and nothing else is under way (its
-// key fails alone, at a quiet moment), an outage cannot be told from a
-// poison event: it is retried for ParkAloneAfter (10 s) before it is
-// parked, the pauses doubling from RetryDelay up to a second and cut
-// short by another publish's success or the breaker's opening, and waiting
-// as a slow call does (its worker's place given to another), so that the
-// broker's return or another key's publish decides. A short outage at a
-// quiet moment is so ridden out (TestLoneKeyOutage); before, the key went
-// to the polling relay, whose first retry comes a minute later. While it
-// waits, its key counts as failing: one failure of another key opens the
-// breaker (and a probe's success then gets it parked). A tiny
-// ParkAloneAfter (1ns) parks at once, as before. A success that lands
-// between an event's attempts as an outage begins still makes a good
-// event look poison (TestStreamChaos).
+// parked only once the broker accepted another call that began after the
+// event first failed, or none is under way (breaker.verdict): a publish
+// that fails fast at the start of an outage, while the others still wait
+// for the broker, would otherwise be parked before their failures open
+// the breaker; and a call under way as the broker went down may still
+// succeed after the first failures, so a success of a call that began
+// before tells nothing. When that success came only after the event's
+// last attempt began (the broker may have come back meanwhile), it is
+// tried once more before it is parked. When no such call succeeded and
+// nothing else is under way (its key fails alone, at a quiet moment), an
+// outage cannot be told from a poison event: it is retried for
+// ParkAloneAfter (10 s) before it is parked, the pauses doubling from
+// RetryDelay up to a second and cut short by such a success or the
+// breaker's opening, and waiting as a slow call does (its worker's place
+// given to another), so that the broker's return or another key's publish
+// decides. A short outage at a quiet moment is so ridden out
+// (TestLoneKeyOutage); before, the key went to the polling relay, whose
+// first retry comes a minute later. While it waits, its key counts as
+// failing: one failure of another key opens the breaker (and a probe's
+// success then gets it parked). A tiny ParkAloneAfter (1ns) parks at
+// once, as before. The evidence against an event outlasts an outage: an
+// event whose quick retries ran out as an outage began is parked when it
+// fails again after the breaker closed, even if that failure is the start
+// of the next outage.
 // A batch call that fails (or is split by its hedge) says
 // nothing of any one key: its events count as under way until their own
 // calls, which follow, have an outcome, and an event waiting for its

@@ -435,10 +435,10 @@ func (d *dispatcher) publishBatch(evs []*event, slow func() bool) bool {
 	if d.ctx.Err() != nil {
 		return false
 	}
-	d.brk.begin()
+	c := d.brk.begin()
 	err := r.publishMany(context.WithoutCancel(d.ctx), evs, hooks{slow: slow, losers: &d.losers, pool: d.pool})
 	if err == nil {
-		d.brk.success(false)
+		d.brk.success(c)
 	} else {
 		// Its events' own calls tell what it failed of (see verdict).
 		for _, ev := range evs {
@@ -606,11 +606,8 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 		d.parked.remove(ev.Key)
 		r.update(func(s *Status) { s.ParkedKeys = d.parked.size() })
 	}
-	if ev.attempts == 0 {
-		ev.since = d.brk.successCount() // see breaker.verdict
-	}
 	for {
-		probe, epoch, startedAt, ok := d.brk.acquire(ev.pending)
+		c, ok := d.brk.acquire(ev.pending)
 		if !ok {
 			return notNow // it opened meanwhile, or another lane probes
 		}
@@ -622,7 +619,7 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 		ev.pending = false
 		err := r.publish(context.WithoutCancel(d.ctx), ev, ev.attempts+1, hooks{slow: p.slow, losers: &d.losers, pool: d.pool})
 		if err == nil {
-			d.brk.success(probe)
+			d.brk.success(c)
 			r.update(func(s *Status) { s.Published++ })
 			return settled
 		}
@@ -631,7 +628,7 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 			d.brk.end()
 			return cutOff
 		}
-		counted := d.brk.failure(ev.Key, probe, epoch, permanent)
+		counted, started := d.brk.failure(ev.Key, c, permanent)
 		delay, alone := r.cfg.RetryDelay, false
 		text := telemetry.ErrorText(err)
 		if !counted {
@@ -640,6 +637,9 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 			// whose success would close it.
 			r.log.Debug("publish failed while the circuit breaker is open: not counted", slog.String("event_id", ev.ID.String()), slog.String("error", text))
 			return tryLater
+		}
+		if ev.failed == 0 {
+			ev.failed = started // see breaker.verdict
 		}
 		// Retries and parking count among the Concurrency deliveries: a
 		// slow call's delivery takes a place again.
@@ -653,7 +653,7 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 			// Waiting, it gives back its place: the calls it waits for
 			// may need one (those of a failed batch's events).
 			p.leave()
-			park, ok := d.brk.verdict(d.ctx, ev.since)
+			park, ok := d.brk.verdict(d.ctx, ev.failed)
 			if !ok {
 				return cutOff
 			}
@@ -663,13 +663,17 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 			if !p.back() {
 				return cutOff
 			}
-			now := d.brk.successCount() // read once: both checks below must see one count
-			if startedAt == ev.since && now != ev.since {
-				// The broker accepted others only once this event's last
-				// attempt had begun, not while it was failing before: it
-				// may have come back meanwhile (calls under way as an
-				// outage ended). One more attempt tells; it begins after
-				// those successes, so this holds once.
+			switch fresh := d.brk.freshestCall(); {
+			case c.freshest > ev.failed:
+				// Before this attempt began, the broker accepted a call
+				// that started after the event first failed: the broker
+				// worked, and the event still fails. Poison: parked.
+			case fresh > ev.failed:
+				// The broker accepted such a call only once this
+				// attempt had begun: it may have come back meanwhile
+				// (calls under way as an outage ended). One more attempt
+				// tells; it begins after that success, so this holds
+				// once.
 				if d.ctx.Err() != nil {
 					return cutOff // stop starts no new publish
 				}
@@ -677,17 +681,16 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 				r.log.Info("publish failed, then the broker accepted other events: trying it once more before parking it",
 					slog.String("event_id", ev.ID.String()), slog.String("key", ev.Key))
 				continue
-			}
-			if now == ev.since {
-				// Its key fails alone: nothing succeeded since its first
-				// attempt and nothing else is under way to tell an outage
-				// (a quiet moment) from a poison event. Retried with
-				// growing pauses until the broker's return or another
-				// key's publish decides, for ParkAloneAfter at most. It
-				// waits as a slow call does, its worker's place given to
-				// another, so that the other keys' publishes, which may
-				// decide, go on; with no stall left to take, it is parked
-				// now.
+			default:
+				// Its key fails alone: the broker accepted no call begun
+				// since its first failure, and nothing else is under way
+				// to tell an outage (a quiet moment) from a poison event.
+				// Retried with growing pauses until the broker's return
+				// or another key's publish decides, for ParkAloneAfter at
+				// most. It waits as a slow call does, its worker's place
+				// given to another, so that the other keys' publishes,
+				// which may decide, go on; with no stall left to take, it
+				// is parked now.
 				if ev.alone.IsZero() {
 					ev.alone = time.Now()
 				}
@@ -727,7 +730,7 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 		if alone {
 			// Cut short by another key's success or the breaker's
 			// opening: either decides.
-			if !d.brk.pause(d.ctx, delay, ev.since) {
+			if !d.brk.pause(d.ctx, delay, ev.failed) {
 				return cutOff
 			}
 		} else {

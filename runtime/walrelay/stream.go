@@ -45,13 +45,13 @@ type event struct {
 	// (breaker.handOver) until then. Read and written by the goroutine
 	// that holds the event (the dispatcher's lock hands it over).
 	pending bool
-	// attempts and since: its delivery's failed attempts so far and the
-	// breaker's success count when the first began (breaker.verdict),
-	// kept while it waits in its lane for the open breaker, so that the
-	// evidence against a poison event outlasts an outage. Held as
-	// pending is.
+	// attempts and failed: its delivery's failed attempts so far and the
+	// number of calls started when the first failed (breaker.verdict; 0:
+	// none yet), kept while it waits in its lane for the open breaker, so
+	// that the evidence against a poison event outlasts an outage. Held
+	// as pending is.
 	attempts int
-	since    uint64
+	failed   uint64
 	// extra: attempts granted beyond QuickRetries (one more after the
 	// broker came back; those of a key failing alone). alone: when its
 	// key was first found failing alone, and its retries since
