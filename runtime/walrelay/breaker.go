@@ -24,7 +24,7 @@ type breaker struct {
 	mu       sync.Mutex
 	open     bool
 	epoch    int             // bumped when it opens
-	failKeys map[string]bool // keys failed since the last success
+	failKeys map[string]bool // keys failed since the last success (of a call begun after the first of them failed)
 	trips    int
 	next     time.Time // when open: the next probe
 	probing  bool
@@ -37,8 +37,13 @@ type breaker struct {
 	// started after it (verdict): a call under way as the broker went
 	// down may still succeed after the first failures, and tells nothing
 	// of the broker since.
+	// failedAt and openedAt are starts when the first of failKeys failed
+	// and when the breaker last opened: a success of a call begun before
+	// clears neither.
 	starts   uint64
 	freshest uint64
+	failedAt uint64
+	openedAt uint64
 	waiters  int  // lanes in verdict or a lone pause: wake them on every publish's end
 	retired  bool // its session ended: it no longer reports its state
 }
@@ -301,17 +306,22 @@ func (b *breaker) pause(ctx context.Context, d time.Duration, failed uint64) boo
 }
 
 // success records a publish call the broker accepted, and ends it: in
-// one step, so that a verdict woken by the end sees the outcome.
+// one step, so that a verdict woken by the end sees the outcome. A call
+// that began before the failures it would answer (under way as the
+// broker went down) tells nothing of the broker since, as in verdict: it
+// neither clears the failed keys nor closes the breaker.
 func (b *breaker) success(c call) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.freshest = max(b.freshest, c.n)
 	b.endLocked()
-	clear(b.failKeys)
+	if c.n > b.failedAt {
+		clear(b.failKeys)
+	}
 	if c.probe {
 		b.probing = false
 	}
-	if b.open {
+	if b.open && c.n > b.openedAt {
 		b.r.log.Info("circuit breaker closed: the broker accepts events again", slog.Int("failed_probes", b.trips-1))
 		b.open, b.trips = false, 0
 		if !b.retired {
@@ -345,11 +355,15 @@ func (b *breaker) failure(key string, c call, permanent bool) (counted bool, sta
 	if b.open || c.epoch != b.epoch {
 		return false, started
 	}
+	if len(b.failKeys) == 0 {
+		b.failedAt = started
+	}
 	b.failKeys[key] = true
 	if len(b.failKeys) < 2 {
 		return true, started
 	}
 	b.open = true
+	b.openedAt = started
 	b.epoch++
 	b.trips = 1
 	wait := max(b.r.cfg.BreakerBackoff(1), 0)

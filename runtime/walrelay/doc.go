@@ -209,7 +209,10 @@
 // once, as before. The evidence against an event outlasts an outage: an
 // event whose quick retries ran out as an outage began is parked when it
 // fails again after the breaker closed, even if that failure is the start
-// of the next outage.
+// of the next outage; so is an event that failed once, saw another call
+// accepted, and failed again as an outage began. A call under way as the
+// broker went down tells nothing for the breaker either: its late
+// success neither keeps two keys' failures from opening it nor closes it.
 // A batch call that fails (or is split by its hedge) says
 // nothing of any one key: its events count as under way until their own
 // calls, which follow, have an outcome, and an event waiting for its

@@ -728,8 +728,8 @@ func (d *dispatcher) deliver(ev *event, p *place) outcome {
 			return settled
 		}
 		if alone {
-			// Cut short by another key's success or the breaker's
-			// opening: either decides.
+			// Cut short by the success of a call begun after it
+			// first failed, or the breaker's opening: either decides.
 			if !d.brk.pause(d.ctx, delay, ev.failed) {
 				return cutOff
 			}

@@ -1175,8 +1175,10 @@ func TestVerdictRetriesAfterRecovery(t *testing.T) {
 // TestVerdictRetriesAfterLateFailure is TestVerdictRetriesAfterRecovery
 // the other way round: y's call, under way as the outage ends, fails
 // after x's success (found by review helper-93: y was parked with no
-// further attempt). The success came while y's last attempt ran, not
-// before it: y gets one more attempt and is published.
+// further attempt). x's call began before y failed, so its success tells
+// nothing against y: y's key fails alone, and y is retried and published.
+// (TestVerdictOneMoreAttempt has a success of a call begun after y
+// failed, during y's last attempt.)
 func TestVerdictRetriesAfterLateFailure(t *testing.T) {
 	release, yStarted := make(chan struct{}), make(chan struct{})
 	pub := &scripted{decide: func(key string, n int) error {
@@ -1248,6 +1250,40 @@ func TestVerdictIgnoresSuccessBegunBefore(t *testing.T) {
 	rig.settle(t, 1, 5*time.Second) // y
 	if rig.log.contain("parking in the outbox table failed") {
 		t.Errorf("y went to parking after %d attempts: x's success, its call begun before y failed, was taken for evidence that the broker works", pub.called("y"))
+	}
+}
+
+// TestBreakerIgnoresSuccessBegunBefore: a call under way as the broker
+// goes down whose acknowledgement comes late tells nothing of the broker
+// since, for the breaker as for a verdict: it neither keeps two keys'
+// failures from opening the breaker nor, once open, closes it (found by
+// review, helper-96: it closed it, every lane started at once instead of
+// one probe, and the probes' backoff began again).
+func TestBreakerIgnoresSuccessBegunBefore(t *testing.T) {
+	rig := verdictRig(t, &scripted{decide: func(string, int) error { return nil }}, false)
+	rig.d.r.cfg.BreakerBackoff = func(int) time.Duration { return 0 }
+	b := rig.d.brk
+	old1, _ := b.acquire(false) // slow calls under way as the broker goes down
+	old2, _ := b.acquire(false)
+	a, _ := b.acquire(false)
+	b.failure("a", a, false)
+	b.success(old1) // its late acknowledgement
+	c, _ := b.acquire(false)
+	b.failure("b", c, false)
+	if !b.isOpen() {
+		t.Fatal("a and b failed with no success between of a call begun after a failed: want the breaker open")
+	}
+	b.success(old2)
+	if !b.isOpen() || rig.log.contain("circuit breaker closed") {
+		t.Error("a call begun before the outage closed the breaker")
+	}
+	p, ok := b.acquire(false) // the first probe, due at once
+	if !ok || !p.probe {
+		t.Fatalf("want a probe to start, got %+v, %v", p, ok)
+	}
+	b.success(p)
+	if b.isOpen() {
+		t.Error("the probe's success left the breaker open")
 	}
 }
 
