@@ -9,15 +9,17 @@ import (
 
 // breaker is the stream's circuit breaker. Publishes failing, with errors
 // not marked permanent, for two or more distinct keys with no success in
-// between are taken for a broker outage: the breaker opens and every lane
-// waits (the in-flight bound then stops the reading of the stream) instead
-// of parking the world. While open, one lane at a time probes, every
-// BreakerBackoff(n), the lanes taking turns (a probe that fails sends its
-// lane to the back of the ready lanes: poison events cannot keep the
-// probe from a good one); the first success closes it. Failures of publishes
-// that started while it was open, or while it opened, are not counted
-// toward parking. A single failing key (a poison event) never opens it:
-// other keys' successes reset the count, and the key is parked.
+// between (of a call begun after the first of them failed) are taken for
+// a broker outage: the breaker opens and every lane waits (the in-flight
+// bound then stops the reading of the stream) instead of parking the
+// world. While open, one lane at a time probes, every BreakerBackoff(n),
+// the lanes taking turns (a probe that fails sends its lane to the back
+// of the ready lanes: poison events cannot keep the probe from a good
+// one); the first success of a call begun since it opened (a probe)
+// closes it. Failures of publishes that started while it was open, or
+// while it opened, are not counted toward parking. A single failing key
+// (a poison event) never opens it: other keys' successes reset the
+// count, and the key is parked.
 type breaker struct {
 	r *Relay
 
@@ -37,9 +39,10 @@ type breaker struct {
 	// started after it (verdict): a call under way as the broker went
 	// down may still succeed after the first failures, and tells nothing
 	// of the broker since.
-	// failedAt and openedAt are starts when the first of failKeys failed
-	// and when the breaker last opened: a success of a call begun before
-	// clears neither.
+	// failedAt: starts when the first of failKeys failed; a success
+	// clears failKeys only if its call began after. openedAt: starts when
+	// the breaker last opened; a success closes it only if its call began
+	// after (a probe, or a batch that started as it opened).
 	starts   uint64
 	freshest uint64
 	failedAt uint64
@@ -329,6 +332,8 @@ func (b *breaker) success(c call) {
 			b.r.tel.Breaker(false)
 		}
 		b.signal()
+	} else if c.probe && b.open {
+		b.signal() // a probe of an earlier opening ended: the next may start
 	}
 }
 

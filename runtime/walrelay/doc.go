@@ -179,10 +179,10 @@
 //
 // # Broker outages
 //
-// Publishes failing for two or more keys with no success between open a
-// circuit breaker: every lane waits (not counting those failures toward
+// Publishes failing for two or more keys with no success between (of a
+// call begun after the first of them failed) open a circuit breaker: every lane waits (not counting those failures toward
 // parking), the in-flight bound then stops the reading of the stream, and
-// one lane probes every BreakerBackoff until a publish succeeds. An
+// one lane probes every BreakerBackoff until a probe succeeds. An
 // outage therefore pauses the stream instead of parking the world. A
 // single failing key never opens it (other keys' successes reset the
 // count): that key is parked. An event whose quick retries failed is
@@ -209,10 +209,13 @@
 // once, as before. The evidence against an event outlasts an outage: an
 // event whose quick retries ran out as an outage began is parked when it
 // fails again after the breaker closed, even if that failure is the start
-// of the next outage; so is an event that failed once, saw another call
-// accepted, and failed again as an outage began. A call under way as the
-// broker went down tells nothing for the breaker either: its late
-// success neither keeps two keys' failures from opening it nor closes it.
+// of the next outage; so may be an event that failed once, saw a call
+// begun after that failure accepted, and whose quick retries then ran out
+// as an outage began, before the breaker opened. A call under way as the
+// broker went down tells nothing for the breaker either: its late success
+// clears the count of failing keys only if it began after the first of
+// them failed, and closes an open breaker only if it began after the
+// opening (a probe).
 // A batch call that fails (or is split by its hedge) says
 // nothing of any one key: its events count as under way until their own
 // calls, which follow, have an outcome, and an event waiting for its

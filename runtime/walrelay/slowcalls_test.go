@@ -1287,6 +1287,60 @@ func TestBreakerIgnoresSuccessBegunBefore(t *testing.T) {
 	}
 }
 
+// TestBreakerProbeOfEarlierOpeningEnds: a probe P is still under way when
+// a batch begun while the breaker was open succeeds and closes it, and it
+// opens again. P's late success does not close it (P began before this
+// opening), but it ends P's probing, so the next probe, already due, must
+// start at once (found by review, helper-97: nothing woke the lanes
+// waiting in await, and they slept out their one-second timer).
+func TestBreakerProbeOfEarlierOpeningEnds(t *testing.T) {
+	rig := verdictRig(t, &scripted{decide: func(string, int) error { return nil }}, false)
+	rig.d.r.cfg.BreakerBackoff = func(int) time.Duration { return 0 }
+	b := rig.d.brk
+	a, _ := b.acquire(false)
+	c, _ := b.acquire(false)
+	b.failure("a", a, false)
+	b.failure("b", c, false)
+	if !b.isOpen() {
+		t.Fatal("a and b failed: want the breaker open")
+	}
+	p, ok := b.acquire(false) // probe P, hangs
+	if !ok || !p.probe {
+		t.Fatal("want a probe to start")
+	}
+	batch := b.begin() // a batch whose worker saw the breaker closed
+	b.success(batch)   // closes it (begun after it opened)
+	if b.isOpen() {
+		t.Fatal("the batch begun after the opening succeeded: want the breaker closed")
+	}
+	a2, _ := b.acquire(false)
+	c2, _ := b.acquire(false)
+	b.failure("a", a2, false)
+	b.failure("b", c2, false)
+	if !b.isOpen() {
+		t.Fatal("a and b failed again: want the breaker open")
+	}
+	if b.mayStart() {
+		t.Fatal("P still probing: no probe may start")
+	}
+	done := make(chan time.Duration, 1)
+	go func() {
+		at := time.Now()
+		b.await(context.Background())
+		done <- time.Since(at)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	b.success(p) // P's late success: begun before this opening
+	if !b.isOpen() {
+		t.Error("P, begun before the breaker reopened, closed it")
+	}
+	d := <-done
+	t.Logf("await returned %s after P's success allowed the next probe", d)
+	if d > 500*time.Millisecond {
+		t.Errorf("the next probe, due, waited %s: success cleared probing without a signal", d)
+	}
+}
+
 // TestVerdictOneMoreAttempt: y's first attempt is refused (the broker is
 // down); its second hangs, and meanwhile x, whose call began after y
 // failed, is published: the broker is back. y's second attempt then
