@@ -51,8 +51,11 @@
 // consumer itself (deliver all, explicit ack, AckWait; ConfigureConsumer
 // adds settings) and binds to it, so the consumer outlives every
 // subscriber: a restarted or redeployed consumer resumes after the last
-// acknowledged message, and the messages in flight at the stop come again
-// after AckWait. (Subscribing through nats.go's options instead lets
+// acknowledged message. The messages in flight at a stop (the one a
+// handler held, unacknowledged, and those read ahead) are given back to
+// JetStream as the subscription ends, and come to the next subscriber a
+// second later (not after AckWait); after a crash, they come again after
+// AckWait. (Subscribing through nats.go's options instead lets
 // nats.go own the consumer, and it deletes the consumer when the
 // subscription ends: every restart then started over at the beginning of
 // the stream.) Without QueueGroup one subscription at a time may hold the

@@ -700,3 +700,80 @@ func TestRepeatedHeaderDelivered(t *testing.T) {
 	case <-time.After(5 * ackWait):
 	}
 }
+
+// TestSubscriptionEndPutsBack: a subscription that ends (by its context,
+// or by Close) gives JetStream back the message its consumer held
+// unacknowledged and those it had read ahead (500 here), so that the next
+// subscriber of the durable consumer gets them a second later
+// (giveBackDelay), not after AckWait (30 s here), also when it subscribes
+// only after that second: a rolling deploy does not delay them. (Before,
+// "got 0 of 500 messages within 10s"; unsubscribing instead of draining,
+// or giving back without the delay, lost some hundreds to AckWait.)
+func TestSubscriptionEndPutsBack(t *testing.T) {
+	for _, by := range []string{"context", "Close", "Close, next later"} {
+		t.Run(by, func(t *testing.T) {
+			s := startNATS(t, -1, t.TempDir())
+			url := s.ClientURL()
+			pub := newPublisher(t, url, 5*time.Second)
+			const total = 500
+			for i := range total {
+				if err := pub.Publish(topic, message.NewMessage(strconv.Itoa(i), []byte("x"))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := natsjs.SubscriberConfig{URL: url, Durable: "back", AckWait: 30 * time.Second, CloseTimeout: 5 * time.Second}
+			first, err := natsjs.NewSubscriber(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			msgs, err := first.Subscribe(ctx, topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held := <-msgs // not acknowledged; the rest are read ahead
+			// Once JetStream has sent them all (and a moment for them to
+			// arrive): what it is still sending as the subscription ends
+			// reaches nobody, and comes again after AckWait.
+			js, err := pub.Conn().JetStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for sent := 0; sent < total; {
+				ci, err := js.ConsumerInfo(natsjs.DefaultStreamName(topic), natsjs.DurableName("back", topic))
+				if err != nil {
+					t.Fatal(err)
+				}
+				sent = ci.NumAckPending
+				time.Sleep(10 * time.Millisecond)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if by == "context" {
+				cancel()
+			} else {
+				go first.Close() //nolint:errcheck // checked below
+			}
+			for range msgs { // ends once the subscription has ended
+			}
+			if err := first.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if by == "Close, next later" {
+				time.Sleep(3 * time.Second) // no subscriber when JetStream redelivers
+			}
+			next := newSubscriber(t, cfg)
+			got := map[string]bool{}
+			deadline := time.After(10 * time.Second)
+			for in := subscribe(t, next); len(got) < total; {
+				select {
+				case m := <-in:
+					got[m.UUID] = true
+					m.Ack()
+				case <-deadline:
+					t.Fatalf("the next subscriber got %d of %d messages within 10s (held: %s, got it: %v): the ended subscription did not give them back, and JetStream redelivers after AckWait (30s)", len(got), total, held.UUID, got[held.UUID])
+				}
+			}
+		})
+	}
+}

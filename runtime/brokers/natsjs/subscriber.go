@@ -211,8 +211,10 @@ func (s *Subscriber) Conn() *nats.Conn { return s.conn }
 // Subscribe subscribes to the subject topic (wildcards allowed, e.g.
 // "orders.>", when no provisioning is needed). The channel is closed once
 // ctx is done or Close is called and every delivery under way has
-// returned; a message handed over and not acknowledged by then is
-// redelivered by JetStream after AckWait.
+// returned; a message handed over and not acknowledged by then, and those
+// read ahead, are given back to JetStream, which redelivers them to the
+// next subscriber of the consumer a second later (giveBackDelay), not
+// after AckWait.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if s.isClosed() {
 		return nil, errClosed
@@ -271,9 +273,12 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		}
 		end()
 		<-watched
-		l.unsubscribe(l.swap(nil))
-		// Unsubscribe does not wait for a callback under way: wait for
-		// them here, so that none sends on the closed channel.
+		// Drained, not just unsubscribed: the messages read ahead reach
+		// deliver, which gives them back (the subscription has ended),
+		// as it gives back one its consumer held.
+		l.drain(l.swap(nil))
+		// Drain does not wait for a callback under way: wait for them
+		// here, so that none sends on the closed channel.
 		l.stop()
 		close(l.output)
 	}()
@@ -460,6 +465,34 @@ func (l *subscription) unsubscribe(subs []*nats.Subscription) {
 	}
 }
 
+// drainWait bounds how long an ending subscription waits for its NATS
+// subscriptions to drain (for deliver to give back what they read ahead).
+const drainWait = 5 * time.Second
+
+// drain ends subs as unsubscribe does, but has the messages they read
+// ahead delivered first (see deliver: a subscription that ended gives
+// them back), waiting at most drainWait.
+func (l *subscription) drain(subs []*nats.Subscription) {
+	deadline := time.NewTimer(drainWait)
+	defer deadline.Stop()
+	for i, sub := range subs {
+		closed := sub.StatusChanged(nats.SubscriptionClosed)
+		if err := sub.Drain(); err != nil {
+			if !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
+				l.s.log.Warn("natsjs: drain failed: what the subscription read ahead comes back after AckWait", slog.String("topic", l.topic), slog.String("error", redact.ErrorWith(err, l.s.secrets...).Error()))
+			}
+			continue
+		}
+		select {
+		case <-closed:
+		case <-deadline.C:
+			l.s.log.Warn("natsjs: subscription still draining after its bound: the rest comes back after AckWait", slog.String("topic", l.topic), slog.Duration("waited", drainWait))
+			l.unsubscribe(subs[i:])
+			return
+		}
+	}
+}
+
 // watch keeps the subscription fed by its durable consumer c until the
 // subscription ends. Every consumerCheck it reads the consumer: gone
 // (deleted by an operator, by a stream provisioned again, or by a
@@ -569,7 +602,8 @@ func (l *subscription) stop() {
 
 // deliver is the NATS callback: it hands the message to the consumer and
 // settles it at JetStream as the consumer does. A message not handed over,
-// or not settled within AckWait, is left unacknowledged: JetStream
+// or not settled, when the subscription ends is given back (giveBack);
+// one not settled within AckWait is left unacknowledged: JetStream
 // redelivers it after AckWait.
 func (l *subscription) deliver(m *nats.Msg) {
 	if !l.enter() {
@@ -581,9 +615,14 @@ func (l *subscription) deliver(m *nats.Msg) {
 	ctx, cancel := context.WithCancel(l.ctx)
 	defer cancel()
 	msg.SetContext(ctx)
+	if ctx.Err() != nil { // ended: read ahead, and drained (see drain)
+		l.giveBack(m, msg.UUID, log)
+		return
+	}
 	select {
 	case l.output <- msg:
 	case <-ctx.Done():
+		l.giveBack(m, msg.UUID, log)
 		return
 	}
 	timeout := time.NewTimer(l.s.cfg.AckWait)
@@ -598,14 +637,30 @@ func (l *subscription) deliver(m *nats.Msg) {
 	case <-ctx.Done():
 		// The subscription ends: an ack the consumer gave at the same
 		// moment still counts (the connection stays open until every
-		// callback has returned); else JetStream redelivers the message.
+		// callback has returned); else the message is given back.
 		select {
 		case <-msg.Acked():
 			l.ack(m, msg.UUID, log)
 		case <-msg.Nacked():
 			l.nak(m, msg.UUID, log)
 		default:
+			l.giveBack(m, msg.UUID, log)
 		}
+	}
+}
+
+// giveBackDelay is how long JetStream waits before it redelivers a
+// message given back. At once, it could still send it to the subscription
+// that gave it back, before it noticed that subscription's end: the
+// message would then wait for AckWait after all.
+const giveBackDelay = time.Second
+
+// giveBack has JetStream redeliver m after giveBackDelay, to the next
+// subscriber of its consumer, rather than after AckWait: the
+// subscription ended before its consumer settled it.
+func (l *subscription) giveBack(m *nats.Msg, uuid string, log *slog.Logger) {
+	if err := m.NakWithDelay(giveBackDelay); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		log.Warn("natsjs: giving back an unsettled message failed: JetStream redelivers it after AckWait", slog.String("uuid", uuid), slog.String("error", err.Error()))
 	}
 }
 
