@@ -54,8 +54,8 @@
 // acknowledged message. The messages in flight at a stop (the one a
 // handler held, unacknowledged, and those read ahead) are given back to
 // JetStream as the subscription ends, and come to the next subscriber a
-// second later (not after AckWait); after a crash, they come again after
-// AckWait. (Subscribing through nats.go's options instead lets
+// second later (not after AckWait); after a crash, or a stop while the
+// connection is down, they come again after AckWait. (Subscribing through nats.go's options instead lets
 // nats.go own the consumer, and it deletes the consumer when the
 // subscription ends: every restart then started over at the beginning of
 // the stream.) Without QueueGroup one subscription at a time may hold the

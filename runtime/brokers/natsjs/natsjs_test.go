@@ -749,14 +749,18 @@ func TestSubscriptionEndPutsBack(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			time.Sleep(100 * time.Millisecond)
+			closed := make(chan error, 1)
 			if by == "context" {
 				cancel()
 			} else {
-				go first.Close() //nolint:errcheck // checked below
+				go func() { closed <- first.Close() }()
 			}
 			for range msgs { // ends once the subscription has ended
 			}
-			if err := first.Close(); err != nil {
+			if by == "context" {
+				closed <- first.Close()
+			}
+			if err := <-closed; err != nil {
 				t.Fatal(err)
 			}
 			if by == "Close, next later" {
@@ -775,5 +779,151 @@ func TestSubscriptionEndPutsBack(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func publishN(t *testing.T, pub *natsjs.Publisher, n int) {
+	t.Helper()
+	for i := range n {
+		if err := pub.Publish(topic, message.NewMessage(strconv.Itoa(i), []byte("x"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestSubscriptionEndDuringOutage: Close while the broker is down returns
+// at once and closes the connection: nothing is drained (found by review,
+// helper-98: the drain waited for a flush that could not be sent, Close
+// ran past a CloseTimeout of 1 s and left the connection reconnecting).
+func TestSubscriptionEndDuringOutage(t *testing.T) {
+	srv := startNATS(t, -1, t.TempDir())
+	url := srv.ClientURL()
+	pub := newPublisher(t, url, 5*time.Second)
+	publishN(t, pub, 10)
+	sub, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url, Durable: "out", CloseTimeout: time.Second,
+		NatsOptions: []nats.Option{nats.ReconnectWait(50 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := sub.Subscribe(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-msgs
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	for !sub.Conn().IsReconnecting() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	// nats.go closes a reconnecting connection it is asked to drain, and
+	// says so.
+	if err := sub.Close(); err != nil && !errors.Is(err, nats.ErrConnectionReconnecting) {
+		t.Errorf("Close, after %s: %v", time.Since(start), err)
+	}
+
+	deadline := time.Now().Add(2 * time.Second)
+	for !sub.Conn().IsClosed() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !sub.Conn().IsClosed() {
+		sub.Conn().Close()
+		t.Errorf("connection left open (reconnecting forever) after Close")
+	}
+}
+
+// TestSubscriptionEndWhileReconnecting: a subscription that ends while its
+// connection (one with a reconnect buffer, as nats.Connect's defaults)
+// is reconnecting lets go of its durable consumer once the server is
+// back (found by review, helper-98: drained, it was subscribed again on
+// reconnect and held the consumer, push-bound, for good).
+func TestSubscriptionEndWhileReconnecting(t *testing.T) {
+	dir := t.TempDir()
+	srv := startNATS(t, -1, dir)
+	p := port(srv)
+	url := srv.ClientURL()
+	pub := newPublisher(t, url, 5*time.Second)
+	publishN(t, pub, 5)
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := newSubscriber(t, natsjs.SubscriberConfig{Conn: nc, Durable: "z"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := sub.Subscribe(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-msgs
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	for !nc.IsReconnecting() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	time.Sleep(300 * time.Millisecond)
+	startNATS(t, p, dir)
+	start := time.Now()
+	for range msgs {
+	}
+	t.Logf("subscription ended %s after restart", time.Since(start))
+	other, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	js, _ := other.JetStream()
+	time.Sleep(2 * time.Second)
+	ci, err := js.ConsumerInfo(natsjs.DefaultStreamName(topic), natsjs.DurableName("z", topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("2s after the subscription ended: PushBound=%v NumAckPending=%d", ci.PushBound, ci.NumAckPending)
+	if ci.PushBound {
+		// Another subscriber cannot take the consumer.
+		s2 := newSubscriber(t, natsjs.SubscriberConfig{URL: url, Durable: "z"})
+		c2, cancel2 := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel2()
+		_, err := s2.Subscribe(c2, topic)
+		t.Errorf("consumer still push-bound by the ended subscription (zombie interest); another Subscribe: %v", err)
+	}
+}
+
+// TestEphemeralConsumerDeletedByClose: an ephemeral consumer (no Durable)
+// is gone when Close returns (found by review, helper-98: drained, its
+// deletion came after Close had returned).
+func TestEphemeralConsumerDeletedByClose(t *testing.T) {
+	srv := startNATS(t, -1, t.TempDir())
+	url := srv.ClientURL()
+	pub := newPublisher(t, url, 5*time.Second)
+	publishN(t, pub, 50)
+	other, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	js, _ := other.JetStream()
+	for i := range 5 {
+		sub, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs, err := sub.Subscribe(context.Background(), topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-msgs
+		time.Sleep(50 * time.Millisecond)
+		if err := sub.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		n := 0
+		for range js.ConsumerNames(natsjs.DefaultStreamName(topic)) {
+			n++
+		}
+		if n != 0 {
+			t.Errorf("run %d: %d consumers right after Close, want 0", i, n)
+		}
 	}
 }

@@ -84,8 +84,11 @@ type SubscriberConfig struct {
 
 	// CloseTimeout bounds how long Close waits for the subscriptions'
 	// deliveries under way to return (default 30s). Close does not wait
-	// for the consumer to acknowledge what it holds: stop the consumer
-	// first (a watermill Router does), or it is redelivered after AckWait.
+	// for the consumer to acknowledge what it holds: a message not
+	// acknowledged by then is given back (see Subscribe), and a handler
+	// still running then may see it delivered again elsewhere meanwhile
+	// (a watermill Router closes its subscriber before it waits for its
+	// handlers): consumers deduplicate by event id.
 	CloseTimeout time.Duration
 
 	// Logger receives the subscriber's logs: messages that cannot be read,
@@ -211,10 +214,13 @@ func (s *Subscriber) Conn() *nats.Conn { return s.conn }
 // Subscribe subscribes to the subject topic (wildcards allowed, e.g.
 // "orders.>", when no provisioning is needed). The channel is closed once
 // ctx is done or Close is called and every delivery under way has
-// returned; a message handed over and not acknowledged by then, and those
-// read ahead, are given back to JetStream, which redelivers them to the
-// next subscriber of the consumer a second later (giveBackDelay), not
-// after AckWait.
+// returned. On a durable consumer, a message handed over and not
+// acknowledged by then, and those read ahead, are given back to
+// JetStream, which redelivers them to the next subscriber of the consumer
+// a second later (giveBackDelay), not after AckWait; ending waits for
+// that, at most drainWait (5 s). While the connection is down nothing can
+// be given back: they come again after AckWait. An ephemeral consumer is
+// deleted as its subscription ends.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if s.isClosed() {
 		return nil, errClosed
@@ -273,10 +279,19 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		}
 		end()
 		<-watched
-		// Drained, not just unsubscribed: the messages read ahead reach
+		// A durable consumer's subscriptions are drained, not just
+		// unsubscribed, while connected: the messages read ahead reach
 		// deliver, which gives them back (the subscription has ended),
-		// as it gives back one its consumer held.
-		l.drain(l.swap(nil))
+		// as it gives back one its consumer held. Not while
+		// disconnected: no UNSUB would reach the server, and a reconnect
+		// would subscribe them again, holding the consumer (those
+		// messages then come after AckWait). Not an ephemeral consumer:
+		// it is deleted as its subscription ends.
+		if c != nil && s.conn.IsConnected() {
+			l.drain(l.swap(nil))
+		} else {
+			l.unsubscribe(l.swap(nil))
+		}
 		// Drain does not wait for a callback under way: wait for them
 		// here, so that none sends on the closed channel.
 		l.stop()
@@ -538,8 +553,8 @@ func (l *subscription) watch(c *consumer) {
 
 // Close ends every subscription, waits (at most CloseTimeout) until their
 // deliveries under way have returned, then drains the connection. A
-// message handed over and not acknowledged by then is redelivered by
-// JetStream after AckWait.
+// message handed over and not acknowledged by then is given back, as
+// Subscribe says.
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {
