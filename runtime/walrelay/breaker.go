@@ -54,10 +54,10 @@ type breaker struct {
 // call is a publish call as it starts: its number (breaker.starts), the
 // freshest accepted call's number then (so whether the broker had
 // accepted a call begun after the event's first failure before this
-// attempt began), the breaker's epoch, and whether it probes.
+// attempt began), and whether it probes. Its number also tells whether
+// it began before the breaker last opened (openedAt; see failure).
 type call struct {
 	n, freshest uint64
-	epoch       int
 	probe       bool
 }
 
@@ -109,9 +109,8 @@ func (b *breaker) openEpoch() (epoch int, open bool) {
 
 // acquire reports whether a publish may start now: while closed, yes;
 // while open, only as the probe, when it is due and no other runs (probe
-// true); epoch is the breaker's at that moment (see failure). It does not
-// wait: an event that may not start goes back to its lane, and its
-// worker waits in await, holding nothing. A publish that may start
+// true). It does not wait: an event that may not start goes back to its
+// lane, and its worker waits in await, holding nothing. A publish that may start
 // counts as under way from here (as begin), unless carried: it counts
 // already, its failed batch's count handed over (handOver). So no verdict
 // sees nothing under way between the decision and the call.
@@ -129,7 +128,7 @@ func (b *breaker) acquire(carried bool) (c call, ok bool) {
 		b.inflight++
 	}
 	b.starts++
-	c.n, c.freshest, c.epoch = b.starts, b.freshest, b.epoch
+	c.n, c.freshest = b.starts, b.freshest
 	return c, true
 }
 
@@ -179,7 +178,7 @@ func (b *breaker) begin() call {
 	defer b.mu.Unlock()
 	b.inflight++
 	b.starts++
-	return call{n: b.starts, freshest: b.freshest, epoch: b.epoch}
+	return call{n: b.starts, freshest: b.freshest}
 }
 
 // end stops counting a publish as under way, with no outcome recorded
@@ -357,7 +356,7 @@ func (b *breaker) failure(key string, c call, permanent bool) (counted bool, sta
 	if permanent {
 		return true, started
 	}
-	if b.open || c.epoch != b.epoch {
+	if b.open || c.n <= b.openedAt { // it began before the last opening
 		return false, started
 	}
 	if len(b.failKeys) == 0 {

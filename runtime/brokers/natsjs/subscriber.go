@@ -630,7 +630,9 @@ func (l *subscription) deliver(m *nats.Msg) {
 	ctx, cancel := context.WithCancel(l.ctx)
 	defer cancel()
 	msg.SetContext(ctx)
-	if ctx.Err() != nil { // ended: read ahead, and drained (see drain)
+	// Ended (a message read ahead, drained): given back, not handed out,
+	// which the select below might do, picking at random among ready cases.
+	if ctx.Err() != nil {
 		l.giveBack(m, msg.UUID, log)
 		return
 	}
