@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/runtime/outbox/pgxoutbox"
+	"github.com/outboxgen/outboxgen/runtime/relay"
 	"github.com/outboxgen/outboxgen/runtime/walrelay"
 )
 
@@ -30,6 +31,10 @@ type batchBroker struct {
 	inCall      map[string]bool // keys being published right now
 	overlap     []string        // keys published by two calls at once
 	delay       time.Duration
+	// The next partBatches calls with more than one message (after the
+	// refused ones) store only the messages at even positions, and say
+	// so (relay.PartialError); parted counts them.
+	partBatches, parted int
 }
 
 func (b *batchBroker) Publish(_ string, msgs ...*message.Message) error {
@@ -52,6 +57,10 @@ func (b *batchBroker) Publish(_ string, msgs ...*message.Message) error {
 	if fail {
 		b.failed++
 	}
+	part := !fail && len(msgs) > 1 && b.parted < b.partBatches
+	if part {
+		b.parted++
+	}
 	b.mu.Unlock()
 	time.Sleep(b.delay)
 	b.mu.Lock()
@@ -61,6 +70,17 @@ func (b *batchBroker) Publish(_ string, msgs ...*message.Message) error {
 	}
 	if fail {
 		return errors.New("batch refused (test broker)")
+	}
+	if part {
+		stored := make([]bool, len(call))
+		var took []got
+		for i, g := range call {
+			if stored[i] = i%2 == 0; stored[i] {
+				took = append(took, g)
+			}
+		}
+		b.calls = append(b.calls, took)
+		return relay.Partial(errors.New("odd messages refused (test broker)"), stored)
 	}
 	b.calls = append(b.calls, call)
 	return nil
@@ -186,5 +206,58 @@ func TestBatchedPublishKeepsOrderAndAccounting(t *testing.T) {
 	}
 	if n := len(outboxRows(t, pool)); n != 0 {
 		t.Errorf("%d rows parked: a refused batch must not park anything", n)
+	}
+}
+
+// TestBatchPartlyStoredSendsOnlyTheRest: a batch call the broker stored
+// only part of (its error a relay.PartialError) settles the stored events
+// and publishes only the others again, one by one: no event reaches the
+// broker twice, each key keeps its order, and nothing is parked or
+// charged to the breaker.
+func TestBatchPartlyStoredSendsOnlyTheRest(t *testing.T) {
+	pool := logicalPool(t)
+	w := walWriter(t)
+	br := &batchBroker{partBatches: 4, inCall: map[string]bool{}, delay: 5 * time.Millisecond}
+	reader, mp := testMeter(t)
+	r := newRelay(t, pool, br, func(c *walrelay.Config) { c.Concurrency = 4; c.MeterProvider = mp })
+	if err := r.Setup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{}
+	const keys, rounds = 12, 10
+	for range rounds {
+		var evs []payload
+		for k := range keys {
+			key := "k" + strconv.Itoa(k)
+			want[key]++
+			evs = append(evs, payload{Key: key, N: want[key]})
+		}
+		write(t, pool, w, false, evs...)
+	}
+	total := keys * rounds
+	runRelay(t, r)
+	waitFor(t, 60*time.Second, "every event at the broker", func() bool {
+		msgs, _ := br.delivered()
+		return distinct(msgs) >= total
+	})
+	waitFor(t, 10*time.Second, "every event settled", func() bool { return r.Status().InFlight == 0 })
+	msgs, _ := br.delivered()
+	if dups := checkOrder(t, msgs, want); dups != 0 {
+		t.Errorf("%d events reached the broker twice: the stored events of a partly stored call were published again", dups)
+	}
+	br.mu.Lock()
+	if br.parted != br.partBatches {
+		t.Errorf("%d calls partly stored, want %d (the test needs the relay to batch)", br.parted, br.partBatches)
+	}
+	br.mu.Unlock()
+	if st := r.Status(); st.Published != int64(total) || st.Parked != 0 || st.BreakerOpen {
+		t.Errorf("status %+v: want %d published, nothing parked, the breaker closed", st, total)
+	}
+	if n := len(outboxRows(t, pool)); n != 0 {
+		t.Errorf("%d rows parked: a partly stored batch must not park anything", n)
+	}
+	// Each stored event's send counts as published once, not failed.
+	if got := metricValues(t, reader)["outboxgen.relay.published"]; got != float64(total) {
+		t.Errorf("outboxgen.relay.published = %v, want %d", got, total)
 	}
 }

@@ -315,6 +315,21 @@ func (b *breaker) pause(ctx context.Context, d time.Duration, failed uint64) boo
 func (b *breaker) success(c call) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.successLocked(c)
+}
+
+// successPart records a batch call of which the broker stored only some
+// events (relay.PartialError): the broker accepted it, as success records,
+// and its handed events it did not store go on counting as under way, as
+// handOver's do, until each one's own call starts.
+func (b *breaker) successPart(c call, handed int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inflight += handed // before the end's signal, so a verdict woken sees them
+	b.successLocked(c)
+}
+
+func (b *breaker) successLocked(c call) {
 	b.freshest = max(b.freshest, c.n)
 	b.endLocked()
 	if c.n > b.failedAt {

@@ -95,7 +95,11 @@
 // key's next event is taken only once its previous one is settled, so a
 // call never holds two events of one key. A refused batch is charged to
 // nobody: its events are published again one by one, each with its own
-// retries, breaker accounting and parking. The relay stops reading (and
+// retries, breaker accounting and parking. When the error says which of
+// the call's events the broker stored (relay.PartialError: the adapters
+// of package brokers report it), those are settled and only the others
+// are published again, so a broker that keeps repeats (Kafka, Redis,
+// RabbitMQ) does not store the stored ones twice. The relay stops reading (and
 // PostgreSQL keeps the WAL) while MaxInFlight events are unsettled, while
 // the unsettled ones hold MaxInFlightBytes of content (at least one event
 // is always read), or while MaxUnconfirmed events are not confirmed

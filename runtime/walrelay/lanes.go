@@ -405,13 +405,11 @@ func (d *dispatcher) worker() {
 				continue
 			}
 			wait(batch, singles, refused)
-			ok := d.publishBatch(group, slow)
+			left := d.publishBatch(group, slow)
 			if !wait() {
 				batch, singles, refused = nil, nil, nil // given back
 			}
-			if !ok {
-				refused = append(refused, group...)
-			}
+			refused = append(refused, left...)
 		}
 		singles = append(singles, refused...)
 		if !d.deliverAll(singles, slow) {
@@ -427,38 +425,53 @@ func (d *dispatcher) worker() {
 }
 
 // publishBatch publishes evs (different keys, one topic) in one Publish
-// call and settles them when the broker takes it; false when it did not
-// (nothing settled: the caller publishes them one by one), or when the
-// breaker opened meanwhile.
-func (d *dispatcher) publishBatch(evs []*event, slow func() bool) bool {
+// call and settles those the broker took. It returns the others, for the
+// caller to publish one by one: all of them when the call failed (or the
+// breaker opened meanwhile), or was split; those the broker did not store
+// when its error says which it did (relay.PartialError), so that a broker
+// that keeps repeats does not store the others twice.
+func (d *dispatcher) publishBatch(evs []*event, slow func() bool) (refused []*event) {
 	r := d.r
 	if d.ctx.Err() != nil {
-		return false
+		return evs
 	}
 	c := d.brk.begin()
 	err := r.publishMany(context.WithoutCancel(d.ctx), evs, hooks{slow: slow, losers: &d.losers, pool: d.pool})
-	if err == nil {
+	stored := relay.StoredOf(err, len(evs))
+	switch {
+	case err == nil:
 		d.brk.success(c)
-	} else {
+	case stored != nil:
+		// A call of several events holds one per key, so settling some
+		// while their neighbours are sent again keeps each key's order.
+		for i, ev := range evs {
+			if !stored[i] {
+				ev.pending = true
+				refused = append(refused, ev)
+			}
+		}
+		d.brk.successPart(c, len(refused))
+		r.log.Debug("batch publish partly failed: publishing the events the broker did not store one by one",
+			slog.Int("events", len(evs)), slog.Int("not_stored", len(refused)), slog.String("error", telemetry.ErrorText(err)))
+	default:
 		// Its events' own calls tell what it failed of (see verdict).
 		for _, ev := range evs {
 			ev.pending = true
 		}
 		d.brk.handOver(len(evs))
+		if !errors.Is(err, errSplit) { // hedged: one by one; the call's contexts are cancelled (publishMany)
+			r.log.Debug("batch publish failed: publishing its events one by one", slog.Int("events", len(evs)), slog.String("error", telemetry.ErrorText(err)))
+		}
+		return evs
 	}
-	if errors.Is(err, errSplit) {
-		return false // hedged: one by one; the call's contexts are cancelled (publishMany)
+	r.update(func(s *Status) { s.Published += int64(len(evs) - len(refused)) })
+	for i, ev := range evs {
+		if stored == nil || stored[i] {
+			d.settled <- settlement{ev.tx, ev.bytes}
+			d.done(ev)
+		}
 	}
-	if err != nil {
-		r.log.Debug("batch publish failed: publishing its events one by one", slog.Int("events", len(evs)), slog.String("error", telemetry.ErrorText(err)))
-		return false
-	}
-	r.update(func(s *Status) { s.Published += int64(len(evs)) })
-	for _, ev := range evs {
-		d.settled <- settlement{ev.tx, ev.bytes}
-		d.done(ev)
-	}
-	return true
+	return refused
 }
 
 // deliverAll delivers evs one by one (each with its own retries and
@@ -877,8 +890,13 @@ func (r *Relay) publishMany(ctx context.Context, evs []*event, h hooks) (err err
 		for _, c := range cancels {
 			c()
 		}
-		for _, end := range ends {
-			end(err)
+		stored := relay.StoredOf(err, len(evs)) // each stored message's span ends well
+		for i, end := range ends {
+			if stored != nil && stored[i] {
+				end(nil)
+			} else {
+				end(err)
+			}
 		}
 	}()
 	deadline := time.Now().Add(r.cfg.PublishTimeout)

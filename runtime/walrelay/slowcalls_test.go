@@ -1570,3 +1570,37 @@ func waitLog(t *testing.T, rig *dispatchRig, line, what string) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestBreakerPartlyStoredBatch: a batch call the broker stored part of
+// counts as a call the broker accepted (evidence that it works), and its
+// events not stored go on counting as publishes
+// under way until their own calls end, as a failed batch's do, so that no
+// verdict decides without their outcome.
+func TestBreakerPartlyStoredBatch(t *testing.T) {
+	rig := verdictRig(t, &scripted{decide: func(string, int) error { return nil }}, false)
+	b := rig.d.brk
+	batch := b.begin()
+	b.successPart(batch, 2)
+	b.mu.Lock()
+	inflight := b.inflight
+	b.mu.Unlock()
+	if inflight != 2 {
+		t.Fatalf("%d publishes under way after a batch with 2 events not stored, want 2", inflight)
+	}
+	if got := b.freshestCall(); got != batch.n {
+		t.Errorf("freshest accepted call %d, want the batch's %d", got, batch.n)
+	}
+	for _, key := range []string{"a", "b"} {
+		c, ok := b.acquire(true) // carried: counted already
+		if !ok {
+			t.Fatal("the breaker is closed: want the call to start")
+		}
+		b.failure(key, c, false)
+	}
+	b.mu.Lock()
+	inflight = b.inflight
+	b.mu.Unlock()
+	if inflight != 0 {
+		t.Errorf("%d publishes under way after the events' own calls ended, want 0", inflight)
+	}
+}
