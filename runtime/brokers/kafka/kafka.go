@@ -26,7 +26,9 @@
 // reorder records. Re-sends by the relay itself (a publish whose
 // acknowledgement was lost) are new records: consumers deduplicate by the
 // message UUID, which is the event_id (Kafka has no broker-side
-// de-duplication by an application id).
+// de-duplication by an application id). A call of several records that
+// the brokers store only some of says which (relay.PartialError), so that
+// the relay sends only the others again.
 //
 // # Topics
 //
@@ -315,11 +317,15 @@ var _ message.Publisher = (*Publisher)(nil)
 // next (watermill-kafka's publisher): a relay's call of 64 events takes
 // a round trip or two, not 64. Records of one partition keep the call's
 // order (the idempotent producer, one request in flight per broker).
-// When records fail, the error is the first failed one's, in call
-// order, with how many failed; the others were stored, and a call sent
-// again stores them again (Kafka does not deduplicate: consumers do, by
-// event id). Errors are redacted (package redact). Once Close has begun
-// it fails with "publisher closed".
+// When records of a call of several fail, the error is the first failed
+// one's, in call order, with how many failed, as a *relay.PartialError
+// whose Stored marks the records the brokers acknowledged: the relay
+// settles those and publishes only the others again (Kafka does not drop
+// repeats). When none was stored, or the call failed as a whole (a
+// message that does not marshal), the error is a plain one: every record
+// counts as not stored. Errors are redacted
+// (package redact); errors.As still finds the PartialError. Once Close
+// has begun it fails with "publisher closed".
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	return p.guarded.Publish(topic, msgs...)
 }
@@ -359,17 +365,36 @@ func (p producer) Publish(topic string, msgs ...*message.Message) error {
 		}
 		return nil
 	}
-	// The first failed record in call order: the relay reports it.
-	errs := make(map[*sarama.ProducerMessage]error, len(failed))
-	for _, f := range failed {
-		errs[f.Msg] = f.Err
-	}
+	// SendMessages (sarama 1.43 sync_producer.go) answers every record:
+	// nil when it came back on Successes, which sarama fills only with
+	// records a produce response acknowledged (ErrNoError, or
+	// ErrDuplicateSequenceNumber: stored by an earlier attempt; without
+	// a response only under RequiredAcks NoResponse, which saramaConfig
+	// overrides), else a ProducerError in failed. A record absent from
+	// failed was therefore stored.
+	at := make(map[*sarama.ProducerMessage]int, len(pms))
 	for i, pm := range pms {
-		if ferr, ok := errs[pm]; ok {
-			return fmt.Errorf("cannot produce message %s (%d of %d failed): %w", msgs[i].UUID, len(failed), len(pms), ferr)
+		at[pm] = i
+	}
+	stored := make([]bool, len(pms))
+	for i := range stored {
+		stored[i] = true
+	}
+	first := len(pms) // the first failed record in call order: the relay reports it
+	var firstErr error
+	for _, f := range failed {
+		i, ok := at[f.Msg]
+		if !ok {
+			// Not a record of this call: sarama's answer cannot be
+			// trusted per record, so nothing counts as stored.
+			return fmt.Errorf("cannot produce %d messages (%d failed): %w", len(pms), len(failed), failed[0].Err)
+		}
+		stored[i] = false
+		if i < first {
+			first, firstErr = i, f.Err
 		}
 	}
-	return fmt.Errorf("cannot produce %d messages (%d failed): %w", len(pms), len(failed), failed[0].Err)
+	return relay.Partial(fmt.Errorf("cannot produce message %s (%d of %d failed): %w", msgs[first].UUID, len(failed), len(pms), firstErr), stored)
 }
 
 func (p producer) Close() error { return p.sp.Close() }

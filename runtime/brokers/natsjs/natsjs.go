@@ -274,39 +274,56 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 // takes one round trip to the server, not one per message (a 64-message
 // call a 1 ms round trip away: 1.6 against 80 ms; BenchmarkPublish).
 // JetStream stores them in the order sent. It returns the failure of the
-// first message, in order, that was not stored (a send that fails
-// returns at once); messages after it may have been stored,
-// and are dropped as duplicates when the relay sends the call again
-// (Nats-Msg-Id). A duplicate (an id already stored inside the window) is
-// acknowledged as success. The wait ends with PublishTimeout
-// (nats.ErrTimeout), or with the context of any of the messages (its
-// error: a relay gave up on the call). Errors are redacted.
+// first message, in order, that was not stored. When a call of several
+// messages fails for some only (JetStream refused some, a send failed
+// partway), that error is a *relay.PartialError whose Stored marks the
+// messages JetStream acknowledged: the relay settles those and publishes
+// only the others again, which saves calls, and saves a duplicate once
+// the duplicate window has passed (inside it JetStream drops the repeat,
+// Nats-Msg-Id). A message whose acknowledgement did not come (the wait
+// ended) counts as not stored. A duplicate (an id already stored inside
+// the window) is acknowledged as success. The wait ends with
+// PublishTimeout (nats.ErrTimeout), or with the context of any of the
+// messages (its error: a relay gave up on the call). Errors are
+// redacted; errors.As still finds the PartialError.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
-	return redact.ErrorWith(p.publish(topic, msgs...), p.secrets...)
+	stored, err := p.publish(topic, msgs...)
+	if err == nil {
+		return nil
+	}
+	// Redacted inside the PartialError, so that its Err shows no secret
+	// either.
+	return relay.Partial(redact.ErrorWith(err, p.secrets...), stored)
 }
 
-func (p *Publisher) publish(topic string, msgs ...*message.Message) error {
+// publish returns the failure of the call and, when it fails, which
+// messages JetStream acknowledged (nil: none).
+func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]bool, error) {
 	if err := ValidateTopic(topic); err != nil {
-		return relay.Permanent(err) // no retry makes the subject valid
+		return nil, relay.Permanent(err) // no retry makes the subject valid
 	}
 	if !p.autoProvision {
 		return p.send(topic, msgs)
 	}
 	if err := p.prov.ensure(topic); err != nil {
-		return err
+		return nil, err
 	}
-	err := p.send(topic, msgs)
+	stored, err := p.send(topic, msgs)
 	if errors.Is(err, nats.ErrNoStreamResponse) {
 		// The stream was deleted, or the server came back with an empty
 		// store: provision again and retry once. Messages of msgs that
 		// did reach a stream are dropped as duplicates (Nats-Msg-Id).
 		p.prov.forget(topic)
 		if perr := p.prov.ensure(topic); perr != nil {
-			return errors.Join(err, perr)
+			// The acknowledgements stand: the stream that gave them
+			// stored those messages.
+			return stored, errors.Join(err, perr)
 		}
-		err = p.send(topic, msgs)
+		// The second send sends every message again: its
+		// acknowledgements tell which are stored now.
+		stored, err = p.send(topic, msgs)
 	}
-	return err
+	return stored, err
 }
 
 // maxPending bounds the acknowledgements a publisher awaits at once.
@@ -315,26 +332,46 @@ const maxPending = 1 << 16
 // send sends msgs without waiting, then waits for their acknowledgements
 // in order, until PublishTimeout after the sends (the acknowledgements'
 // own timeout, ErrAsyncPublishTimeout) or until a message's context ends.
-func (p *Publisher) send(topic string, msgs []*message.Message) error {
+// It returns the failure of the first message, in order, not stored and,
+// when it fails, stored: stored[i] tells whether JetStream acknowledged
+// msgs[i] (Ok).
+func (p *Publisher) send(topic string, msgs []*message.Message) (stored []bool, err error) {
 	acks := make([]nats.PubAckFuture, 0, len(msgs))
+	// A send that fails (a message that does not marshal, the connection
+	// lost, too many acknowledgements pending) ends the sends: the
+	// messages after it are not sent. Those sent before it may be stored
+	// all the same, so their acknowledgements are awaited like those of a
+	// call whose sends all went, and within the same bounds: each
+	// acknowledgement's own timeout, begun at its send, and the messages'
+	// context; a connection lost fails them at once (nats.ErrDisconnected).
+	// sendErr is the call's failure when all of those are stored.
+	var sendErr error
 	for _, msg := range msgs {
 		m, err := Marshaler{}.Marshal(topic, msg)
 		if err != nil {
-			return fmt.Errorf("natsjs: message %s: %w", msg.UUID, err)
+			sendErr = fmt.Errorf("natsjs: message %s: %w", msg.UUID, err)
+			break
 		}
 		// As a synchronous publish did: "no responders" (a stream's
 		// leader being elected) is retried twice, 250 ms apart; a stall
 		// waits up to PublishTimeout.
 		ack, err := p.js.PublishMsgAsync(m, nats.RetryAttempts(2), nats.RetryWait(250*time.Millisecond), nats.StallWait(p.timeout))
 		if err != nil {
-			return fmt.Errorf("sending message failed: %w", err)
+			sendErr = fmt.Errorf("sending message failed: %w", err)
+			break
 		}
 		acks = append(acks, ack)
 	}
+	stored = make([]bool, len(msgs))
+	// After a failure the acknowledgements after it are still awaited,
+	// within the same bounds (no longer than the call could wait anyway),
+	// to tell the relay which messages need no second send.
+	var first error
 	var ctx context.Context // set at the first wait
-	for _, ack := range acks {
+	for i, ack := range acks {
 		select {
 		case <-ack.Ok():
+			stored[i] = true
 			continue
 		default:
 		}
@@ -345,21 +382,41 @@ func (p *Publisher) send(topic string, msgs []*message.Message) error {
 		}
 		select {
 		case <-ack.Ok():
+			stored[i] = true
 		case err := <-ack.Err():
-			switch {
-			case errors.Is(err, nats.ErrNoResponders):
-				// As a synchronous publish reports it: no stream
-				// captures the subject.
-				err = nats.ErrNoStreamResponse
-			case errors.Is(err, nats.ErrAsyncPublishTimeout):
-				return p.timedOut()
+			if first == nil {
+				first = p.ackFailed(err)
 			}
-			return fmt.Errorf("sending message failed: %w", err)
 		case <-ctx.Done():
-			return fmt.Errorf("sending message failed: %w", context.Cause(ctx))
+			// The relay gave up on the call: the acknowledgements not
+			// come yet are not awaited, and their messages count as not
+			// stored (sent again, at worst dropped as duplicates).
+			if first == nil {
+				first = fmt.Errorf("sending message failed: %w", context.Cause(ctx))
+			}
 		}
 	}
-	return nil
+	if first == nil {
+		first = sendErr
+	}
+	if first == nil {
+		return nil, nil
+	}
+	return stored, first
+}
+
+// ackFailed returns the error of a message whose acknowledgement failed
+// with err.
+func (p *Publisher) ackFailed(err error) error {
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		// As a synchronous publish reports it: no stream captures the
+		// subject.
+		err = nats.ErrNoStreamResponse
+	case errors.Is(err, nats.ErrAsyncPublishTimeout):
+		return p.timedOut()
+	}
+	return fmt.Errorf("sending message failed: %w", err)
 }
 
 func (p *Publisher) timedOut() error {
