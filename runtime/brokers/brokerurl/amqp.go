@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxgen/outboxgen/runtime/brokers/internal/msgctx"
 	"github.com/outboxgen/outboxgen/runtime/internal/pubguard"
+	"github.com/outboxgen/outboxgen/runtime/relay"
 )
 
 // Defaults of amqp:// URLs.
@@ -170,6 +171,13 @@ type amqpChannel struct {
 	gen uint64
 }
 
+// Publish sends msgs on one channel and waits for all their confirms
+// (bounded by the messages' contexts). When the broker refused some (a
+// full queue with x-overflow reject-publish, say), or the channel closed
+// or the wait ended before their confirms, the error names the first; when
+// others were stored, it is a *relay.PartialError saying which, and the
+// relay sends only the others again. A failed call's channel is not kept
+// (put).
 func (p *amqpProducer) Publish(topic string, msgs ...*message.Message) (err error) {
 	ch, err := p.channel()
 	if errors.Is(err, errAMQPReconnecting) {
@@ -184,28 +192,53 @@ func (p *amqpProducer) Publish(topic string, msgs ...*message.Message) (err erro
 		return err
 	}
 	key := p.cfg.Publish.GenerateRoutingKey(topic)
-	ctx, stop := msgctx.Any(msgs)
-	defer stop()
-	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
+	// Marshalled before any is sent, so that a message that cannot be
+	// leaves none of the call published.
+	pms := make([]amqp.Publishing, len(msgs))
 	for i, msg := range msgs {
-		pm, err := p.cfg.Marshaler.Marshal(msg)
-		if err != nil {
+		if pms[i], err = p.cfg.Marshaler.Marshal(msg); err != nil {
 			return fmt.Errorf("cannot marshal message %s: %w", msg.UUID, err)
 		}
-		if confirms[i], err = ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, p.cfg.Publish.Mandatory, p.cfg.Publish.Immediate, pm); err != nil {
-			return fmt.Errorf("cannot publish message %s: %w", msg.UUID, err)
-		}
 	}
-	for i, dc := range confirms {
-		acked, err := dc.WaitContext(ctx)
+	ctx, stop := msgctx.Any(msgs)
+	defer stop()
+	var unsent error // of the first message not sent; the others were not either
+	confirms := make([]*amqp.DeferredConfirmation, 0, len(msgs))
+	for i, pm := range pms {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, p.cfg.Publish.Mandatory, p.cfg.Publish.Immediate, pm)
 		if err != nil {
-			return fmt.Errorf("message %s: no confirm: %w", msgs[i].UUID, context.Cause(ctx))
+			unsent = fmt.Errorf("cannot publish message %s: %w", msgs[i].UUID, err)
+			break
 		}
-		if !acked {
-			return fmt.Errorf("delivery not confirmed for message [%s] (the broker refused it, or the channel closed)", msgs[i].UUID)
+		confirms = append(confirms, dc)
+	}
+	// Every confirm is awaited, not only those up to the first refusal,
+	// so that the error says which messages the broker stored: the relay
+	// sends only the others again (a queue stores a message sent twice
+	// twice). A channel that closes nacks the confirms it still owed
+	// (amqp091's DeferredConfirmation), and a message whose confirm did
+	// not come before ctx ended counts as not stored too.
+	var first error // the call's error: of the first message not stored
+	stored := make([]bool, len(msgs))
+	for i, dc := range confirms {
+		select {
+		case <-dc.Done():
+		case <-ctx.Done():
+		}
+		if stored[i] = dc.Acked(); stored[i] || first != nil {
+			continue
+		}
+		select {
+		case <-dc.Done():
+			first = fmt.Errorf("delivery not confirmed for message [%s] (the broker refused it, or the channel closed)", msgs[i].UUID)
+		default:
+			first = fmt.Errorf("message %s: no confirm: %w", msgs[i].UUID, context.Cause(ctx))
 		}
 	}
-	return nil
+	if first == nil {
+		first = unsent
+	}
+	return relay.Partial(first, stored)
 }
 
 // channel is an idle channel, or a new one in confirm mode.
@@ -234,9 +267,9 @@ func (p *amqpProducer) channel() (amqpChannel, error) {
 	}
 }
 
-// put keeps ch for another call, unless the call failed (a refused
-// message or a context that ended leaves confirms behind) or enough are
-// kept.
+// put keeps ch for another call, unless the call failed (a context that
+// ended leaves confirms behind, and the failure may be the channel's) or
+// enough are kept.
 func (p *amqpProducer) put(ch amqpChannel, err error) {
 	if err == nil {
 		select {

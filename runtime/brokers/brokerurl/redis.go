@@ -12,6 +12,7 @@ import (
 	"github.com/outboxgen/outboxgen/runtime/internal/pubguard"
 	"github.com/outboxgen/outboxgen/runtime/internal/wmlog"
 	"github.com/outboxgen/outboxgen/runtime/redact"
+	"github.com/outboxgen/outboxgen/runtime/relay"
 )
 
 type redisSettings struct {
@@ -79,8 +80,12 @@ type redisPublisher struct{ *pubguard.Publisher }
 // to maxlen when set), marshalled as watermill-redisstream's publisher
 // does. It sends a call's XADDs in one pipeline, one round trip, instead
 // of one at a time; the entries keep the call's order. When one fails,
-// the error names the first that failed; the others were appended, and a
-// call sent again appends them again (consumers deduplicate by event id).
+// the error names the first that failed. When others were appended, it is
+// a *relay.PartialError saying which: the relay sends only the others
+// again, since a stream appends a message sent twice twice. A message
+// whose reply was not read (the connection broke, the context ended)
+// counts as not appended, and may be appended twice (consumers drop
+// repeats by event id).
 func (p *redisPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if topic == "" {
 		return errEmptyTopic
@@ -118,12 +123,24 @@ func (p redisProducer) Publish(topic string, msgs ...*message.Message) error {
 		}
 		return nil
 	})
+	// An XADD counts as appended only with its entry id: go-redis sets the
+	// error of every command whose reply it did not read (a write or read
+	// that broke midway, an ended context; after a broken connection it
+	// sends the whole pipeline again, and the commands hold the last
+	// attempt's replies), except when it failed before sending any with a
+	// Redis error (the connection's AUTH, say), which leaves them without
+	// error and without an id.
+	stored := make([]bool, len(cmds))
+	for i, cmd := range cmds {
+		id, cerr := cmd.Result()
+		stored[i] = cerr == nil && id != ""
+	}
 	for i, cmd := range cmds {
 		if cerr := cmd.Err(); cerr != nil {
-			return fmt.Errorf("cannot xadd message %s: %w", msgs[i].UUID, cerr)
+			return relay.Partial(fmt.Errorf("cannot xadd message %s: %w", msgs[i].UUID, cerr), stored)
 		}
 	}
-	return err
+	return relay.Partial(err, stored)
 }
 
 func (p redisProducer) Close() error { return p.c.Close() }
