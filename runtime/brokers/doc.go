@@ -19,6 +19,11 @@
 //   - kafka: the outbox key becomes the Kafka record key, so all events of
 //     one key land in one partition and keep their order there.
 //
+// A call of several messages (the streaming relay's) that the broker
+// stored only in part fails with a *relay.PartialError saying which were
+// stored, in these adapters and in brokerurl's Redis and RabbitMQ
+// publishers, so that the relay sends only the others again.
+//
 // Errors of both adapters are redacted (package redact): they never show a
 // password or token of the configuration (URL userinfo, NATS token and
 // user/password options, Kafka SASL password), while errors.Is and

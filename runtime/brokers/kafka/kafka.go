@@ -28,7 +28,12 @@
 // message UUID, which is the event_id (Kafka has no broker-side
 // de-duplication by an application id). A call of several records that
 // the brokers store only some of says which (relay.PartialError), so that
-// the relay sends only the others again.
+// the relay sends only the others again. Give sarama the brokers' record
+// size limit (Sarama.Producer.MaxMessageBytes, at most message.max.bytes):
+// then sarama refuses a record too big alone. A broker's refusal fails
+// the records batched with it in its partition too, and with kfake the
+// idempotent producer's next records then failed for a moment (out of
+// order sequence numbers), which a streaming relay took for an outage.
 //
 // # Topics
 //
