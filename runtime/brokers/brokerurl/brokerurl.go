@@ -73,11 +73,14 @@
 // redis://[[user]:pass@]host:6379/0 (also rediss://) — Redis Streams, through
 // watermill-redisstream: the topic is the stream key; a subscriber is a
 // member of a consumer group that starts at the beginning of the stream.
-// Entries a member read and did not acknowledge before it stopped (the
-// one its handler held, and those it had read ahead) stay pending in the
-// group: another member claims them once they were idle for a minute
-// (watermill-redisstream's MaxIdleTime), checking every 5 s; nothing is
-// lost, but they come a minute late.
+// Entries a member read and did not acknowledge (the one its handler
+// held, and the one it had read ahead) stay pending in the group when it
+// stops. A subscription that ends (its context, or Close) gives them
+// back: it marks them idle for a day, so a member that starts takes them
+// at once and a running one within a second (its claim interval).
+// Without that, after a crash or when the give-back fails, another member
+// claims them once idle for a minute (watermill-redisstream's
+// MaxIdleTime); nothing is lost either way.
 //
 //	maxlen=N             trim streams to about N entries on every publish
 //	                     (default 0: no trimming; trimming drops events a

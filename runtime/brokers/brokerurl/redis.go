@@ -10,8 +10,6 @@ import (
 
 	"github.com/outboxgen/outboxgen/runtime/brokers/internal/msgctx"
 	"github.com/outboxgen/outboxgen/runtime/internal/pubguard"
-	"github.com/outboxgen/outboxgen/runtime/internal/wmlog"
-	"github.com/outboxgen/outboxgen/runtime/redact"
 	"github.com/outboxgen/outboxgen/runtime/relay"
 )
 
@@ -144,52 +142,6 @@ func (p redisProducer) Publish(topic string, msgs ...*message.Message) error {
 }
 
 func (p redisProducer) Close() error { return p.c.Close() }
-
-func openRedisSubscriber(ctx context.Context, u *brokerURL, group string, opt Options) (message.Subscriber, error) {
-	if _, ok := u.query["maxlen"]; ok {
-		return nil, u.errorf("parameter maxlen= is for publishers: a subscriber takes consumer")
-	}
-	s, err := redisParse(ctx, u, opt)
-	if err != nil {
-		return nil, err
-	}
-	c, err := s.connect(ctx, u, opt)
-	if err != nil {
-		return nil, err
-	}
-	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-		Client:        c,
-		ConsumerGroup: group,
-		Consumer:      s.consumer,
-		OldestId:      "0", // a new group reads the stream from its start
-		Unmarshaller:  redisUnmarshaller{},
-		// Block for BlockTime (not forever) on the first read, so that
-		// Close never waits on a read that cannot be cancelled.
-		DisableIndefiniteInitialBlock: true,
-	}, wmlog.Adapter(opt.Logger))
-	if err != nil {
-		_ = c.Close()
-		return nil, u.wrap("Redis subscriber", err)
-	}
-	return &redisSubscriber{Subscriber: sub, secrets: u.secrets}, nil
-}
-
-// redisSubscriber is watermill-redisstream's subscriber with redacted
-// errors.
-type redisSubscriber struct {
-	*redisstream.Subscriber
-	secrets []string
-}
-
-// Subscribe joins the consumer group of the stream topic (creating both
-// when missing) and reads it.
-func (s *redisSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	if topic == "" {
-		return nil, errEmptyTopic
-	}
-	ch, err := s.Subscriber.Subscribe(ctx, topic)
-	return ch, redact.ErrorWith(err, s.secrets...)
-}
 
 // MetadataUnreadable is the metadata key of a message a subscriber could
 // not read from its broker (its value says why); the message has no UUID

@@ -1,0 +1,219 @@
+package brokerurl_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outboxgen/outboxgen/runtime/brokers/brokerurl"
+)
+
+// TestRedisSubscriberGivesBackUnacked: a Redis subscription that ends, by
+// Close or by its context, gives back to its group the entry its handler
+// held unacknowledged and those it had read ahead, so that the next
+// member gets them at once. Before, they stayed its member's until idle
+// for watermill-redisstream's MaxIdleTime: a minute.
+func TestRedisSubscriberGivesBackUnacked(t *testing.T) {
+	u := serverURL(t, redisEnv)
+	opts, err := redis.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(opts)
+	defer rc.Close()
+	for _, how := range []string{"close", "context"} {
+		t.Run(how, func(t *testing.T) {
+			group := "tests-" + randSuffix(t)
+			topic := "orders.back." + randSuffix(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			sub, err := brokerurl.OpenSubscriber(ctx, u, group, brokerurl.Options{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			msgs, err := sub.Subscribe(ctx, topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pub, err := brokerurl.Open(ctx, u, brokerurl.Options{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pub.Close()
+			want := []string{"m1", "m2", "m3"}
+			for _, id := range want {
+				if err := pub.Publish(topic, message.NewMessage(id, []byte(`{}`))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var held *message.Message
+			select {
+			case held = <-msgs:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no message within 10s")
+			}
+			// The member has read more than it handed out, or soon will:
+			// its next read does not wait for the handler.
+			waitPending(t, rc, topic, group, 2)
+			if how == "close" {
+				if err := sub.Close(); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				cancel()
+			}
+			select {
+			case m, ok := <-msgs:
+				if ok {
+					t.Fatalf("message %s delivered after the end", m.UUID)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the channel is still open 10 s after the end")
+			}
+			select {
+			case <-held.Context().Done():
+			default:
+				t.Error("the held message's context is not done")
+			}
+			// Given back by the time the channel closed: every pending
+			// entry looks idle past any member's MaxIdleTime.
+			pending, err := rc.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: topic, Group: group, Start: "-", End: "+", Count: 10}).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(pending) < 2 {
+				t.Fatalf("%d entries pending after the end, want the held one and one read ahead", len(pending))
+			}
+			for _, p := range pending {
+				if p.Idle < time.Hour {
+					t.Errorf("entry %s pending for %s, idle %s as the channel closed: not given back", p.ID, p.Consumer, p.Idle)
+				}
+				if p.RetryCount != 1 {
+					t.Errorf("entry %s delivered %d times, want 1: giving it back is no delivery", p.ID, p.RetryCount)
+				}
+			}
+			// The next member gets all three, in a few seconds, not a minute.
+			next, err := brokerurl.OpenSubscriber(context.Background(), u, group, brokerurl.Options{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer next.Close()
+			nctx, ncancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer ncancel()
+			nmsgs, err := next.Subscribe(nctx, topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for len(got) < len(want) {
+				select {
+				case m := <-nmsgs:
+					m.Ack()
+					got = append(got, m.UUID)
+				case <-nctx.Done():
+					t.Fatalf("the next member got %v within 10s, want %v: what the ended subscription held was not given back", got, want)
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Errorf("the next member got %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// waitPending waits until group has at least n entries of stream pending
+// (read by a member, not acknowledged).
+func waitPending(t *testing.T, rc *redis.Client, stream, group string, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p, err := rc.XPending(context.Background(), stream, group).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Count >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries pending within 10s, want %d", p.Count, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRedisSubscriberSharedStreamGivesBackLast: two subscriptions of one
+// subscriber (one member) to a stream; the first to end leaves alone the
+// entries the member holds, since the other's handlers may be working on
+// them, and the last gives them back.
+func TestRedisSubscriberSharedStreamGivesBackLast(t *testing.T) {
+	u := serverURL(t, redisEnv)
+	opts, err := redis.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(opts)
+	defer rc.Close()
+	group := "tests-" + randSuffix(t)
+	topic := "orders.shared." + randSuffix(t)
+	sub, err := brokerurl.OpenSubscriber(context.Background(), u, group, brokerurl.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	first, err := sub.Subscribe(ctx1, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := sub.Subscribe(ctx2, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := brokerurl.Open(context.Background(), u, brokerurl.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	for _, id := range []string{"m1", "m2", "m3", "m4"} {
+		if err := pub.Publish(topic, message.NewMessage(id, []byte(`{}`))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPending(t, rc, topic, group, 2)
+	idle := func() (given, kept int) {
+		t.Helper()
+		pending, err := rc.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: topic, Group: group, Start: "-", End: "+", Count: 10}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pending {
+			if p.Idle >= time.Hour {
+				given++
+			} else {
+				kept++
+			}
+		}
+		return given, kept
+	}
+	cancel1()
+	for range first { // drained until it closes
+	}
+	if given, kept := idle(); given != 0 || kept == 0 {
+		t.Errorf("after the first subscription ended: %d entries given back, %d kept; want none given back while the other subscription runs", given, kept)
+	}
+	cancel2()
+	for range second {
+	}
+	if given, kept := idle(); given == 0 || kept != 0 {
+		t.Errorf("after the last subscription ended: %d entries given back, %d kept; want all given back", given, kept)
+	}
+}
