@@ -13,9 +13,10 @@ package walrelay
 // outbox table. A batch the broker refuses is charged to nobody: each of
 // its events is then published on its own, through the single-event path
 // with its retries, circuit breaker accounting and parking, exactly as if
-// it had never been batched (events the broker took from the refused
-// batch are published again: duplicates, never losses). A single event
-// takes that path at once.
+// it had never been batched. When the error says which events the broker
+// stored (relay.PartialError), only the others take that path; when it
+// does not, those it took are published again: duplicates, never losses.
+// A single event takes that path at once.
 
 import (
 	"context"
@@ -426,8 +427,8 @@ func (d *dispatcher) worker() {
 
 // publishBatch publishes evs (different keys, one topic) in one Publish
 // call and settles those the broker took. It returns the others, for the
-// caller to publish one by one: all of them when the call failed (or the
-// breaker opened meanwhile), or was split; those the broker did not store
+// caller to publish one by one: all of them when the call failed or was
+// split, or shutdown began before it; those the broker did not store
 // when its error says which it did (relay.PartialError), so that a broker
 // that keeps repeats does not store the others twice.
 func (d *dispatcher) publishBatch(evs []*event, slow func() bool) (refused []*event) {

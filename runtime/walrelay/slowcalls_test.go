@@ -1058,6 +1058,13 @@ func TestPoisonLanesTakeTurnsToProbe(t *testing.T) {
 				c.BreakerBackoff = func(int) time.Duration { return 10 * time.Millisecond }
 			})
 			d := rig.d
+			// A call counts as slow only after MaxSlow (the typical call
+			// set so long that the test's calls do not bring it down):
+			// the test is about waits for the breaker, and on a loaded
+			// machine a call of microseconds can take longer than
+			// MinSlow to return (a stall was held twice while
+			// runtime/relay's tests ran beside it under -race).
+			d.r.typ.Set(time.Hour, 1000)
 			d.brk.mu.Lock()
 			d.brk.open, d.brk.trips, d.brk.next = true, 1, time.Now()
 			d.brk.mu.Unlock()

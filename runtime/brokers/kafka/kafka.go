@@ -29,11 +29,13 @@
 // de-duplication by an application id). A call of several records that
 // the brokers store only some of says which (relay.PartialError), so that
 // the relay sends only the others again. Give sarama the brokers' record
-// size limit (Sarama.Producer.MaxMessageBytes, at most message.max.bytes):
-// then sarama refuses a record too big alone. A broker's refusal fails
-// the records batched with it in its partition too, and with kfake the
-// idempotent producer's next records then failed for a moment (out of
-// order sequence numbers), which a streaming relay took for an outage.
+// size limit (Sarama.Producer.MaxMessageBytes, at most
+// message.max.bytes): then sarama refuses a record too big alone, and the
+// error is permanent (relay.Permanent: the relay fails or parks it at
+// once). A broker's refusal fails the records batched with it in its
+// partition too, and with kfake the idempotent producer's next records
+// then failed for a moment (out of order sequence numbers), which a
+// streaming relay took for an outage.
 //
 // # Topics
 //
@@ -358,7 +360,7 @@ func (p producer) Publish(topic string, msgs ...*message.Message) error {
 		return nil
 	case 1:
 		if _, _, err := p.sp.SendMessage(pms[0]); err != nil {
-			return fmt.Errorf("cannot produce message %s: %w", msgs[0].UUID, err)
+			return fmt.Errorf("cannot produce message %s: %w", msgs[0].UUID, refusal(err))
 		}
 		return nil
 	}
@@ -396,13 +398,28 @@ func (p producer) Publish(topic string, msgs ...*message.Message) error {
 		}
 		stored[i] = false
 		if i < first {
-			first, firstErr = i, f.Err
+			first, firstErr = i, refusal(f.Err)
 		}
 	}
 	return relay.Partial(fmt.Errorf("cannot produce message %s (%d of %d failed): %w", msgs[first].UUID, len(failed), len(pms), firstErr), stored)
 }
 
 func (p producer) Close() error { return p.sp.Close() }
+
+// refusal marks a record's error permanent (relay.Permanent) when sarama
+// refused the record itself for its size, over Producer.MaxMessageBytes:
+// no retry sends it, so the polling relay fails its row at once and the
+// streaming relay parks it at once, instead of retrying it, or, with a
+// few such events and no other, taking them for a broker outage. A
+// broker's refusal for size (ErrMessageSizeTooLarge) is not: it also
+// fails the records batched with the big one, which a retry sends.
+func refusal(err error) error {
+	var ce sarama.ConfigurationError
+	if errors.As(err, &ce) && strings.HasPrefix(string(ce), "Attempt to produce message larger than configured Producer.MaxMessageBytes") {
+		return relay.Permanent(err)
+	}
+	return err
+}
 
 // NewPublisher returns a Publisher (a sarama SyncProducer: Publish returns
 // after the brokers acknowledged the records) whose records are keyed by

@@ -101,11 +101,15 @@ func TestPublishReportsStoredRecords(t *testing.T) {
 		sarama func(*sarama.Config)
 		// refusal tells the error of a refused record.
 		refusal func(error) bool
+		// permanent: no retry sends the refused record (sarama refused
+		// it alone, for its size); a broker's refusal also fails the
+		// records batched with it, which a retry sends.
+		permanent bool
 	}{
 		{name: "broker refuses", broker: map[string]string{"message.max.bytes": "2048"},
 			refusal: func(err error) bool { return errors.Is(err, sarama.ErrMessageSizeTooLarge) }},
 		{name: "producer refuses", sarama: func(sc *sarama.Config) { sc.Producer.MaxMessageBytes = 2048 },
-			refusal: func(err error) bool { return errors.As(err, new(sarama.ConfigurationError)) }},
+			refusal: func(err error) bool { return errors.As(err, new(sarama.ConfigurationError)) }, permanent: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -157,8 +161,18 @@ func TestPublishReportsStoredRecords(t *testing.T) {
 			if !errors.As(err, &pe) {
 				t.Fatalf("error %q (%T) is no *relay.PartialError: the relay would publish the stored records again", err, err)
 			}
+			if strings.Contains(pe.Error(), secret) {
+				t.Errorf("the PartialError, which callers find with errors.As and may log, shows the SASL password: %v", pe)
+			}
 			if !tc.refusal(err) {
 				t.Errorf("error %q (%T) does not wrap the refusal's error", err, err)
+			}
+			if got := errors.Is(err, relay.ErrPermanent); got != tc.permanent {
+				t.Errorf("errors.Is(err, relay.ErrPermanent) = %v, want %v", got, tc.permanent)
+			}
+			// A call of the big record alone fails the same way.
+			if serr := pub.Publish(topic, big("big-alone", ks[1])); serr == nil || !tc.refusal(serr) || errors.Is(serr, relay.ErrPermanent) != tc.permanent {
+				t.Errorf("a call of one record too big: %v (permanent %v), want its refusal, permanent %v", serr, errors.Is(serr, relay.ErrPermanent), tc.permanent)
 			}
 			stored := relay.StoredOf(err, len(call))
 			if stored == nil {

@@ -3,6 +3,7 @@ package natsjs_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,10 +102,41 @@ func TestPublishSendFailsPartway(t *testing.T) {
 	if !errors.Is(err, nats.ErrMaxPayload) {
 		t.Fatalf("call with a message over max_payload: %v, want nats.ErrMaxPayload", err)
 	}
+	if !errors.Is(err, relay.ErrPermanent) {
+		t.Errorf("call with a message over max_payload: %v, want it permanent (no retry sends it)", err)
+	}
 	checkStored(t, pub, err, ids)
 	if got := storedIDs(t, pub); strings.Join(got, ",") != "a,b" {
 		t.Fatalf("stored %v, want [a b]", got)
 	}
+	if err := pub.Publish(topic, call[2]); !errors.Is(err, nats.ErrMaxPayload) || !errors.Is(err, relay.ErrPermanent) {
+		t.Errorf("call of the big message alone: %v, want nats.ErrMaxPayload, permanent", err)
+	}
+}
+
+// A message the stream refuses (over its max_msg_size) between messages
+// it stores: the ones after it are marked stored too, so the relay does
+// not send them again.
+func TestPublishStoredAfterRefused(t *testing.T) {
+	srv := natstest.Start(t, nil)
+	pub, err := natsjs.NewPublisher(natsjs.Config{URL: srv.ClientURL(), AutoProvision: true, PublishTimeout: 5 * time.Second,
+		ConfigureStream: func(_ string, c *nats.StreamConfig) { c.MaxMsgSize = 2048 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	ids := []string{"a", "big", "c", "d"}
+	call := msgs(ids...)
+	call[1].Payload = []byte(strings.Repeat("x", 4096))
+	err = pub.Publish(topic, call...)
+	if err == nil {
+		t.Fatal("call with a message over the stream's max_msg_size succeeded")
+	}
+	stored := relay.StoredOf(err, len(ids))
+	if want := []bool{true, false, true, true}; !slices.Equal(stored, want) {
+		t.Fatalf("stored %v, want %v: %v", stored, want, err)
+	}
+	checkStored(t, pub, err, ids)
 }
 
 // Publish's redaction keeps the PartialError for errors.As, its Err

@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/outboxgen/outboxgen/runtime/redact"
+	"github.com/outboxgen/outboxgen/runtime/relay"
 )
 
 // ErrClosed is what Do returns once Close has begun.
@@ -63,8 +64,14 @@ func New(pub message.Publisher, secrets []string) *Publisher {
 }
 
 // Publish publishes msgs to topic unless Close has begun (ErrClosed).
+// A *relay.PartialError is redacted inside too, so that its Err, which a
+// caller finds with errors.As and may log, shows no secret either.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	err := p.guard.Do(func() error { return p.pub.Publish(topic, msgs...) })
+	var pe *relay.PartialError
+	if errors.As(err, &pe) && err == error(pe) {
+		return relay.Partial(redact.ErrorWith(pe.Err, p.secrets...), pe.Stored)
+	}
 	return redact.ErrorWith(err, p.secrets...)
 }
 
