@@ -11,6 +11,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxgen/outboxgen/runtime/outbox"
 	"github.com/outboxgen/outboxgen/runtime/outbox/pgxoutbox"
@@ -116,17 +117,8 @@ func TestBatchedPublishKeepsOrderAndAccounting(t *testing.T) {
 	if err := r.Setup(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{}
 	const keys, rounds = 12, 10
-	for range rounds {
-		var evs []payload
-		for k := range keys {
-			key := "k" + strconv.Itoa(k)
-			want[key]++
-			evs = append(evs, payload{Key: key, N: want[key]})
-		}
-		write(t, pool, w, false, evs...)
-	}
+	want := writeRounds(t, pool, w, keys, rounds, nil)
 	// One transaction whose now() the test knows: the envelope's creation
 	// time is exactly it.
 	ctx := context.Background()
@@ -223,17 +215,8 @@ func TestBatchPartlyStoredSendsOnlyTheRest(t *testing.T) {
 	if err := r.Setup(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{}
 	const keys, rounds = 12, 10
-	for range rounds {
-		var evs []payload
-		for k := range keys {
-			key := "k" + strconv.Itoa(k)
-			want[key]++
-			evs = append(evs, payload{Key: key, N: want[key]})
-		}
-		write(t, pool, w, false, evs...)
-	}
+	want := writeRounds(t, pool, w, keys, rounds, nil)
 	total := keys * rounds
 	runRelay(t, r)
 	waitFor(t, 60*time.Second, "every event at the broker", func() bool {
@@ -260,4 +243,25 @@ func TestBatchPartlyStoredSendsOnlyTheRest(t *testing.T) {
 	if got := metricValues(t, reader)["outboxgen.relay.published"]; got != float64(total) {
 		t.Errorf("outboxgen.relay.published = %v, want %d", got, total)
 	}
+}
+
+// writeRounds commits rounds transactions, each with the next event of
+// keys keys (k0, k1, ...), plus those extra(round) adds (nil: none), and
+// returns how many events of each key k it wrote.
+func writeRounds(t *testing.T, pool *pgxpool.Pool, w *outbox.WALWriter, keys, rounds int, extra func(round int) []payload) map[string]int {
+	t.Helper()
+	want := map[string]int{}
+	for round := range rounds {
+		var evs []payload
+		for k := range keys {
+			key := "k" + strconv.Itoa(k)
+			want[key]++
+			evs = append(evs, payload{Key: key, N: want[key]})
+		}
+		if extra != nil {
+			evs = append(evs, extra(round)...)
+		}
+		write(t, pool, w, false, evs...)
+	}
+	return want
 }

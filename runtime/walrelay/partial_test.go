@@ -70,21 +70,13 @@ func TestPartlyStoredBatchToKafka(t *testing.T) {
 	if err := r.Setup(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{}
 	const keys, rounds = 12, 5
-	for round := range rounds {
-		var evs []payload
-		for k := range keys {
-			key := "k" + strconv.Itoa(k)
-			want[key]++
-			evs = append(evs, payload{Key: key, N: want[key]})
-		}
-		// A refused key per round: its event is too big for the
-		// producer. (Of one key, the events after the first would be
-		// parked behind it, never in a batch.)
-		evs = append(evs, payload{Key: "big-" + strconv.Itoa(round), N: 1, Tag: strings.Repeat("x", 4096)})
-		write(t, pool, w, false, evs...)
-	}
+	// A refused key per round: its event is too big for the producer.
+	// (Of one key, the events after the first would be parked behind it,
+	// never in a batch.)
+	want := writeRounds(t, pool, w, keys, rounds, func(round int) []payload {
+		return []payload{{Key: "big-" + strconv.Itoa(round), N: 1, Tag: strings.Repeat("x", 4096)}}
+	})
 	total := keys * rounds
 	runRelay(t, r)
 	// Every event read before the first call returns.

@@ -19,12 +19,7 @@ import (
 // for watermill-redisstream's MaxIdleTime: a minute.
 func TestRedisSubscriberGivesBackUnacked(t *testing.T) {
 	u := serverURL(t, redisEnv)
-	opts, err := redis.ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc := redis.NewClient(opts)
-	defer rc.Close()
+	rc := redisClient(t, u)
 	for _, how := range []string{"close", "context"} {
 		t.Run(how, func(t *testing.T) {
 			group := "tests-" + randSuffix(t)
@@ -153,12 +148,7 @@ func waitPending(t *testing.T, rc *redis.Client, stream, group string, n int64) 
 // them, and the last gives them back.
 func TestRedisSubscriberSharedStreamGivesBackLast(t *testing.T) {
 	u := serverURL(t, redisEnv)
-	opts, err := redis.ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc := redis.NewClient(opts)
-	defer rc.Close()
+	rc := redisClient(t, u)
 	group := "tests-" + randSuffix(t)
 	topic := "orders.shared." + randSuffix(t)
 	sub, err := brokerurl.OpenSubscriber(context.Background(), u, group, brokerurl.Options{Logger: quiet})
