@@ -74,7 +74,7 @@
 // watermill-redisstream: the topic is the stream key; a subscriber is a
 // member of a consumer group that starts at the beginning of the stream.
 // Entries a member read and did not acknowledge (the one its handler
-// held, and the one it had read ahead) stay pending in the group when it
+// held, and the few it had read ahead) stay pending in the group when it
 // stops. A subscription that ends (its context, or Close) gives them
 // back: it marks them idle for a day, so a member that starts takes them
 // at once and a running one within a second (its claim interval).
@@ -86,7 +86,10 @@
 //	                     (default 0: no trimming; trimming drops events a
 //	                     slow consumer group has not read yet)
 //	consumer=NAME        subscriber: the consumer's name in its group
-//	                     (default: random)
+//	                     (default: random); one running subscriber's at a
+//	                     time (a pod's name, not one shared by replicas):
+//	                     a subscription that ends gives back the name's
+//	                     pending entries
 //
 // stdout: — one JSON line per message on Options.Stdout, for trying the
 // relay without a broker: {"topic":...,"uuid":...,"metadata":{...},

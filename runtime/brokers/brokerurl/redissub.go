@@ -74,7 +74,7 @@ func openRedisSubscriber(ctx context.Context, u *brokerURL, group string, opt Op
 	}
 	return &redisSubscriber{
 		sub: sub, client: c, group: group, consumer: consumer, secrets: u.secrets, log: log,
-		cancels: map[*int]context.CancelFunc{}, live: map[string]int{},
+		cancels: map[*int]context.CancelFunc{}, live: map[string]int{}, givingBack: map[string]chan struct{}{},
 	}, nil
 }
 
@@ -84,13 +84,15 @@ func openRedisSubscriber(ctx context.Context, u *brokerURL, group string, opt Op
 // A member of a consumer group owns every entry it read until it
 // acknowledges it; watermill-redisstream's members claim another's
 // entries only once they were idle for MaxIdleTime (a minute), so what a
-// subscription held at its end (the entry its handler had, the one it
+// subscription held at its end (the entry its handler had, the few it
 // had read ahead) reached the next member a minute late, at each rolling
 // deploy of a consumer. An ending subscription now marks its member's
 // unacknowledged entries of the stream as idle for a day (XCLAIM to
 // itself with IDLE, JUSTID: the delivery count is unchanged), so a
 // member that starts takes them at once, and a running one at its next
-// claim (every redisClaimInterval).
+// claim (every redisClaimInterval). The consumer name must therefore be
+// one running subscriber's: another process under the same name would
+// see the entries its handlers hold given to other members.
 type redisSubscriber struct {
 	sub      *redisstream.Subscriber
 	client   *redis.Client
@@ -102,8 +104,16 @@ type redisSubscriber struct {
 	mu      sync.Mutex
 	closed  bool
 	cancels map[*int]context.CancelFunc // of the subscriptions running
-	live    map[string]int              // subscriptions running per stream
-	wg      sync.WaitGroup              // the subscriptions' forwarders
+	// live counts the subscriptions of each stream, starting ones
+	// included; givingBack, while a stream's last subscription gives
+	// back, is closed when it is done: a new subscription to the stream
+	// waits for it, or the give-back would mark what it reads.
+	live       map[string]int
+	givingBack map[string]chan struct{}
+	wg         sync.WaitGroup // subscriptions starting, and forwarders
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Subscribe joins the consumer group of the stream topic (creating both
@@ -117,21 +127,45 @@ func (s *redisSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 		return nil, errEmptyTopic
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	for s.givingBack[topic] != nil && !s.closed {
+		done := s.givingBack[topic]
+		s.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		s.mu.Lock()
+	}
 	if s.closed {
+		s.mu.Unlock()
 		return nil, errors.New("subscriber closed")
 	}
+	// Counted before the call, made without the lock (it waits for
+	// Redis): Close waits for it, and no give-back of the stream starts.
+	s.live[topic]++
+	s.wg.Add(1)
+	s.mu.Unlock()
 	sctx, cancel := context.WithCancel(ctx)
 	in, err := s.sub.Subscribe(sctx, topic)
+	s.mu.Lock()
 	if err != nil {
+		s.live[topic]--
+		if s.live[topic] == 0 {
+			delete(s.live, topic)
+		}
+		s.mu.Unlock()
 		cancel()
+		s.wg.Done()
 		return nil, redact.ErrorWith(err, s.secrets...)
 	}
 	id := new(int)
 	s.cancels[id] = cancel
-	s.live[topic]++
+	if s.closed {
+		cancel() // Close began meanwhile: it ends at once, giving back what it read
+	}
+	s.mu.Unlock()
 	out := make(chan *message.Message)
-	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer close(out)
@@ -153,20 +187,48 @@ func (s *redisSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 		s.mu.Lock()
 		delete(s.cancels, id)
 		s.live[topic]--
-		last := s.live[topic] == 0
-		s.mu.Unlock()
 		// Another subscription of this member to the stream may hold
 		// entries its handlers are working on: only the last gives back.
+		last := s.live[topic] == 0
+		var done chan struct{}
+		if last {
+			delete(s.live, topic)
+			done = make(chan struct{})
+			s.givingBack[topic] = done
+		}
+		s.mu.Unlock()
 		if last {
 			s.giveBack(topic)
+			s.mu.Lock()
+			delete(s.givingBack, topic)
+			close(done)
+			s.mu.Unlock()
 		}
 	}()
 	return out, nil
 }
 
+// giveBackScript marks as idle for ARGV[3] ms the entries ARGV[4:] of
+// stream KEYS[1] that group ARGV[1]'s consumer ARGV[2] still owns, and
+// returns how many: checked and claimed in one step, so that an entry
+// another member claimed meanwhile (idle past its MaxIdleTime) stays its.
+var giveBackScript = redis.NewScript(`
+local n = 0
+for i = 4, #ARGV do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if #p == 1 and p[1][2] == ARGV[2] then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'IDLE', ARGV[3], 'JUSTID')
+    n = n + 1
+  end
+end
+return n
+`)
+
 // giveBack marks the member's unacknowledged entries of stream as idle
 // for redisGiveBackIdle, so that another member claims them now. It
-// first waits out a read under way (it may still take an entry).
+// first waits out a read under way: watermill-redisstream does not wait
+// for its reader, whose last read may still take an entry for up to
+// BlockTime.
 func (s *redisSubscriber) giveBack(stream string) {
 	time.Sleep(redisBlockTime + 100*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), redisGiveBackWait)
@@ -183,16 +245,16 @@ func (s *redisSubscriber) giveBack(stream string) {
 		if len(pending) == 0 {
 			break
 		}
-		args := []any{"XCLAIM", stream, s.group, s.consumer, 0}
+		args := []any{s.group, s.consumer, redisGiveBackIdle.Milliseconds()}
 		for _, p := range pending {
 			args = append(args, p.ID)
 		}
-		args = append(args, "IDLE", redisGiveBackIdle.Milliseconds(), "JUSTID")
-		if err := s.client.Do(ctx, args...).Err(); err != nil {
+		given, err := giveBackScript.Run(ctx, s.client, []string{stream}, args...).Int()
+		if err != nil {
 			s.warn(stream, n, err)
 			return
 		}
-		n += len(pending)
+		n += given
 		if len(pending) < redisGiveBackPage {
 			break
 		}
@@ -211,18 +273,18 @@ func (s *redisSubscriber) warn(stream string, n int, err error) {
 }
 
 // Close ends the subscriptions, which give back what they held (at most
-// about redisGiveBackWait), then closes the connection.
+// about redisGiveBackWait), then closes the connection. A Close beside
+// it waits for it too.
 func (s *redisSubscriber) Close() error {
-	s.mu.Lock()
-	if s.closed {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		for _, cancel := range s.cancels {
+			cancel()
+		}
 		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	for _, cancel := range s.cancels {
-		cancel()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-	return redact.ErrorWith(s.sub.Close(), s.secrets...)
+		s.wg.Wait()
+		s.closeErr = redact.ErrorWith(s.sub.Close(), s.secrets...)
+	})
+	return s.closeErr
 }

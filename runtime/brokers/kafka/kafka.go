@@ -30,9 +30,9 @@
 // the brokers store only some of says which (relay.PartialError), so that
 // the relay sends only the others again. Give sarama the brokers' record
 // size limit (Sarama.Producer.MaxMessageBytes, at most
-// message.max.bytes): then sarama refuses a record too big alone, and the
-// error is permanent (relay.Permanent: the relay fails or parks it at
-// once). A broker's refusal fails the records batched with it in its
+// message.max.bytes; it bounds the record before compression): then
+// sarama refuses a record too big alone, and the error is permanent
+// (relay.Permanent: the relay fails or parks it at once). A broker's refusal fails the records batched with it in its
 // partition too, and with kfake the idempotent producer's next records
 // then failed for a moment (out of order sequence numbers), which a
 // streaming relay took for an outage.

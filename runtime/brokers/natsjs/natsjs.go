@@ -358,8 +358,9 @@ func (p *Publisher) send(topic string, msgs []*message.Message) (stored []bool, 
 		ack, err := p.js.PublishMsgAsync(m, nats.RetryAttempts(2), nats.RetryWait(250*time.Millisecond), nats.StallWait(p.timeout))
 		if err != nil {
 			if errors.Is(err, nats.ErrMaxPayload) {
-				// Over the server's max_payload: nats.go refuses it
-				// before it goes out, and no retry sends it.
+				// Over the connected server's max_payload: nats.go
+				// refuses it before it goes out, and no retry sends it
+				// (unless the servers' limit is raised: requeue it then).
 				err = relay.Permanent(err)
 			}
 			sendErr = fmt.Errorf("sending message failed: %w", err)

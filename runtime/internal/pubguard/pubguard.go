@@ -69,8 +69,14 @@ func New(pub message.Publisher, secrets []string) *Publisher {
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	err := p.guard.Do(func() error { return p.pub.Publish(topic, msgs...) })
 	var pe *relay.PartialError
-	if errors.As(err, &pe) && err == error(pe) {
+	switch {
+	case !errors.As(err, &pe):
+	case err == error(pe):
 		return relay.Partial(redact.ErrorWith(pe.Err, p.secrets...), pe.Stored)
+	default:
+		// Wrapped: the whole error, redacted, becomes the Err of a new
+		// one, outermost (its text then says twice how many were stored).
+		return relay.Partial(redact.ErrorWith(err, p.secrets...), pe.Stored)
 	}
 	return redact.ErrorWith(err, p.secrets...)
 }
