@@ -3,6 +3,7 @@ package walrelay_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -65,7 +66,10 @@ func TestPartlyStoredBatchToKafka(t *testing.T) {
 	// One worker: held in its first call (the gate) while the rest is
 	// read, it then takes the next event of every key in one call, good
 	// and big ones together (with several, one might take the big ones
-	// alone: all refused, nothing stored in part).
+	// alone: all refused, nothing stored in part). Not always: the held
+	// call runs slow and hands its worker off, and the takes then depend
+	// on timing (under -race, about 1 run in 20 had no call stored in
+	// part), so further sets of events follow until one is.
 	r := newRelay(t, pool, pub, func(c *walrelay.Config) { c.Concurrency = 1 })
 	if err := r.Setup(context.Background()); err != nil {
 		t.Fatal(err)
@@ -77,15 +81,31 @@ func TestPartlyStoredBatchToKafka(t *testing.T) {
 	want := writeRounds(t, pool, w, keys, rounds, func(round int) []payload {
 		return []payload{{Key: "big-" + strconv.Itoa(round), N: 1, Tag: strings.Repeat("x", 4096)}}
 	})
-	total := keys * rounds
+	total, bigs := keys*rounds, rounds
 	runRelay(t, r)
 	// Every event read before the first call returns.
 	waitFor(t, 60*time.Second, "every event read", func() bool { return r.Status().InFlight == total+rounds })
 	close(pub.gate)
-	waitFor(t, 60*time.Second, "every good event published and the big keys parked", func() bool {
-		st := r.Status()
-		return st.Published == int64(total) && st.Parked == rounds && st.InFlight == 0
-	})
+	for set := 1; ; set++ {
+		waitFor(t, 60*time.Second, "every good event published and the big keys parked", func() bool {
+			st := r.Status()
+			return st.Published == int64(total) && st.Parked == int64(bigs) && st.InFlight == 0
+		})
+		if pub.partial.Load() > 0 || set == 5 {
+			break
+		}
+		for round := range rounds {
+			var evs []payload
+			for k := range keys {
+				key := fmt.Sprintf("s%d-k%d", set, k)
+				want[key]++
+				evs = append(evs, payload{Key: key, N: want[key]})
+			}
+			evs = append(evs, payload{Key: fmt.Sprintf("s%d-big-%d", set, round), N: 1, Tag: strings.Repeat("x", 4096)})
+			write(t, pool, w, false, evs...)
+		}
+		total, bigs = total+keys*rounds, bigs+rounds
+	}
 	if pub.partial.Load() == 0 {
 		t.Fatal("no Publish call was stored in part: the test needs a big event in a batch with others")
 	}
@@ -95,12 +115,12 @@ func TestPartlyStoredBatchToKafka(t *testing.T) {
 	}
 	parked := 0
 	for _, row := range outboxRows(t, pool) {
-		if strings.HasPrefix(row[1], "big-") {
+		if strings.Contains(row[1], "big-") {
 			parked++
 		}
 	}
-	if parked != rounds {
-		t.Errorf("%d events of the refused keys parked, want %d", parked, rounds)
+	if parked != bigs {
+		t.Errorf("%d events of the refused keys parked, want %d", parked, bigs)
 	}
 	t.Logf("%d calls stored in part", pub.partial.Load())
 }
