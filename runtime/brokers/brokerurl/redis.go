@@ -54,15 +54,23 @@ func (s redisSettings) connect(ctx context.Context, u *brokerURL, opt Options) (
 	return c, nil
 }
 
-func openRedis(ctx context.Context, u *brokerURL, opt Options) (message.Publisher, error) {
-	if _, ok := u.query["consumer"]; ok {
-		return nil, u.errorf("parameter consumer= is for subscribers: a publisher takes maxlen")
+// redisOpen refuses the other side's parameter (other: its name, hint:
+// what to write), then parses the URL and connects: the start of both
+// openRedis and openRedisSubscriber.
+func redisOpen(ctx context.Context, u *brokerURL, opt Options, other, hint string) (redisSettings, *redis.Client, error) {
+	if _, ok := u.query[other]; ok {
+		return redisSettings{}, nil, u.errorf("parameter %s= is for %s", other, hint)
 	}
 	s, err := redisParse(ctx, u, opt)
 	if err != nil {
-		return nil, err
+		return s, nil, err
 	}
 	c, err := s.connect(ctx, u, opt)
+	return s, c, err
+}
+
+func openRedis(ctx context.Context, u *brokerURL, opt Options) (message.Publisher, error) {
+	s, c, err := redisOpen(ctx, u, opt, "consumer", "subscribers: a publisher takes maxlen")
 	if err != nil {
 		return nil, err
 	}

@@ -37,14 +37,7 @@ const (
 )
 
 func openRedisSubscriber(ctx context.Context, u *brokerURL, group string, opt Options) (message.Subscriber, error) {
-	if _, ok := u.query["maxlen"]; ok {
-		return nil, u.errorf("parameter maxlen= is for publishers: a subscriber takes consumer")
-	}
-	s, err := redisParse(ctx, u, opt)
-	if err != nil {
-		return nil, err
-	}
-	c, err := s.connect(ctx, u, opt)
+	s, c, err := redisOpen(ctx, u, opt, "maxlen", "publishers: a subscriber takes consumer")
 	if err != nil {
 		return nil, err
 	}

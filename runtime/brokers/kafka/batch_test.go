@@ -53,13 +53,7 @@ func TestPublishCallKeepsKeyOrder(t *testing.T) {
 // naming that record and how many failed; the call's other records, on
 // other partitions, are stored.
 func TestPublishFailsAtTheRefusedRecord(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic),
-		kfake.BrokerConfigs(map[string]string{"message.max.bytes": "2048"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
+	brokers := startKafka(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "2048"}))
 	// Three keys on three partitions (sarama's hash partitioner): the big
 	// record's batch holds it alone.
 	hash := sarama.NewHashPartitioner(topic)

@@ -26,9 +26,11 @@ const (
 
 var keys = []string{"order-a", "order-b", "order-c", "order-d", "order-e", "order-f"}
 
-func startKafka(t testing.TB) []string {
+// startKafka starts a kfake broker with topic (partitions partitions),
+// configured further by opts, and returns its addresses.
+func startKafka(t testing.TB, opts ...kfake.Opt) []string {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic))
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic)}, opts...)...)
 	if err != nil {
 		t.Fatalf("kfake: %v", err)
 	}

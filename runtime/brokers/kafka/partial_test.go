@@ -113,12 +113,7 @@ func TestPublishReportsStoredRecords(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic), kfake.BrokerConfigs(tc.broker))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			brokers := c.ListenAddrs()
+			brokers := startKafka(t, kfake.BrokerConfigs(tc.broker))
 			sc := sarama.NewConfig()
 			// Not enabled, but a secret of the configuration: the
 			// publisher masks it in its errors.
@@ -204,13 +199,7 @@ func TestPublishReportsStoredRecords(t *testing.T) {
 // A call none of whose records is stored returns a plain error: no
 // PartialError, nothing for the relay to settle.
 func TestPublishAllRefusedIsNotPartial(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic),
-		kfake.BrokerConfigs(map[string]string{"message.max.bytes": "2048"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
+	brokers := startKafka(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "2048"}))
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers})
 	if err != nil {
 		t.Fatal(err)
