@@ -90,8 +90,10 @@
 // from the start of the due index against claims from the previous
 // claim's front over a 200k drain of a 1M PostgreSQL backlog),
 // BenchmarkFewKeys (drains of backlogs of 10, 100 and 1,000 keys on both
-// dialects, and a hot key queued before 1,000 others) and
-// BenchmarkLatency (commit →
+// dialects, and a hot key queued before 1,000 others),
+// BenchmarkLeaseAside (a third PostgreSQL ceiling, a3: the lease kept in
+// an unlogged table beside the outbox instead of an UPDATE of the row,
+// against a1 and a2) and BenchmarkLatency (commit →
 // publish latency at a steady event rate per wake-up mode of the relay,
 // -rate, -writers, -latency-for).
 package bench
