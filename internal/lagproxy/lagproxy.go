@@ -22,6 +22,7 @@ type Proxy struct {
 	ln   net.Listener
 	to   string
 	lag  atomic.Int64 // ns
+	down atomic.Bool  // SetDown
 	wg   sync.WaitGroup
 	mu   sync.Mutex
 	open map[net.Conn]bool
@@ -74,12 +75,25 @@ func (p *Proxy) Cut() {
 	}
 }
 
+// SetDown(true) makes the proxy a broker that stopped: it cuts every
+// open connection and closes new ones at once, until SetDown(false).
+func (p *Proxy) SetDown(down bool) {
+	p.down.Store(down)
+	if down {
+		p.Cut()
+	}
+}
+
 func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		if p.down.Load() {
+			c.Close()
+			continue
 		}
 		u, err := net.Dial("tcp", p.to)
 		if err != nil {
@@ -105,6 +119,10 @@ func (p *Proxy) track(cs ...net.Conn) bool {
 		return false
 	}
 	for _, c := range cs {
+		if p.down.Load() { // SetDown ran since the check in accept
+			c.Close()
+			continue
+		}
 		p.open[c] = true
 	}
 	return true

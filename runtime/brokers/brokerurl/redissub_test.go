@@ -2,13 +2,17 @@ package brokerurl_test
 
 import (
 	"context"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outboxgen/outboxgen/internal/lagproxy"
+	"github.com/outboxgen/outboxgen/internal/syncbuf"
 	"github.com/outboxgen/outboxgen/runtime/brokers/brokerurl"
 )
 
@@ -366,4 +370,39 @@ func TestRedisCloseBesideClose(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestRedisOutageLogsRepeatsOnce: while Redis is down, a subscription's
+// reader (twice a second) and claimer (once a second) fail at every
+// attempt; each repeated failure is logged once per wmlog.RepeatWindow,
+// not at every attempt.
+func TestRedisOutageLogsRepeatsOnce(t *testing.T) {
+	proxy, u := lagproxy.ForURL(t, serverURL(t, redisEnv))
+	var logs syncbuf.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := brokerurl.OpenSubscriber(ctx, u, "tests-"+randSuffix(t), brokerurl.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if _, err := sub.Subscribe(ctx, "orders.outage."+randSuffix(t)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the reader blocks in its first read
+	proxy.SetDown(true)
+	time.Sleep(8 * time.Second) // a read failure about every 1.2 s, a claim failure too
+	out := logs.String()
+	reads, claims := strings.Count(out, `msg="read fail"`), strings.Count(out, `msg="xpendingext fail"`)
+	if reads == 0 {
+		t.Fatalf("no read failure logged while Redis was down:\n%s", out)
+	}
+	// The first failures may differ (the connection cut, then each new
+	// one closed): a few lines, not one per attempt.
+	if reads > 3 || claims > 3 {
+		t.Fatalf("Redis down for 8s: %d read failures and %d claim failures logged, want at most 3 each:\n%s", reads, claims, out)
+	}
+	t.Logf("Redis down for 8s: %d read and %d claim failures logged", reads, claims)
+	proxy.SetDown(false)
+	cancel()
 }
