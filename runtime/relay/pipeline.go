@@ -1118,16 +1118,29 @@ func (p *pipeline) take(res unitResult) {
 }
 
 // settle has the circuit breaker judge failures of b (see judge) and
-// files them as charged failures or uncharged releases.
+// files them as charged failures or uncharged releases. The breaker
+// judges them all, but only those whose row is still leased to b are
+// filed: a failure held for the verdict (b.transient) may be older than
+// b's lease, which lapsed meanwhile, and a later claim of this relay may
+// have leased its row again. Its result is that claim's to record: the
+// owner fence cannot tell the two apart, so a stale retry or release
+// would end the new lease while the row is being published, and the
+// relay would lease and publish it a third time beside that publish.
 func (p *pipeline) settle(b *batch, fs []driver.Failure) {
 	if len(fs) == 0 && b.sent == 0 {
 		return
 	}
 	charge, release := p.r.judge(b.sent > 0, fs, b.probe)
-	if len(charge) > 0 {
-		p.addFailures(b, charge...)
+	var own []driver.Failure
+	for _, f := range charge {
+		if p.leased[f.Row.ID] == b {
+			own = append(own, f)
+		}
 	}
-	p.addRelease(b, release...)
+	if len(own) > 0 {
+		p.addFailures(b, own...)
+	}
+	p.addRelease(b, slices.DeleteFunc(release, func(id int64) bool { return p.leased[id] != b })...)
 }
 
 // pending notes that a result is about to be added.

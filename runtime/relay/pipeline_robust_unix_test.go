@@ -307,6 +307,92 @@ func TestPipelineOwnReclaimStaleRelease(t *testing.T) {
 	}
 }
 
+// leaseDownDriver fails lease extensions while down is set, but not the
+// start-up probe (of id 0).
+type leaseDownDriver struct {
+	driver.Driver
+	down atomic.Bool
+}
+
+func (f *leaseDownDriver) ExtendLease(ctx context.Context, o string, ids []int64, l time.Duration) (int64, error) {
+	if f.down.Load() && !(len(ids) == 1 && ids[0] == 0) {
+		return 0, errDown
+	}
+	return f.Driver.ExtendLease(ctx, o, ids, l)
+}
+
+// TestPipelineStaleHeldFailureLeavesNewLease (review helper-104): a
+// transient failure held for the circuit breaker's verdict, because
+// the rest of its batch was still publishing, was filed when the batch
+// was judged without checking that its row was still leased to that
+// batch. Here the batch's lease lapses (its extensions fail), the relay
+// leases the failed row x again and publishes it; the old batch's
+// failure, filed then, ended the new lease through the owner fence, and
+// the relay leased x a third time and published it beside that publish
+// ("publish attempts of row x: 3; overlapping publishes of x: 1").
+func TestPipelineStaleHeldFailureLeavesNewLease(t *testing.T) {
+	db, d, drv := sqliteEnv(t)
+	ins := insertEvents(t, db, d, ev{Key: "a"}, ev{Key: "a"}, ev{Key: "h"})
+	x, h := ins[0].ID, ins[2].ID
+	fd := &leaseDownDriver{Driver: drv}
+	fd.down.Store(true) // the first batch's lease cannot be extended
+	pub := newRecPub(t)
+	var att sync.Map
+	var mu sync.Mutex
+	running, overlap := 0, 0 // publishes of x under way; beside another
+	pub.setFail(func(m *message.Message) error {
+		v, _ := att.LoadOrStore(m.UUID, new(atomic.Int64))
+		a := v.(*atomic.Int64).Add(1)
+		if m.UUID == x {
+			mu.Lock()
+			running++
+			if running > 1 {
+				overlap++
+			}
+			mu.Unlock()
+			defer func() {
+				mu.Lock()
+				running--
+				mu.Unlock()
+			}()
+		}
+		switch {
+		case m.UUID == x && a == 1:
+			// Fails after the batch's lease lapsed.
+			time.Sleep(850 * time.Millisecond)
+			return errors.New("transient (injected)")
+		case m.UUID == x && a == 2:
+			time.Sleep(600 * time.Millisecond) // the new batch's publish of x
+		case m.UUID == h && a == 1:
+			time.Sleep(1500 * time.Millisecond) // keeps the first batch unjudged
+		}
+		return nil
+	})
+	opts := testOptions(pub, "stale")
+	opts.LeaseDuration = time.Second
+	opts.ShutdownTimeout = 500 * time.Millisecond
+	opts.BatchSize = 3
+	el := &errLog{}
+	opts.Logger = slogNew(el)
+	stop := runRelay(t, mustRelay(t, fd, opts))
+	time.AfterFunc(1050*time.Millisecond, func() { fd.down.Store(false) })
+	waitFor(t, "all sent", func() bool { return count(t, db, "status = 1") == 3 })
+	time.Sleep(1500 * time.Millisecond) // a stale recording would come by now
+	stop()
+	v, _ := att.Load(x)
+	attempts := v.(*atomic.Int64).Load()
+	mu.Lock()
+	defer mu.Unlock()
+	if overlap > 0 || attempts > 2 {
+		el.mu.Lock()
+		for _, m := range el.msgs {
+			t.Log(m)
+		}
+		el.mu.Unlock()
+		t.Fatalf("publish attempts of row x: %d; overlapping publishes of x: %d; want at most 2, one after the other", attempts, overlap)
+	}
+}
+
 func slogNew(h *errLog) *slog.Logger { return slog.New(h) }
 func contains(s, sub string) bool    { return strings.Contains(s, sub) }
 
