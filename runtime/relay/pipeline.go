@@ -1073,10 +1073,7 @@ func (p *pipeline) take(res unitResult) {
 	p.running--
 	b := res.b
 	b.units--
-	own := func(ids []int64) []int64 {
-		return slices.DeleteFunc(ids, func(id int64) bool { return p.leased[id] != b })
-	}
-	if sent := own(res.sent); len(sent) > 0 {
+	if sent := p.stillLeased(b, res.sent); len(sent) > 0 {
 		p.pending()
 		p.pend.Sent = append(p.pend.Sent, sent...)
 		for _, id := range sent {
@@ -1102,7 +1099,7 @@ func (p *pipeline) take(res unitResult) {
 			b.transient = append(b.transient, *f)
 		}
 	}
-	p.addRelease(b, own(res.release)...)
+	p.addRelease(b, p.stillLeased(b, res.release)...)
 	if b.units > 0 {
 		return
 	}
@@ -1131,16 +1128,17 @@ func (p *pipeline) settle(b *batch, fs []driver.Failure) {
 		return
 	}
 	charge, release := p.r.judge(b.sent > 0, fs, b.probe)
-	var own []driver.Failure
-	for _, f := range charge {
-		if p.leased[f.Row.ID] == b {
-			own = append(own, f)
-		}
+	charge = slices.DeleteFunc(slices.Clone(charge), func(f driver.Failure) bool { return p.leased[f.Row.ID] != b })
+	if len(charge) > 0 {
+		p.addFailures(b, charge...)
 	}
-	if len(own) > 0 {
-		p.addFailures(b, own...)
-	}
-	p.addRelease(b, slices.DeleteFunc(release, func(id int64) bool { return p.leased[id] != b })...)
+	p.addRelease(b, p.stillLeased(b, release)...)
+}
+
+// stillLeased returns ids less those no longer leased to b (their lease
+// lapsed and a later claim of this relay took them), reusing ids.
+func (p *pipeline) stillLeased(b *batch, ids []int64) []int64 {
+	return slices.DeleteFunc(ids, func(id int64) bool { return p.leased[id] != b })
 }
 
 // pending notes that a result is about to be added.

@@ -71,7 +71,7 @@ func TestPollingRelayStress(t *testing.T) {
 		h := &errLog{}
 		logger := slog.New(h)
 		var stops []func()
-		restartable := map[int]func() *Relay{}
+		var newRelay0 func() *Relay // relay 0, restarted now and then
 		for i := range 3 {
 			opts := testOptions(pub, fmt.Sprintf("stress-%d", i))
 			opts.BatchSize = 7
@@ -89,7 +89,9 @@ func TestPollingRelayStress(t *testing.T) {
 				opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			}
 			mk := func() *Relay { return mustRelay(t, drv, opts) }
-			restartable[i] = mk
+			if i == 0 {
+				newRelay0 = mk
+			}
 			stops = append(stops, runRelay(t, mk()))
 		}
 		// Restart relay 0 now and then while the chaos lasts (a shutdown
@@ -101,7 +103,7 @@ func TestPollingRelayStress(t *testing.T) {
 			for chaos.Load() {
 				time.Sleep(time.Duration(300+roll()*700) * time.Millisecond)
 				stops[0]()
-				stops[0] = runRelay(t, restartable[0]())
+				stops[0] = runRelay(t, newRelay0())
 			}
 		}()
 		// The operator: requeue FAILED rows now and then.
