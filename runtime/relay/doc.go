@@ -40,6 +40,10 @@
 // presumed dead) changes nothing: the row is published again by the new
 // owner. Delivery is therefore at-least-once; consumers deduplicate by the
 // message UUID (the event_id).
+// The fence cannot tell a lapsed lease of this relay from a new one it
+// took since, so the relay files no result of a row that a later claim of
+// its own returned, and records failures and releases with no claim of
+// its own running beside the recording.
 //
 // All timestamps are taken from the database clock, never the relay's.
 //

@@ -177,6 +177,7 @@ type pipeline struct {
 	pendAt  time.Time        // when the oldest pending result arrived
 
 	claiming   int       // claims in flight: no other database call starts
+	ending     int       // claims in flight that record failures or releases: none starts beside them (see endsLeases)
 	stripes    uint64    // the stripes of the keys claims in flight read (bit i: Stripe.Index i)
 	stripeNext int       // the stripe takeStripe tries first
 	claimRows  int       // rows the claims in flight may lease
@@ -393,7 +394,32 @@ func (p *pipeline) act() (bool, error) {
 // an empty claim beside a leasing one asked for claims one at a time
 // (aloneUntil).
 func (p *pipeline) besideOK(now time.Time) bool {
-	return p.backlog && p.r.opts.ParallelClaims > 1 && !p.hbDue && !p.saturated(now) && !p.rescanning && !now.Before(p.aloneUntil)
+	return p.backlog && p.r.opts.ParallelClaims > 1 && !p.hbDue && !p.saturated(now) && !p.rescanning && !now.Before(p.aloneUntil) &&
+		p.ending == 0 && !endsLeases(&p.pend)
+}
+
+// endsLeases reports whether rec holds results that end a lease without
+// marking its row sent: failures and releases. Such results are recorded
+// only by a claim (or a recording) with no other claim beside it. The
+// database fences them by owner name alone, and a row's result may be
+// older than its lease: the lease lapsed while the relay ran (extensions
+// failing), and a claim of this relay may lease the row again. A claim
+// that returned such a row drops its stale results before the next
+// database call starts (dropPending), and results that arrive later are
+// not filed (stillLeased); a claim running beside the recording is the
+// one case left. Its new lease could commit before the recording ran, and
+// the stale retry or release would end it while the row was being
+// published: the relay would lease and publish it once more beside that
+// publish, or charge an attempt (FAILED at MaxAttempts) for a publish
+// under way (TestStaleFailureBesideClaimLeavesNewLease). A stale mark of
+// a row sent is harmless: the row was published. Beside claims wait while
+// such results are pending, so a lone claim soon takes them (claims in
+// flight end in a call's time). With one publish in ten failing, drains
+// took no longer measurably (TestLeaseEndingResultsRecordedAlone,
+// interleaved), though claims carrying failures had run beside another
+// about once each.
+func endsLeases(rec *driver.Results) bool {
+	return rec != nil && len(rec.Failures)+len(rec.Release) > 0
 }
 
 // takeStripe returns a stripe of the keys (driver.ClaimParams.Stripe)
@@ -700,6 +726,7 @@ type claimOutcome struct {
 	from      bool // read from p.from, not from the start
 	fromGen   int  // p.fromGen when it started
 	inFlight  int  // rows of ours in flight beside it: leased, results not carried
+	ends      bool // rec ends leases (endsLeases): no claim starts beside it
 	rescan    bool // the first claim since the saturated window ended (see rescanning)
 	leased    int  // p.leasedClaims when it started
 	// stripe is the keys it read (the zero Stripe: all; see takeStripe).
@@ -728,6 +755,9 @@ func (p *pipeline) claim(limit int) error {
 	}
 	out.rec, out.of = p.takePending()
 	out.inFlight = len(p.leased) - len(out.of)
+	if out.ends = endsLeases(out.rec); out.ends {
+		p.ending++
+	}
 	if !p.saturatedAt.IsZero() && !p.saturated(out.claimedAt) && !p.rescanning {
 		out.rescan, p.rescanning = true, true
 	}
@@ -783,6 +813,9 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 	r := p.r
 	p.claiming--
 	p.claimRows -= out.limit
+	if out.ends {
+		p.ending--
+	}
 	if out.stripe.Of > 0 {
 		p.stripes &^= 1 << out.stripe.Index
 	}

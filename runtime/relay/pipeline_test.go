@@ -1261,3 +1261,249 @@ func TestLostClaimRace(t *testing.T) {
 		}
 	})
 }
+
+// overlapDriver counts the claims that ran beside a claim or a
+// recording carrying failures or releases (endsLeases).
+type overlapDriver struct {
+	driver.Driver
+	mu       sync.Mutex
+	running  int // claims and recordings under way
+	ending   int // of them, those ending leases
+	overlaps int
+	ended    int // calls that ended leases
+}
+
+func (o *overlapDriver) enter(rec *driver.Results) func() {
+	ends := endsLeases(rec)
+	o.mu.Lock()
+	if (ends && o.running > 0) || o.ending > 0 {
+		o.overlaps++
+	}
+	o.running++
+	if ends {
+		o.ending++
+		o.ended++
+	}
+	o.mu.Unlock()
+	return func() {
+		o.mu.Lock()
+		o.running--
+		if ends {
+			o.ending--
+		}
+		o.mu.Unlock()
+	}
+}
+
+func (o *overlapDriver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
+	defer o.enter(p.Record)()
+	return o.Driver.Claim(ctx, p)
+}
+
+func (o *overlapDriver) Record(ctx context.Context, owner string, r driver.Results) (driver.Recorded, error) {
+	defer o.enter(&r)()
+	return o.Driver.Record(ctx, owner, r)
+}
+
+// TestLeaseEndingResultsRecordedAlone: failures and releases are
+// recorded by a claim or a recording with no other claim beside it
+// (endsLeases: their owner fence cannot tell a lapsed lease of this
+// relay from its new one, leased by a claim running beside the
+// recording). A backlog of many keys with one publish in ten failing,
+// claims running two at a time: before, claims carrying failures ran
+// beside other claims all the time.
+func TestLeaseEndingResultsRecordedAlone(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		if d == dialect.SQLite {
+			t.Skip("SQLite runs one claim at a time")
+		}
+		var evs []ev
+		for i := range 3000 {
+			evs = append(evs, ev{Key: fmt.Sprintf("k%d", i%300)})
+		}
+		insertEvents(t, db, d, evs...)
+		pub := newRecPub(t)
+		var n atomic.Int64
+		pub.setFail(func(*message.Message) error {
+			if n.Add(1)%10 == 0 {
+				return errors.New("transient (injected)")
+			}
+			return nil
+		})
+		opts := testOptions(pub, "ending")
+		opts.BatchSize = 20
+		opts.ParallelClaims = 2
+		failOnPollErrors(t, &opts)
+		od := &overlapDriver{Driver: drv}
+		start := time.Now()
+		stop := runRelay(t, mustRelay(t, od, opts))
+		waitFor(t, "all sent", func() bool { return count(t, db, "status = 1") == len(evs) })
+		took := time.Since(start)
+		stop()
+		od.mu.Lock()
+		defer od.mu.Unlock()
+		t.Logf("drained in %v; %d calls recorded failures or releases; %d publishes", took.Round(time.Millisecond), od.ended, n.Load())
+		if od.ended == 0 {
+			t.Fatal("no call recorded a failure: the test tests nothing")
+		}
+		if od.overlaps > 0 {
+			t.Fatalf("%d claims ran beside a call recording failures or releases (of %d such calls)", od.overlaps, od.ended)
+		}
+	})
+}
+
+// staleBesideDriver stages TestStaleFailureBesideClaimLeavesNewLease
+// around row x (by event id): the extensions of x's first lease fail, so
+// it lapses while the relay runs; the claim that leases x again (the
+// second to return it) lets x's first publish fail now, and waits up to
+// hold for a claim carrying that stale failure to record it, before it
+// returns.
+type staleBesideDriver struct {
+	driver.Driver
+	x        string
+	hold     time.Duration
+	mu       sync.Mutex
+	xRow     int64         // x's row id, once claimed
+	xLeases  int           // claims that returned x
+	lapse    bool          // x's extensions fail
+	failX    chan struct{} // closed when x is leased again
+	recorded chan struct{} // closed when a claim carrying x's stale result recorded it
+	once     sync.Once
+}
+
+func (s *staleBesideDriver) ExtendLease(ctx context.Context, o string, ids []int64, l time.Duration) (int64, error) {
+	s.mu.Lock()
+	lapse := s.lapse
+	s.mu.Unlock()
+	if lapse {
+		// The statement extends every row but x: a failed extension
+		// of x alone. The relay stops x's batch (errLeaseLost); x's
+		// publish runs on, as a publish that ignores its context does.
+		ids = slices.DeleteFunc(slices.Clone(ids), func(id int64) bool { return id == s.xID() })
+	}
+	return s.Driver.ExtendLease(ctx, o, ids, l)
+}
+
+func (s *staleBesideDriver) xID() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.xRow
+}
+
+func (s *staleBesideDriver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
+	carries := false
+	if p.Record != nil {
+		id := s.xID()
+		carries = slices.Contains(p.Record.Release, id) || slices.ContainsFunc(p.Record.Failures, func(f driver.Failure) bool { return f.Row.ID == id })
+	}
+	rows, err := s.Driver.Claim(ctx, p)
+	if carries && err == nil {
+		s.once.Do(func() { close(s.recorded) })
+	}
+	for _, rw := range rows {
+		if rw.EventID != s.x {
+			continue
+		}
+		s.mu.Lock()
+		s.xLeases++
+		n := s.xLeases
+		s.xRow = rw.ID
+		s.lapse = n == 1
+		s.mu.Unlock()
+		if n == 2 {
+			close(s.failX)
+			select {
+			case <-s.recorded:
+			case <-time.After(s.hold):
+			}
+		}
+	}
+	return rows, err
+}
+
+// TestStaleFailureBesideClaimLeavesNewLease (argued by review
+// helper-104): the lease of row x lapses while its publish runs (its
+// extensions fail), and a claim leases x again; before that claim
+// returns, x's first publish fails, and the failure, still x's to file
+// as far as the relay knows, is carried by a claim running beside it.
+// Fenced by owner name alone, that retry ended the new lease while x
+// was being published again, and the relay leased and published x a
+// third time beside that publish. Failures and releases are now recorded
+// with no claim beside them (endsLeases): the claim that leased x again
+// returns first and drops the stale failure (dropPending).
+func TestStaleFailureBesideClaimLeavesNewLease(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		if d == dialect.SQLite {
+			t.Skip("SQLite runs one claim at a time")
+		}
+		evs := []ev{{Key: "x"}}
+		for i := range 12000 {
+			evs = append(evs, ev{Key: fmt.Sprintf("k%d", i%500)}) // a backlog: claims run two at a time
+		}
+		x := insertEvents(t, db, d, evs...)[0].ID
+		sd := &staleBesideDriver{Driver: drv, x: x, hold: 500 * time.Millisecond,
+			failX: make(chan struct{}), recorded: make(chan struct{})}
+		pub := newRecPub(t)
+		var mu sync.Mutex
+		attempts, running, overlap := 0, 0, 0 // publishes of x; under way; beside another
+		pub.setFail(func(m *message.Message) error {
+			if m.UUID != x {
+				time.Sleep(2 * time.Millisecond)
+				return nil
+			}
+			mu.Lock()
+			attempts++
+			a := attempts
+			if running++; running > 1 {
+				overlap++
+			}
+			mu.Unlock()
+			defer func() {
+				mu.Lock()
+				running--
+				mu.Unlock()
+			}()
+			switch a {
+			case 1:
+				select {
+				case <-sd.failX:
+				case <-time.After(20 * time.Second):
+				}
+				return errors.New("transient (injected)")
+			case 2:
+				time.Sleep(1500 * time.Millisecond) // the new lease's publish
+			}
+			return nil
+		})
+		opts := testOptions(pub, "stale-beside")
+		opts.LeaseDuration = 1500 * time.Millisecond
+		opts.ShutdownTimeout = time.Second
+		opts.BatchSize = 20
+		opts.MaxInFlight = 200
+		opts.Concurrency = 4
+		opts.ParallelClaims = 2
+		el := &errLog{}
+		opts.Logger = slogNew(el)
+		stop := runRelay(t, mustRelay(t, sd, opts))
+		waitFor(t, "x sent", func() bool { return state(t, db, d, x).Status == 1 })
+		time.Sleep(time.Second) // a third lease of x would be published by now
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		stale := false
+		select {
+		case <-sd.recorded:
+			stale = true
+		default:
+		}
+		t.Logf("publishes of x: %d; overlapping: %d; a claim beside the new lease recorded the stale failure: %v", attempts, overlap, stale)
+		if overlap > 0 || attempts > 2 {
+			el.mu.Lock()
+			for _, m := range el.msgs {
+				t.Log(m)
+			}
+			el.mu.Unlock()
+			t.Fatalf("publish attempts of row x: %d; overlapping publishes of x: %d; want at most 2, one after the other", attempts, overlap)
+		}
+	})
+}
