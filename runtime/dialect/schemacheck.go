@@ -74,21 +74,27 @@ func ServerDialect(ctx context.Context, guess Dialect, text func(context.Context
 	return "", err
 }
 
-// ClaimIndexProbe returns a statement that fails when the index the
+// ClaimIndexProbe returns a statement that fails when an index the
 // relay's claim names in an index hint (MySQL/MariaDB: FORCE INDEX of the
-// due index, <outbox>_due_idx, see sql/mysql.sql) is missing from outbox
-// table outbox, and matches no row otherwise; "" on other dialects, whose
+// due index, <outbox>_due_idx, and of the per-key index,
+// <outbox>_biz_id_idx, see sql/mysql.sql) is missing from outbox table
+// outbox, and matches no row otherwise; "" on other dialects, whose
 // claims name no index.
 func ClaimIndexProbe(d Dialect, outbox string) string {
 	if d != MySQL {
 		return ""
 	}
-	return "SELECT id FROM " + outbox + " FORCE INDEX (" + DueIndex(outbox) + ") WHERE 1 = 0"
+	return "SELECT id FROM " + outbox + " FORCE INDEX (" + DueIndex(outbox) + ", " + KeyIndex(outbox) + ") WHERE 1 = 0"
 }
 
 // DueIndex returns the name of the claim's index of outbox table outbox,
 // <outbox>_due_idx, which the DDL creates on every dialect.
 func DueIndex(outbox string) string { return outbox + "_due_idx" }
+
+// KeyIndex returns the name of the per-key index of outbox table outbox,
+// <outbox>_biz_id_idx (biz_id, status, id on MySQL/MariaDB), which the
+// DDL creates on every dialect.
+func KeyIndex(outbox string) string { return outbox + "_biz_id_idx" }
 
 // SelectColumns returns a statement that reads columns of table and
 // matches no row: it fails when the table or any column is missing, or

@@ -15,7 +15,8 @@ package dialect
 //	                                    (outbox, inbox, inbox_key,
 //	                                    inbox_duplicate, archive,
 //	                                    channel, version, due_index: the
-//	                                    outbox's claim index); a literal
+//	                                    outbox's claim index, key_index:
+//	                                    its per-key index); a literal
 //	                                    stays quoted
 //	sqlc.arg(name)                      one bind parameter
 //	/* ARG: name */?                    the same, where the engine's parser
@@ -261,6 +262,10 @@ func (tb tables) value(t string) (string, error) {
 	case "due_index":
 		if tb.outbox != "" {
 			v = DueIndex(tb.outbox)
+		}
+	case "key_index":
+		if tb.outbox != "" {
+			v = KeyIndex(tb.outbox)
 		}
 	default:
 		return "", fmt.Errorf("unknown template %q", t)

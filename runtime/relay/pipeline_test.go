@@ -1271,6 +1271,7 @@ type overlapDriver struct {
 	ending   int // of them, those ending leases
 	overlaps int
 	ended    int // calls that ended leases
+	beside   int // calls that started beside another
 }
 
 func (o *overlapDriver) enter(rec *driver.Results) func() {
@@ -1278,6 +1279,9 @@ func (o *overlapDriver) enter(rec *driver.Results) func() {
 	o.mu.Lock()
 	if (ends && o.running > 0) || o.ending > 0 {
 		o.overlaps++
+	}
+	if o.running > 0 {
+		o.beside++
 	}
 	o.running++
 	if ends {
@@ -1342,9 +1346,9 @@ func TestLeaseEndingResultsRecordedAlone(t *testing.T) {
 		stop()
 		od.mu.Lock()
 		defer od.mu.Unlock()
-		t.Logf("drained in %v; %d calls recorded failures or releases; %d publishes", took.Round(time.Millisecond), od.ended, n.Load())
-		if od.ended == 0 {
-			t.Fatal("no call recorded a failure: the test tests nothing")
+		t.Logf("drained in %v; %d calls recorded failures or releases, %d calls ran beside another; %d publishes", took.Round(time.Millisecond), od.ended, od.beside, n.Load())
+		if od.ended == 0 || od.beside == 0 {
+			t.Fatalf("%d calls recorded failures, %d ran beside another: the test needs both", od.ended, od.beside)
 		}
 		if od.overlaps > 0 {
 			t.Fatalf("%d claims ran beside a call recording failures or releases (of %d such calls)", od.overlaps, od.ended)
@@ -1496,7 +1500,13 @@ func TestStaleFailureBesideClaimLeavesNewLease(t *testing.T) {
 			stale = true
 		default:
 		}
+		sd.mu.Lock()
+		leases := sd.xLeases
+		sd.mu.Unlock()
 		t.Logf("publishes of x: %d; overlapping: %d; a claim beside the new lease recorded the stale failure: %v", attempts, overlap, stale)
+		if leases < 2 {
+			t.Fatalf("x was leased %d times: its first lease did not lapse and x was not leased again, the case under test", leases)
+		}
 		if overlap > 0 || attempts > 2 {
 			el.mu.Lock()
 			for _, m := range el.msgs {

@@ -331,30 +331,36 @@ func TestMariaDBWindowSkipsKeysInIndex(t *testing.T) {
 	t.Logf("rows read by the window: %.0f without SkipKeys, %.0f with", all, skipped)
 }
 
-// On MySQL/MariaDB the claim names the due index in an index hint, so a
-// table without it would fail every claim: the start-up check says so
-// first, naming the index and the DDL that creates it.
+// On MySQL/MariaDB the claim names the due index and the per-key index in
+// index hints, so a table without either would fail every claim: the
+// start-up check says so first, naming the indexes and the DDL that
+// creates them.
 func TestCheckWantsClaimIndex(t *testing.T) {
 	db := testdb.Open(t, "mysql")
 	ctx := context.Background()
 	testdb.ApplySchema(t, db, "mysql", templates.DefaultTables)
 	table := testdb.Tables.Outbox
-	if _, err := db.ExecContext(ctx, "ALTER TABLE "+table+" DROP INDEX "+dialect.DueIndex(table)); err != nil {
-		t.Fatal(err)
-	}
-	drv, err := sqldriver.New(db, testdb.Schema(dialect.MySQL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = drv.Check(ctx, driver.Outbox)
-	if dberr.Classify(err) != dberr.Missing || !strings.Contains(dberr.Explain(err, dberr.Need{}).Error(), dialect.DueIndex(table)) {
-		t.Fatalf("Check(Outbox) without the due index = %v, want Missing naming %s", err, dialect.DueIndex(table))
-	}
-	if _, err := db.ExecContext(ctx, "ALTER TABLE "+table+" ADD INDEX "+dialect.DueIndex(table)+" (status, next_retry_time, id, biz_id)"); err != nil {
-		t.Fatal(err)
-	}
-	if err := drv.Check(ctx, driver.Outbox); err != nil {
-		t.Fatalf("Check(Outbox) with the index back: %v", err)
+	for _, ix := range []struct{ name, cols string }{
+		{dialect.DueIndex(table), "status, next_retry_time, id, biz_id"},
+		{dialect.KeyIndex(table), "biz_id, status, id"},
+	} {
+		drv, err := sqldriver.New(db, testdb.Schema(dialect.MySQL)) // Check remembers a table found fit
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "ALTER TABLE "+table+" DROP INDEX "+ix.name); err != nil {
+			t.Fatal(err)
+		}
+		err = drv.Check(ctx, driver.Outbox)
+		if dberr.Classify(err) != dberr.Missing || !strings.Contains(dberr.Explain(err, dberr.Need{}).Error(), ix.name) {
+			t.Fatalf("Check(Outbox) without index %s = %v, want Missing naming it", ix.name, err)
+		}
+		if _, err := db.ExecContext(ctx, "ALTER TABLE "+table+" ADD INDEX "+ix.name+" ("+ix.cols+")"); err != nil {
+			t.Fatal(err)
+		}
+		if err := drv.Check(ctx, driver.Outbox); err != nil {
+			t.Fatalf("Check(Outbox) with index %s back: %v", ix.name, err)
+		}
 	}
 }
 
@@ -438,4 +444,84 @@ func TestClaimRecordsApartOnMySQL(t *testing.T) {
 			}
 		})
 	}
+}
+
+// On MariaDB, the window reads each candidate's key front through the
+// per-key index, whatever the statistics say. A table that grew fast
+// can carry statistics from when it was small; with them MariaDB read
+// the front's lease (a column the index lacks) by scanning the primary
+// key from its start for the key's first pending row, for each key
+// whose front another relay was publishing: the tail of a 20,000-row
+// drain with one publish in ten failing ran at 120 rows/s, its windows
+// taking 40-100 ms each, until ANALYZE TABLE. The subqueries name the
+// index (FORCE INDEX). Here the statistics say one key holds every row,
+// 5,000 sent rows lie before the pending ones, and every key's front is
+// leased to another relay. Before, the two reads went through the claim
+// index and the primary key, and examined 299,100 rows.
+func TestMariaDBWindowReadsKeyFrontsByIndex(t *testing.T) {
+	db, _ := openMariaDB(t, "no ANALYZE FORMAT=JSON")
+	ctx := context.Background()
+	tb := testdb.Tables.Outbox
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.ExecContext(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec("INSERT INTO " + tb + " (event_id, biz_type, biz_id, topic, payload, status, sent_at) SELECT UUID(), 'T', 'old', 't', '{}', 1, NOW(6) FROM seq_1_to_5000")
+	const keys, perKey = 50, 20
+	for k := range keys {
+		exec(fmt.Sprintf("INSERT INTO %s (event_id, biz_type, biz_id, topic, payload) SELECT UUID(), 'T', ?, 't', '{}' FROM seq_1_to_%d", tb, perKey), fmt.Sprint("k", k))
+	}
+	exec("UPDATE " + tb + " SET lease_owner = 'other', lease_expires_at = NOW(6) + INTERVAL 1 HOUR WHERE id IN (SELECT id FROM (SELECT MIN(id) AS id FROM " + tb + " WHERE status = 0 GROUP BY biz_id) f)")
+	// MariaDB's own statistics (the optimizer prefers them to InnoDB's),
+	// then made to say one key holds every row; FLUSH TABLES reloads them.
+	exec("ANALYZE TABLE " + tb + " PERSISTENT FOR ALL")
+	exec("UPDATE mysql.index_stats SET avg_frequency = ? WHERE db_name = DATABASE() AND table_name = ? AND index_name = ? AND prefix_arity IN (1, 2)", 5000+keys*perKey, tb, dialect.KeyIndex(tb))
+	exec("FLUSH TABLES " + tb)
+	q, err := dialect.NewRelayQueries(dialect.MySQL, tb, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	query, args := q.ClaimCandidates(2*perKey, 0, nil)
+	var plan string
+	if err := db.QueryRowContext(ctx, "ANALYZE FORMAT=JSON "+query, args...).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := json.Unmarshal([]byte(plan), &v); err != nil {
+		t.Fatal(err)
+	}
+	// Every read of the table f (the key fronts) and the rows it examined.
+	var reads []string
+	var examined float64
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if v["table_name"] == "f" {
+				reads = append(reads, fmt.Sprint(v["key"]))
+				rows, _ := v["r_rows"].(float64)
+				loops, _ := v["r_loops"].(float64)
+				examined += rows * loops
+			}
+			for _, x := range v {
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	walk(v)
+	if len(reads) != 2 {
+		t.Fatalf("want the window's two reads of a key front, found %d:\n%s", len(reads), plan)
+	}
+	for _, k := range reads {
+		if k != dialect.KeyIndex(tb) || examined > 4*keys {
+			t.Fatalf("the key fronts are read through %v, examining %.0f rows; want %s, at most %d rows (two per key):\n%s", reads, examined, dialect.KeyIndex(tb), 4*keys, plan)
+		}
+	}
+	t.Logf("key fronts read through %v, %.0f rows examined", reads, examined)
 }

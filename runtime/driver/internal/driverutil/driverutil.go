@@ -310,8 +310,8 @@ func (c *Checker) Check(ctx context.Context, t driver.Table) error {
 			err = fmt.Errorf("%s: check table %s: %w", c.What, table, err)
 			if dberr.Classify(err) == dberr.Missing {
 				return &dberr.Error{Class: dberr.Missing, Err: err, Advice: fmt.Sprintf(
-					"the claim reads table %q through its index %q, which is missing: create it as outboxgen's DDL does (`outboxgen schema -f %s -dialect %s` prints it)",
-					table, dialect.DueIndex(table), c.source(), c.Dialect)}
+					"the claim reads table %q through its indexes %q and %q, and one is missing: create them as outboxgen's DDL does (`outboxgen schema -f %s -dialect %s` prints it)",
+					table, dialect.DueIndex(table), dialect.KeyIndex(table), c.source(), c.Dialect)}
 			}
 			return err
 		}
