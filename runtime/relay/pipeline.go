@@ -624,17 +624,19 @@ func (p *pipeline) takePending() (*driver.Results, map[int64]*batch) {
 	return &rec, of
 }
 
-// restorePending puts back results whose recording failed with err. A
-// call cut off (shutdown, ShutdownTimeout) may have committed before it
-// was: the next recording then finds some rows already recorded
-// (uncertain), which is harmless.
-func (p *pipeline) restorePending(rec *driver.Results, of map[int64]*batch, err error) {
+// restorePending puts back results whose recording failed. The
+// call may have committed before it failed (cut off at shutdown or
+// ShutdownTimeout, or the commit's reply lost with the connection): the
+// next recording then finds some rows already recorded (uncertain), which
+// is harmless, and says so rather than warn of leases lost. (A failure
+// recorded twice that way is charged twice only if its row was due and
+// leased again by the same call, which the relay then never saw: with a
+// Backoff of zero.)
+func (p *pipeline) restorePending(rec *driver.Results, of map[int64]*batch) {
 	if rec == nil {
 		return
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		p.uncertain = true
-	}
+	p.uncertain = true
 	p.pend.Sent = append(rec.Sent, p.pend.Sent...)
 	p.pend.Failures = append(rec.Failures, p.pend.Failures...)
 	p.pend.Release = append(rec.Release, p.pend.Release...)
@@ -828,7 +830,7 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 		if out.res.RecordedApart {
 			p.recorded(out.rec, out.of, out.res.Recorded) // committed before the claim failed
 		} else {
-			p.restorePending(out.rec, out.of, out.err)
+			p.restorePending(out.rec, out.of)
 		}
 		p.failed(out.err)
 		return
@@ -941,7 +943,7 @@ func (p *pipeline) record() error {
 	got, err := p.r.drv.Record(ctx, p.r.opts.InstanceID, *rec)
 	if err != nil {
 		p.resetFrom() // what it did is unknown
-		p.restorePending(rec, of, err)
+		p.restorePending(rec, of)
 		return err
 	}
 	p.succeeded()
@@ -979,7 +981,7 @@ func (p *pipeline) recorded(rec *driver.Results, of map[int64]*batch, got driver
 	}
 	switch {
 	case p.uncertain && (got.Sent < int64(len(rec.Sent)) || got.Retried < int64(len(rec.Failures))):
-		r.log.InfoContext(p.ctx, "some results were recorded already, by a call cut off at shutdown after it committed",
+		r.log.InfoContext(p.ctx, "some results were recorded already, by an earlier call that failed or was cut off after it committed",
 			slog.Int("published", len(rec.Sent)), slog.Int64("marked", got.Sent))
 	case got.Sent < int64(len(rec.Sent)):
 		r.log.WarnContext(p.ctx, "lease lost before marking rows sent: they will be published again (at-least-once)",

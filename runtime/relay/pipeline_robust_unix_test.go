@@ -610,3 +610,53 @@ func TestPipelineRunReturnsErrorOnShutdown(t *testing.T) {
 		t.Errorf("Run returned %v on cancellation, documented to return nil", err)
 	}
 }
+
+// lostReplyDriver commits the first claim that records a row sent, then
+// reports an error, as when the commit's reply is lost with the
+// connection.
+type lostReplyDriver struct {
+	driver.Driver
+	done atomic.Bool
+}
+
+func (l *lostReplyDriver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
+	rows, err := l.Driver.Claim(ctx, p)
+	if err == nil && p.Record != nil && len(p.Record.Sent) > 0 && l.done.CompareAndSwap(false, true) {
+		return nil, errors.New("connection reset after commit (injected)")
+	}
+	return rows, err
+}
+
+// A claim that committed its recording and then failed (the reply lost)
+// leaves the relay unsure what it recorded: the next recording finds the
+// rows marked already and says so, rather than warn that a lease was
+// lost (before, only calls cut off at shutdown counted as unsure).
+func TestPipelineCommittedFailedClaimIsNoLeaseLoss(t *testing.T) {
+	db, d, drv := sqliteEnv(t)
+	insertEvents(t, db, d, ev{Key: "a"})
+	ld := &lostReplyDriver{Driver: drv}
+	pub := newRecPub(t)
+	opts := testOptions(pub, "lost-reply")
+	opts.LeaseDuration = 2 * time.Second
+	opts.ShutdownTimeout = time.Second
+	el := &errLog{info: true}
+	opts.Logger = slogNew(el)
+	stop := runRelay(t, mustRelay(t, ld, opts))
+	waitFor(t, "the claim that fails after its commit", ld.done.Load)
+	insertEvents(t, db, d, ev{Key: "b"}) // a claim to carry the results again
+	waitFor(t, "both sent", func() bool { return count(t, db, "status = 1") == 2 })
+	time.Sleep(100 * time.Millisecond)
+	stop()
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	said := false
+	for _, m := range el.msgs {
+		if contains(m, "lease lost") {
+			t.Errorf("logged %q for results a failed call had recorded", m)
+		}
+		said = said || contains(m, "recorded already")
+	}
+	if !said {
+		t.Errorf("no line said some results were recorded already; logged:\n%s", strings.Join(el.msgs, "\n"))
+	}
+}
