@@ -42,8 +42,8 @@
 // message UUID (the event_id).
 // The fence cannot tell a lapsed lease of this relay from a new one it
 // took since, so the relay files no result of a row that a later claim of
-// its own returned, and records failures and releases with no claim of
-// its own running beside the recording.
+// its own returned, and records failures and releases beside a claim of
+// its own only by a call that ends while their lease is certain to hold.
 //
 // All timestamps are taken from the database clock, never the relay's.
 //

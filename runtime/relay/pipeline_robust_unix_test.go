@@ -660,3 +660,67 @@ func TestPipelineCommittedFailedClaimIsNoLeaseLoss(t *testing.T) {
 		t.Errorf("no line said some results were recorded already; logged:\n%s", strings.Join(el.msgs, "\n"))
 	}
 }
+
+// slowRecordDriver holds the first claim that records a failure until
+// its context ends, then fails with the context's error: a database too
+// slow to finish the call before the failure's lease could lapse.
+type slowRecordDriver struct {
+	driver.Driver
+	held     atomic.Bool
+	deadline atomic.Int64 // how far ahead the held call's deadline was, ns (0: none)
+}
+
+func (s *slowRecordDriver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
+	if p.Record != nil && len(p.Record.Failures) > 0 && s.held.CompareAndSwap(false, true) {
+		if dl, ok := ctx.Deadline(); ok {
+			s.deadline.Store(int64(time.Until(dl)))
+		}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.Driver.Claim(ctx, p)
+}
+
+// A claim recording failures that are safe beside other claims is cut
+// off before their lease could lapse (a claim beside it may lease their
+// rows again after that); the relay says so, and records them again,
+// alone, with the retry charged once.
+func TestPipelineSlowRecordingCutOffBeforeLeaseLapses(t *testing.T) {
+	db, d, drv := sqliteEnv(t)
+	x := insertEvents(t, db, d, ev{Key: "a"})[0].ID
+	sd := &slowRecordDriver{Driver: drv}
+	pub := newRecPub(t)
+	var failed atomic.Bool
+	pub.setFail(func(m *message.Message) error {
+		if m.UUID == x && failed.CompareAndSwap(false, true) {
+			return errors.New("transient (injected)")
+		}
+		return nil
+	})
+	opts := testOptions(pub, "cut-off")
+	opts.LeaseDuration = 2 * time.Second
+	opts.ShutdownTimeout = time.Second
+	opts.Backoff = func(int) time.Duration { return 10 * time.Millisecond }
+	el := &errLog{}
+	opts.Logger = slogNew(el)
+	stop := runRelay(t, mustRelay(t, sd, opts))
+	waitFor(t, "x sent", func() bool { return state(t, db, d, x).Status == 1 })
+	stop()
+	ahead := time.Duration(sd.deadline.Load())
+	if !sd.held.Load() || ahead <= 0 || ahead > opts.LeaseDuration {
+		t.Fatalf("the claim recording the failure ran with a deadline %v ahead (held: %v); want one within the lease (%v)", ahead, sd.held.Load(), opts.LeaseDuration)
+	}
+	if st := state(t, db, d, x); st.RetryCount != 1 {
+		t.Errorf("retry_count %d, want the one failure charged once", st.RetryCount)
+	}
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	said := false
+	for _, m := range el.msgs {
+		said = said || contains(m, "cut off before the lease")
+	}
+	if !said {
+		t.Errorf("no line said the claim was cut off; logged:\n%s", strings.Join(el.msgs, "\n"))
+	}
+	t.Logf("deadline %v ahead", ahead.Round(time.Millisecond))
+}

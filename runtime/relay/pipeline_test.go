@@ -1262,61 +1262,76 @@ func TestLostClaimRace(t *testing.T) {
 	})
 }
 
-// overlapDriver counts the claims that ran beside a claim or a
-// recording carrying failures or releases (endsLeases).
+// overlapDriver counts the calls recording failures or releases
+// (endsLeases) that ran beside a claim: bounded (their context ends
+// before the lease of their rows could lapse) or not.
 type overlapDriver struct {
 	driver.Driver
-	mu       sync.Mutex
-	running  int // claims and recordings under way
-	ending   int // of them, those ending leases
-	overlaps int
-	ended    int // calls that ended leases
-	beside   int // calls that started beside another
+	lease     time.Duration
+	mu        sync.Mutex
+	running   int // claims and recordings under way
+	unbounded int // of them, those ending leases with no deadline
+	overlaps  int // calls beside an unbounded one, or unbounded beside another
+	late      int // deadlines past a lease from the call's start
+	ended     int // calls that ended leases
+	bounded   int // of them, bounded and beside another call
+	beside    int // calls that started beside another
 }
 
-func (o *overlapDriver) enter(rec *driver.Results) func() {
+func (o *overlapDriver) enter(ctx context.Context, rec *driver.Results) func() {
 	ends := endsLeases(rec)
+	dl, bounded := ctx.Deadline()
 	o.mu.Lock()
-	if (ends && o.running > 0) || o.ending > 0 {
+	if ends && bounded && dl.After(time.Now().Add(o.lease)) {
+		o.late++
+	}
+	free := ends && !bounded
+	if (free && o.running > 0) || o.unbounded > 0 {
 		o.overlaps++
 	}
 	if o.running > 0 {
 		o.beside++
+		if ends && bounded {
+			o.bounded++
+		}
 	}
 	o.running++
 	if ends {
-		o.ending++
 		o.ended++
+	}
+	if free {
+		o.unbounded++
 	}
 	o.mu.Unlock()
 	return func() {
 		o.mu.Lock()
 		o.running--
-		if ends {
-			o.ending--
+		if free {
+			o.unbounded--
 		}
 		o.mu.Unlock()
 	}
 }
 
 func (o *overlapDriver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row, error) {
-	defer o.enter(p.Record)()
+	defer o.enter(ctx, p.Record)()
 	return o.Driver.Claim(ctx, p)
 }
 
 func (o *overlapDriver) Record(ctx context.Context, owner string, r driver.Results) (driver.Recorded, error) {
-	defer o.enter(&r)()
+	defer o.enter(ctx, &r)()
 	return o.Driver.Record(ctx, owner, r)
 }
 
-// TestLeaseEndingResultsRecordedAlone: failures and releases are
-// recorded by a claim or a recording with no other claim beside it
-// (endsLeases: their owner fence cannot tell a lapsed lease of this
-// relay from its new one, leased by a claim running beside the
-// recording). A backlog of many keys with one publish in ten failing,
-// claims running two at a time: before, claims carrying failures ran
-// beside other claims all the time.
-func TestLeaseEndingResultsRecordedAlone(t *testing.T) {
+// TestLeaseEndingResultsBesideClaimsEndInTime: failures and releases are
+// recorded beside another claim only by a call whose context ends before
+// their rows' leases could lapse (safeBeside, recordBy), since their
+// owner fence cannot tell a lapsed lease of this relay from its new one,
+// leased by a claim running beside the recording; the others with no
+// claim beside them. A backlog of many keys with one publish in ten
+// failing, claims running two at a time: before, claims carrying failures
+// ran beside other claims, unbounded, about once each.
+func TestLeaseEndingResultsBesideClaimsEndInTime(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
 		if d == dialect.SQLite {
 			t.Skip("SQLite runs one claim at a time")
@@ -1338,7 +1353,7 @@ func TestLeaseEndingResultsRecordedAlone(t *testing.T) {
 		opts.BatchSize = 20
 		opts.ParallelClaims = 2
 		failOnPollErrors(t, &opts)
-		od := &overlapDriver{Driver: drv}
+		od := &overlapDriver{Driver: drv, lease: opts.LeaseDuration}
 		start := time.Now()
 		stop := runRelay(t, mustRelay(t, od, opts))
 		waitFor(t, "all sent", func() bool { return count(t, db, "status = 1") == len(evs) })
@@ -1346,12 +1361,13 @@ func TestLeaseEndingResultsRecordedAlone(t *testing.T) {
 		stop()
 		od.mu.Lock()
 		defer od.mu.Unlock()
-		t.Logf("drained in %v; %d calls recorded failures or releases, %d calls ran beside another; %d publishes", took.Round(time.Millisecond), od.ended, od.beside, n.Load())
+		t.Logf("drained in %v; %d calls recorded failures or releases, %d of them bounded beside another call; %d calls ran beside another; %d publishes",
+			took.Round(time.Millisecond), od.ended, od.bounded, od.beside, n.Load())
 		if od.ended == 0 || od.beside == 0 {
 			t.Fatalf("%d calls recorded failures, %d ran beside another: the test needs both", od.ended, od.beside)
 		}
-		if od.overlaps > 0 {
-			t.Fatalf("%d claims ran beside a call recording failures or releases (of %d such calls)", od.overlaps, od.ended)
+		if od.overlaps > 0 || od.late > 0 {
+			t.Fatalf("%d times a claim ran beside a call recording failures or releases with no deadline; %d deadlines past a lease (of %d such calls)", od.overlaps, od.late, od.ended)
 		}
 	})
 }
