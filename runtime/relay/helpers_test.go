@@ -361,3 +361,44 @@ func keys(prefix string, n int) []string {
 	}
 	return out
 }
+
+// publishCount counts the publishes of one row: how many started, and
+// how many started while another was under way.
+type publishCount struct {
+	mu                        sync.Mutex
+	started, running, overlap int
+}
+
+// start notes a publish starting; it returns the publish's number (1 for
+// the first) and the function that notes its end.
+func (c *publishCount) start() (int, func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.started++
+	if c.running++; c.running > 1 {
+		c.overlap++
+	}
+	return c.started, func() {
+		c.mu.Lock()
+		c.running--
+		c.mu.Unlock()
+	}
+}
+
+// atMostTwice fails t, after logging el's lines, when the row was
+// published more than twice or beside itself: a stale result ended its
+// second lease while the second publish ran.
+func (c *publishCount) atMostTwice(t *testing.T, el *errLog) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.overlap == 0 && c.started <= 2 {
+		return
+	}
+	el.mu.Lock()
+	for _, m := range el.msgs {
+		t.Log(m)
+	}
+	el.mu.Unlock()
+	t.Fatalf("publish attempts of row x: %d; overlapping publishes of x: %d; want at most 2, one after the other", c.started, c.overlap)
+}
