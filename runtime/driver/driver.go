@@ -142,6 +142,15 @@ type ClaimParams struct {
 	// of it happened, unless Result.RecordedApart says the results were
 	// committed before the claim began (sqldriver on MySQL/MariaDB).
 	Record *Results
+	// RecordInTime asks that Record commit only if the call read its
+	// results back before ctx ended, so that a recording that reached the
+	// database late (held up on the network) does not commit: the caller
+	// relies on it running before a lease lapses. database/sql sends a
+	// transaction's COMMIT only after its statements returned; pgxdriver,
+	// which otherwise sends the recording, the claim and their commit as
+	// one batch, then wraps them in a transaction of its own and commits
+	// it after reading them (one round trip more).
+	RecordInTime bool
 }
 
 // Results is what a relay learned about rows it leased, to record in one

@@ -426,7 +426,9 @@ func endsLeases(rec *driver.Results) bool {
 // certain to hold for half a LeaseDuration more (b.trusted, a margin
 // before the lease in the database), so no claim of this relay can lease
 // the row again before then, and the call is cut off by then
-// (recordBy). That is every batch while its heartbeats succeed (they
+// (recordBy), its recording committed only if it came back in time
+// (driver.ClaimParams.RecordInTime: a call held up on the network must
+// not commit late). That is every batch while its heartbeats succeed (they
 // leave at least two thirds of a lease); one whose extensions failed, and
 // releases of rows no batch took (nil b), are recorded alone. Recording
 // them all alone, a backlog with one publish in ten failing (a minute's
@@ -458,8 +460,8 @@ func (p *pipeline) unsafePending(now time.Time) bool {
 // leases (zero: none to bound), and whether one is not safeBeside: the
 // call then runs with no claim beside it, unbounded.
 func (p *pipeline) recordBy(rec *driver.Results, of map[int64]*batch, now time.Time) (by time.Time, alone bool) {
-	if !endsLeases(rec) {
-		return time.Time{}, false
+	if !endsLeases(rec) || p.r.opts.ParallelClaims == 1 {
+		return time.Time{}, false // no claim runs beside another (SQLite: always)
 	}
 	see := func(id int64) {
 		b := of[id]
@@ -698,11 +700,22 @@ func (p *pipeline) restorePending(rec *driver.Results, of map[int64]*batch) {
 		return
 	}
 	p.uncertain = true
+	// Only results whose row is still leased to their batch: a claim of
+	// this relay that returned since may have leased others again
+	// (review helper-106; the same rule as recorded's).
+	mine := func(id int64) bool { return p.leased[id] == of[id] } // both nil: rows a claim gave back at once
+	keep := func(ids []int64) []int64 {
+		return slices.DeleteFunc(slices.Clone(ids), func(id int64) bool { return !mine(id) })
+	}
+	rec.Sent, rec.Release = keep(rec.Sent), keep(rec.Release)
+	rec.Failures = slices.DeleteFunc(slices.Clone(rec.Failures), func(f driver.Failure) bool { return !mine(f.Row.ID) })
 	p.pend.Sent = append(rec.Sent, p.pend.Sent...)
 	p.pend.Failures = append(rec.Failures, p.pend.Failures...)
 	p.pend.Release = append(rec.Release, p.pend.Release...)
 	for id, b := range of {
-		p.pendOf[id] = b
+		if mine(id) {
+			p.pendOf[id] = b
+		}
 	}
 	p.pendAt = time.Now()
 }
@@ -839,6 +852,7 @@ func (p *pipeline) claim(limit int) error {
 		OverdueAfter: r.opts.OverdueAfter,
 		Hold:         r.opts.HoldRecheck,
 		Record:       out.rec,
+		RecordInTime: !by.IsZero(),
 	}
 	if r.passKeys {
 		params.SkipKeys = p.skipKeys(out.of)

@@ -310,7 +310,7 @@ func (r *Relay) poll(ctx context.Context) (int, error) {
 var (
 	errLeaseDeadline  = errors.New("relay: batch stopped before its lease lapses (the lease could not be extended)")
 	errLeaseLost      = errors.New("relay: batch stopped: another instance took over part of its lease")
-	errRecordCutOff   = errors.New("relay: claim cut off before the lease of the failures it recorded could lapse (the database is slow); they are recorded again")
+	errRecordCutOff   = errors.New("relay: claim cut off before the lease of the failures it recorded could lapse (the database or the network is slow); what it did not record is recorded again")
 	errPublishTimeout = errors.New("relay: batch stopped after Config.PublishTimeout")
 	errShutdown       = errors.New("relay: batch stopped at Config.ShutdownTimeout")
 	errAbandoned      = errors.New("relay: publish abandoned at Config.ShutdownTimeout")

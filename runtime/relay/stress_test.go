@@ -138,11 +138,11 @@ func TestPollingRelayStress(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				r := rand.New(rand.NewPCG(uint64(wi), 104))
-				for j := range txs {
+				// write inserts one transaction of 1 to 4 events.
+				write := func(j int) (int, error) {
 					tx, err := db.Begin()
 					if err != nil {
-						t.Error(err)
-						return
+						return 0, err
 					}
 					n := 1 + r.IntN(4)
 					for range n {
@@ -153,11 +153,22 @@ func TestPollingRelayStress(t *testing.T) {
 						key := fmt.Sprintf("w%d-k%d", wi, r.IntN(3))
 						if _, err := w.Insert(context.Background(), tx, outbox.Event{Type: typ, Topic: "orders", Key: key, Version: 1, Payload: map[string]int{"j": j}}); err != nil {
 							tx.Rollback()
-							t.Error(err)
-							return
+							return 0, err
 						}
 					}
-					if err := tx.Commit(); err != nil {
+					return n, tx.Commit()
+				}
+				for j := range txs {
+					n, err := write(j)
+					// SQLite refuses a deferred transaction's first write
+					// at once, without waiting, when another connection
+					// wrote since it began reading (SQLITE_BUSY): as an
+					// application would, write it again.
+					for try := 0; err != nil && d == dialect.SQLite && strings.Contains(err.Error(), "SQLITE_BUSY") && try < 50; try++ {
+						time.Sleep(time.Duration(1+r.IntN(10)) * time.Millisecond)
+						n, err = write(j)
+					}
+					if err != nil {
 						t.Error(err)
 						return
 					}

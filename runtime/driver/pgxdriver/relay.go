@@ -60,7 +60,18 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 		b.Queue(s.Query, s.Args...)
 	}
 	b.Queue(query, args...)
-	br := x.pool.SendBatch(ctx, b)
+	var tx pgx.Tx
+	send := x.pool.SendBatch
+	if p.RecordInTime {
+		// COMMIT goes only after the results came back: a batch held up
+		// on the way past ctx's end is rolled back with the connection.
+		if tx, err = x.pool.Begin(ctx); err != nil {
+			return nil, fmt.Errorf("pgxdriver: claim: %w", err)
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx)) // after Commit: ErrTxClosed, ignored
+		send = tx.SendBatch
+	}
+	br := send(ctx, b)
 	rec, err := readRecorded(br, stmts)
 	if err != nil {
 		br.Close()
@@ -77,6 +88,11 @@ func (x *Driver) Claim(ctx context.Context, p driver.ClaimParams) ([]driver.Row,
 	}
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("pgxdriver: claim: %w", cerr)
+	}
+	if err == nil && tx != nil {
+		if cerr := tx.Commit(ctx); cerr != nil {
+			err = fmt.Errorf("pgxdriver: claim: commit: %w", cerr)
+		}
 	}
 	if err != nil {
 		return nil, err
