@@ -433,8 +433,8 @@ func endsLeases(rec *driver.Results) bool {
 // releases of rows no batch took (nil b), are recorded alone. Recording
 // them all alone, a backlog with one publish in ten failing (a minute's
 // backoff) drained at 0.25-0.95x (pgx) and 0.60-0.91x (MariaDB) the rate
-// of the relay before (six interleaved pairs); this way at 0.84-1.10x
-// and 0.90-1.09x (three).
+// of the relay before (six interleaved pairs); this way at 0.85-1.01x
+// and 0.79-1.20x (three).
 func (p *pipeline) safeBeside(b *batch, now time.Time) bool {
 	return b != nil && b.trusted.Sub(now) >= p.r.opts.LeaseDuration/2
 }
