@@ -1267,12 +1267,15 @@ func TestLostClaimRace(t *testing.T) {
 // before the lease of their rows could lapse) or not.
 type overlapDriver struct {
 	driver.Driver
-	lease     time.Duration
+	// remaining returns the shortest lease left of rows ids in the
+	// database (false: none of them leased).
+	remaining func(ids []int64) (time.Duration, bool)
 	mu        sync.Mutex
 	running   int // claims and recordings under way
 	unbounded int // of them, those ending leases with no deadline
 	overlaps  int // calls beside an unbounded one, or unbounded beside another
-	late      int // deadlines past a lease from the call's start
+	late      int // deadlines past their rows' lease in the database
+	checked   int // deadlines compared with it
 	ended     int // calls that ended leases
 	bounded   int // of them, bounded and beside another call
 	beside    int // calls that started beside another
@@ -1281,9 +1284,23 @@ type overlapDriver struct {
 func (o *overlapDriver) enter(ctx context.Context, rec *driver.Results) func() {
 	ends := endsLeases(rec)
 	dl, bounded := ctx.Deadline()
+	late, checked := false, false
+	if ends && bounded {
+		// No heartbeat runs while a claim does: the leases stand.
+		ids := slices.Clone(rec.Release)
+		for _, f := range rec.Failures {
+			ids = append(ids, f.Row.ID)
+		}
+		left, ok := o.remaining(ids)
+		checked = ok
+		late = ok && time.Until(dl) > left+50*time.Millisecond // the query's own time
+	}
 	o.mu.Lock()
-	if ends && bounded && dl.After(time.Now().Add(o.lease)) {
+	if late {
 		o.late++
+	}
+	if checked {
+		o.checked++
 	}
 	free := ends && !bounded
 	if (free && o.running > 0) || o.unbounded > 0 {
@@ -1325,7 +1342,9 @@ func (o *overlapDriver) Record(ctx context.Context, owner string, r driver.Resul
 
 // TestLeaseEndingResultsBesideClaimsEndInTime: failures and releases are
 // recorded beside another claim only by a call whose context ends before
-// their rows' leases could lapse (safeBeside, recordBy), since their
+// their rows' leases could lapse (safeBeside, recordBy; each deadline is
+// compared with the leases in the database, and a deadline 3 s later
+// fails every call), since their
 // owner fence cannot tell a lapsed lease of this relay from its new one,
 // leased by a claim running beside the recording; the others with no
 // claim beside them. A backlog of many keys with one publish in ten
@@ -1353,7 +1372,19 @@ func TestLeaseEndingResultsBesideClaimsEndInTime(t *testing.T) {
 		opts.BatchSize = 20
 		opts.ParallelClaims = 2
 		failOnPollErrors(t, &opts)
-		od := &overlapDriver{Driver: drv, lease: opts.LeaseDuration}
+		od := &overlapDriver{Driver: drv, remaining: func(ids []int64) (time.Duration, bool) {
+			in := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(ids)), ", "), "[]")
+			q := "SELECT EXTRACT(EPOCH FROM MIN(lease_expires_at) - clock_timestamp()) * 1000000 FROM " + table + " WHERE id IN (" + in + ")"
+			if d == dialect.MySQL {
+				q = "SELECT TIMESTAMPDIFF(MICROSECOND, CURRENT_TIMESTAMP(6), MIN(lease_expires_at)) FROM " + table + " WHERE id IN (" + in + ")"
+			}
+			var us sql.NullFloat64
+			if err := db.QueryRow(q).Scan(&us); err != nil {
+				t.Error(err)
+				return 0, false
+			}
+			return time.Duration(us.Float64) * time.Microsecond, us.Valid
+		}}
 		start := time.Now()
 		stop := runRelay(t, mustRelay(t, od, opts))
 		waitFor(t, "all sent", func() bool { return count(t, db, "status = 1") == len(evs) })
@@ -1361,13 +1392,13 @@ func TestLeaseEndingResultsBesideClaimsEndInTime(t *testing.T) {
 		stop()
 		od.mu.Lock()
 		defer od.mu.Unlock()
-		t.Logf("drained in %v; %d calls recorded failures or releases, %d of them bounded beside another call; %d calls ran beside another; %d publishes",
-			took.Round(time.Millisecond), od.ended, od.bounded, od.beside, n.Load())
-		if od.ended == 0 || od.bounded == 0 {
-			t.Fatalf("%d calls recorded failures, %d of them beside another call: the test needs both (recording them all alone drains a quarter as fast)", od.ended, od.bounded)
+		t.Logf("drained in %v; %d calls recorded failures or releases, %d of them bounded beside another call, %d deadlines compared with the database's lease; %d calls ran beside another; %d publishes",
+			took.Round(time.Millisecond), od.ended, od.bounded, od.checked, od.beside, n.Load())
+		if od.ended == 0 || od.bounded == 0 || od.checked == 0 {
+			t.Fatalf("%d calls recorded failures, %d of them beside another call, %d deadlines compared: the test needs all three (recording them all alone drains a quarter as fast)", od.ended, od.bounded, od.checked)
 		}
 		if od.overlaps > 0 || od.late > 0 {
-			t.Fatalf("%d times a claim ran beside a call recording failures or releases with no deadline; %d deadlines past a lease (of %d such calls)", od.overlaps, od.late, od.ended)
+			t.Fatalf("%d times a claim ran beside a call recording failures or releases with no deadline; %d deadlines past their rows' lease in the database (of %d such calls)", od.overlaps, od.late, od.ended)
 		}
 	})
 }
