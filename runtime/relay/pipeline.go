@@ -1306,14 +1306,13 @@ func (p *pipeline) heartbeat() {
 		r.log.WarnContext(p.ctx, "extending the lease of the rows in flight failed: their batches stop before the lease lapses unless a retry succeeds",
 			slog.Int("rows", len(ids)), slog.Any("error", err))
 	case n == int64(len(ids)):
+		until := at.Add(p.keep)
 		for _, b := range p.leased {
-			if b != nil {
-				b.trusted = at.Add(p.keep) // also of batches over, their results pending
-			}
+			b.trusted = until // also of batches over, their results pending
 		}
 		for b := range p.batches {
-			b.trusted = at.Add(p.keep)
-			b.expire.Reset(time.Until(b.trusted))
+			b.trusted = until
+			b.expire.Reset(time.Until(until))
 		}
 	default:
 		groups := map[*batch][]int64{}

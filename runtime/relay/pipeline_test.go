@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1373,7 +1374,11 @@ func TestLeaseEndingResultsBesideClaimsEndInTime(t *testing.T) {
 		opts.ParallelClaims = 2
 		failOnPollErrors(t, &opts)
 		od := &overlapDriver{Driver: drv, remaining: func(ids []int64) (time.Duration, bool) {
-			in := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(ids)), ", "), "[]")
+			list := make([]string, len(ids))
+			for i, id := range ids {
+				list[i] = strconv.FormatInt(id, 10)
+			}
+			in := strings.Join(list, ", ")
 			q := "SELECT EXTRACT(EPOCH FROM MIN(lease_expires_at) - clock_timestamp()) * 1000000 FROM " + table + " WHERE id IN (" + in + ")"
 			if d == dialect.MySQL {
 				q = "SELECT TIMESTAMPDIFF(MICROSECOND, CURRENT_TIMESTAMP(6), MIN(lease_expires_at)) FROM " + table + " WHERE id IN (" + in + ")"
