@@ -90,7 +90,9 @@
 // from the start of the due index against claims from the previous
 // claim's front over a 200k drain of a 1M PostgreSQL backlog),
 // BenchmarkFewKeys (drains of backlogs of 10, 100 and 1,000 keys on both
-// dialects, and a hot key queued before 1,000 others),
+// dialects, and a hot key queued before 1,000 others), BenchmarkFailing
+// (a 20,000-row backlog whose first attempts fail one in ten, against the
+// same drain without failures, both dialects),
 // BenchmarkLeaseAside (a third PostgreSQL ceiling, a3: the lease kept in
 // an unlogged table beside the outbox instead of an UPDATE of the row,
 // against a1 and a2) and BenchmarkLatency (commit →

@@ -79,6 +79,10 @@ func (p *prepared) render(vals ...any) (string, []any) {
 				for i, v := range l {
 					item(i, v)
 				}
+			case []any:
+				for i, v := range l {
+					item(i, p.s.encode(v))
+				}
 			default:
 				panic(fmt.Sprintf("dialect: %s: list argument of type %T", p.name, l))
 			}

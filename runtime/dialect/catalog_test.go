@@ -139,7 +139,15 @@ func catalog(t *testing.T, d Dialect) []rendered {
 	if rq.ClaimInTransaction() {
 		s, a := rq.ClaimLease(catalogOwner, 30*time.Second, catalogIDs)
 		add("RelayClaimLease", "", s, a)
-		s, a = rq.ClaimHold("2026-12-01 10:00:00.000", catalogIDs)
+		var until any = "2026-12-01 10:00:00.000"
+		if rq.HoldsEach() {
+			each := make([]any, len(catalogIDs))
+			for i := range each {
+				each[i] = until
+			}
+			until = each
+		}
+		s, a = rq.ClaimHold(until, catalogIDs)
 		add("RelayClaimHold", "", s, a)
 	}
 	{
@@ -175,6 +183,10 @@ func catalog(t *testing.T, d Dialect) []rendered {
 	}
 	s, a := rq.MarkRetry(catalogOwner, 101, "broker down", 2*time.Second, 10)
 	add("RelayMarkRetry", "", s, a)
+	if rq.HoldsEach() {
+		s, a = rq.MarkRetryEach(catalogOwner, []RetryEach{{101, "broker down", 2 * time.Second, 10}, {102, "timeout", time.Minute, 5}})
+		add("RelayMarkRetryEach", "", s, a)
+	}
 
 	iq, err := NewInboxQueries(d, tb.Inbox)
 	must(err)

@@ -69,6 +69,11 @@ type spec struct {
 	// skipped); the locking RelayClaim is the fallback (InnoDB, see
 	// sql/mysql.sql).
 	claimCandidates bool
+	// holdEach: RelayClaimHold takes a list of hold_until values, one per
+	// id in the same order, not one for all (see RelayQueries.HoldsEach),
+	// and RelayMarkRetryEach records failures of several rows, each with
+	// its own values, in one statement.
+	holdEach bool
 	// holdInFlight: the claim holds rows behind a row of their key in
 	// flight for a while (RelayReleaseInFlightHeld, RelayReleaseOrphanHeld).
 	holdInFlight bool
@@ -111,6 +116,7 @@ var specs = []*spec{
 		duration:        func(d time.Duration) any { return d.Microseconds() },
 		claimInTx:       true,
 		claimCandidates: true,
+		holdEach:        true,
 		rowLocks:        true,
 		archive:         archivePickCopyDelete,
 	},

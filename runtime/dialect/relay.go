@@ -10,6 +10,7 @@ package dialect
 // correctly as text. A Go time.Time is never bound as a timestamp.
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -90,6 +91,9 @@ var (
 	sRelease     = define(nil, "RelayRelease", "owner", "ids")
 	sExtendLease = define(nil, "RelayExtendLease", "owner", "ids", "lease")
 	sRequeue     = define(nil, "RelayRequeue", "ids")
+	// Each id with its own last_error, delay and max_attempts (lists in
+	// the order of ids): dialects with holdEach.
+	sMarkRetryEach = define(needHoldEach, "RelayMarkRetryEach", "owner", "ids", "last_error", "delay", "max_attempts")
 
 	sMarkSentArray    = define(needArrayIDs, "RelayMarkSentArray", "owner", "ids")
 	sReleaseArray     = define(needArrayIDs, "RelayReleaseArray", "owner", "ids")
@@ -546,16 +550,25 @@ func (q *RelayQueries) ClaimLease(owner string, lease time.Duration, ids []int64
 	return q.set.get(sClaimLease).render(owner, lease, ids)
 }
 
-// ClaimHold (MySQL, SQLite) gives the ids next_retry_time holdUntil, a
-// value ClaimBlocked returned for each of them (bound back as it was
-// read), and lease_owner HeldOwner when that is in the future. Callers
-// split id lists longer than MaxInList. On PostgreSQL it returns "", nil.
+// ClaimHold (MySQL, SQLite) gives the ids next_retry_time holdUntil, the
+// value ClaimBlocked returned for them (bound back as it was read), and
+// lease_owner HeldOwner when that is in the future. On dialects that hold
+// each row with its own value (HoldsEach: MySQL), holdUntil is a []any of
+// one value per id, in the order of ids. Callers split id lists longer
+// than MaxInList. On PostgreSQL it returns "", nil.
 func (q *RelayQueries) ClaimHold(holdUntil any, ids []int64) (string, []any) {
 	if !q.s.claimInTx {
 		return "", nil
 	}
+	if l, ok := holdUntil.([]any); q.s.holdEach && (!ok || len(l) != len(ids)) {
+		panic(fmt.Sprintf("dialect: ClaimHold of %d ids with %T: want a []any of one value per id", len(ids), holdUntil))
+	}
 	return q.set.get(sClaimHold).render(holdUntil, ids)
 }
+
+// HoldsEach reports whether ClaimHold takes a value per id (one statement
+// for every row a claim holds), not one value for all its ids.
+func (q *RelayQueries) HoldsEach() bool { return q.s.holdEach }
 
 // ReleaseHeld makes the held rows of the keys of ids due again: the row
 // holding them back (one of ids) was sent or requeued. Callers split id
@@ -590,6 +603,33 @@ func (q *RelayQueries) MarkSent(owner string, ids []int64) (string, []any) {
 // once the new retry_count reaches maxAttempts.
 func (q *RelayQueries) MarkRetry(owner string, id int64, errText string, delay time.Duration, maxAttempts int) (string, []any) {
 	return q.set.get(sMarkRetry).render(owner, id, TruncateError(errText), delay, maxAttempts)
+}
+
+// RetryEach is one failure of MarkRetryEach.
+type RetryEach struct {
+	ID          int64
+	Error       string
+	Delay       time.Duration
+	MaxAttempts int
+}
+
+// MarkRetryEach records the failures fs as MarkRetry records each of
+// them, in one statement (callers split lists longer than MaxInList). Its
+// row count is the total: callers that must know which rows became
+// FAILED record those with MarkRetry. On dialects without it (every one
+// but MySQL) it returns "", nil.
+func (q *RelayQueries) MarkRetryEach(owner string, fs []RetryEach) (string, []any) {
+	if !q.s.holdEach {
+		return "", nil
+	}
+	ids := make([]int64, len(fs))
+	errs := make([]any, len(fs))
+	delays := make([]any, len(fs))
+	limits := make([]any, len(fs))
+	for i, f := range fs {
+		ids[i], errs[i], delays[i], limits[i] = f.ID, TruncateError(f.Error), f.Delay, f.MaxAttempts
+	}
+	return q.set.get(sMarkRetryEach).render(owner, ids, errs, delays, limits)
 }
 
 // Release gives the ids back unpublished (lease cleared, nothing else

@@ -101,6 +101,7 @@ func needClaimInTx(s *spec) bool    { return s.claimInTx }
 func needArrayIDs(s *spec) bool     { return s.arrayIDs }
 func needRowLocks(s *spec) bool     { return s.rowLocks }
 func needCandidates(s *spec) bool   { return s.claimCandidates }
+func needHoldEach(s *spec) bool     { return s.holdEach }
 func needHoldInFlight(s *spec) bool { return s.holdInFlight }
 func needHoldInFlightArray(s *spec) bool {
 	return s.holdInFlight && s.arrayIDs

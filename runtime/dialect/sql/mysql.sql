@@ -216,12 +216,20 @@ WHERE c.id IN (sqlc.slice(ids))
         ORDER BY o2.id
         LIMIT 1), c.id) < c.id);
 
--- The ids RelayClaimBlocked returned with this hold_until (bound back as
--- it was read).
+-- The ids RelayClaimBlocked returned, each given its own hold_until
+-- (bound back as it was read, in the order of ids) in one statement:
+-- ELT(FIELD(id, ids), hold_until) is the value of id's place. A row
+-- behind a key's backing-off row is held until that row's next attempt,
+-- so in a window of many keys nearly every held row has a value of its
+-- own: one statement per value cost a round trip per held row (MariaDB
+-- 10.11, a backlog with one publish in ten failing: 35 statements and
+-- about 9 ms per claim).
 -- name: RelayClaimHold :execrows
 UPDATE /* TEMPLATE: outbox */outbox_event
-SET lease_owner = CASE WHEN sqlc.arg(hold_until) > CURRENT_TIMESTAMP(6) THEN '~held' END,
-    lease_expires_at = NULL, next_retry_time = sqlc.arg(hold_until), updated_at = CURRENT_TIMESTAMP(6)
+SET lease_owner = CASE WHEN CAST(ELT(FIELD(id, sqlc.slice(ids)), sqlc.slice(hold_until)) AS DATETIME(6)) > CURRENT_TIMESTAMP(6) THEN '~held' END,
+    lease_expires_at = NULL,
+    next_retry_time = CAST(ELT(FIELD(id, sqlc.slice(ids)), sqlc.slice(hold_until)) AS DATETIME(6)),
+    updated_at = CURRENT_TIMESTAMP(6)
 WHERE id IN (sqlc.slice(ids));
 
 -- name: RelayClaimLease :execrows
@@ -265,6 +273,20 @@ SET status = CASE WHEN retry_count + 1 >= sqlc.arg(max_attempts) THEN 2 ELSE 0 E
     next_retry_time = CURRENT_TIMESTAMP(6) + INTERVAL sqlc.arg(delay) MICROSECOND,
     lease_owner = NULL, lease_expires_at = NULL, updated_at = CURRENT_TIMESTAMP(6)
 WHERE id = sqlc.arg(id)
+  AND lease_owner = sqlc.arg(owner)
+  AND status = 0;
+
+-- RelayMarkRetry of several rows, each with its own values (lists in the
+-- order of ids; ELT(FIELD(id, ids), ...) is the value of id's place): one
+-- round trip for a batch's failures, not one per failure.
+-- name: RelayMarkRetryEach :execrows
+UPDATE /* TEMPLATE: outbox */outbox_event
+SET status = CASE WHEN retry_count + 1 >= CAST(ELT(FIELD(id, sqlc.slice(ids)), sqlc.slice(max_attempts)) AS SIGNED) THEN 2 ELSE 0 END,
+    retry_count = retry_count + 1,
+    last_error = ELT(FIELD(id, sqlc.slice(ids)), sqlc.slice(last_error)),
+    next_retry_time = CURRENT_TIMESTAMP(6) + INTERVAL CAST(ELT(FIELD(id, sqlc.slice(ids)), sqlc.slice(delay)) AS SIGNED) MICROSECOND,
+    lease_owner = NULL, lease_expires_at = NULL, updated_at = CURRENT_TIMESTAMP(6)
+WHERE id IN (sqlc.slice(ids))
   AND lease_owner = sqlc.arg(owner)
   AND status = 0;
 

@@ -21,6 +21,7 @@ var heldTests = []struct {
 }{
 	{"HeldBehindFailed", testHeldBehindFailed},
 	{"HeldBehindBackoff", testHeldBehindBackoff},
+	{"HeldEachUntilItsHead", testHeldEachUntilItsHead},
 	{"MovedBehindLaterHead", testMovedBehindLaterHead},
 	{"NotHeldBehindInFlight", testNotHeldBehindInFlight},
 	{"HeldUnordered", testHeldUnordered},
@@ -92,6 +93,53 @@ func testHeldBehindBackoff(t *testing.T, e *env) {
 	}
 	time.Sleep(2500 * time.Millisecond)
 	wantIDs(t, "claim once b is due", e.claim(t, claimP("r1", 10)), ids)
+}
+
+// testHeldEachUntilItsHead: one claim holding rows behind several heads
+// gives each row its own head's next attempt (behind a backing-off head)
+// or the hold (behind a FAILED one). MySQL writes all of them in one
+// statement, each row's value found by its place in a list: a value given
+// to the wrong row would make it due before its head, or hold it past.
+func testHeldEachUntilItsHead(t *testing.T, e *env) {
+	var evs []seedEv
+	for _, k := range []string{"e1", "e2", "e3", "ef"} {
+		evs = append(evs, seedEv{Key: k}, seedEv{Key: k}, seedEv{Key: k})
+	}
+	ids := e.insert(t, evs...)
+	heads := []int64{ids[0], ids[3], ids[6], ids[9]}
+	for i, h := range heads[:3] {
+		e.set(t, "retry_count = 1, next_retry_time = "+OpsAgo(e.d, -time.Duration(i+1)*time.Hour), h)
+	}
+	e.set(t, "status = 2, retry_count = 5", heads[3])
+	var res driver.ClaimResult
+	p := claimP("r1", 20)
+	p.Hold = 30 * time.Minute
+	p.Result = &res
+	wantIDs(t, "claim with every head backing off or FAILED", e.claim(t, p), nil)
+	if res.Moved != 8 {
+		t.Fatalf("ClaimResult.Moved = %d, want 8 (two rows behind each head)", res.Moved)
+	}
+	same := "SELECT CASE WHEN c.next_retry_time = h.next_retry_time THEN 1 ELSE 0 END FROM " + e.table + " c, " + e.table + " h WHERE c.id = " + e.d.Placeholder(1) + " AND h.id = " + e.d.Placeholder(2)
+	for i, h := range heads {
+		for _, id := range ids[3*i+1 : 3*i+3] {
+			if owner, due := e.heldState(t, id); owner != dialect.HeldOwner || due {
+				t.Fatalf("row %d behind head %d: owner %q due %v, want held", id, h, owner, due)
+			}
+			if i == 3 {
+				// Behind the FAILED head: held for p.Hold from the claim.
+				near := "SELECT CASE WHEN next_retry_time > " + OpsAgo(e.d, -25*time.Minute) + " AND next_retry_time < " + OpsAgo(e.d, -35*time.Minute) + " THEN 1 ELSE 0 END FROM " + e.table + " WHERE id = " + e.d.Placeholder(1)
+				var ok int
+				if err := e.DB.QueryRowContext(e.ctx, near, id).Scan(&ok); err != nil || ok != 1 {
+					t.Fatalf("row %d behind the FAILED head: held about 30 minutes? %d %v", id, ok, err)
+				}
+				continue
+			}
+			var ok int
+			if err := e.DB.QueryRowContext(e.ctx, same, id, h).Scan(&ok); err != nil || ok != 1 {
+				t.Fatalf("row %d: next attempt the same as its head %d's? %d %v", id, h, ok, err)
+			}
+		}
+	}
 }
 
 // testMovedBehindLaterHead: a key's head due later than its successors

@@ -18,6 +18,7 @@ var recordTests = []struct {
 	{"RecordWithClaim", testRecordWithClaim},
 	{"RecordFenced", testRecordFenced},
 	{"RecordAlone", testRecordAlone},
+	{"RecordFailuresEach", testRecordFailuresEach},
 }
 
 // testRecordWithClaim: the results are written before the claim (in its
@@ -125,5 +126,57 @@ func testRecordAlone(t *testing.T, e *env) {
 	}
 	if s := e.state(t, more[0]); s.Status != 1 {
 		t.Fatalf("row %d: %+v, want sent", more[0], s)
+	}
+}
+
+// testRecordFailuresEach: failures recorded together each keep their own
+// error, delay and attempt limit (MySQL writes those that leave their row
+// pending in one statement), a failure for a row another owner holds
+// changes nothing, and only the row at its last attempt is reported
+// FAILED.
+func testRecordFailuresEach(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "a"}, seedEv{Key: "b"}, seedEv{Key: "c"}, seedEv{Key: "d"}, seedEv{Key: "e"})
+	rows, err := e.Driver.Claim(e.ctx, claimP("r", 4))
+	if err != nil || len(rows) != 4 {
+		t.Fatalf("claim: %v %v", rowIDs(rows), err)
+	}
+	other, err := e.Driver.Claim(e.ctx, claimP("other", 1))
+	if err != nil || len(other) != 1 || other[0].ID != ids[4] {
+		t.Fatalf("other's claim: %v %v", rowIDs(other), err)
+	}
+	rec, err := e.Driver.Record(e.ctx, "r", driver.Results{
+		Failures: []driver.Failure{
+			{Row: rows[0], Error: "first", Delay: time.Hour},
+			{Row: rows[1], Error: "second", Delay: 3 * time.Hour},
+			{Row: rows[2], Error: "refused", Permanent: true},
+			{Row: rows[3], Error: "third", Delay: 2 * time.Hour},
+			{Row: other[0], Error: "not mine", Delay: time.Hour},
+		},
+		MaxAttempts: 5,
+	})
+	if err != nil || rec.Retried != 4 || len(rec.Failed) != 1 || rec.Failed[0] != ids[2] {
+		t.Fatalf("Record = %+v, %v; want 4 retried, %d FAILED", rec, err, ids[2])
+	}
+	want := []struct {
+		status int
+		err    string
+		delay  time.Duration
+	}{{0, "first", time.Hour}, {0, "second", 3 * time.Hour}, {2, "refused", 0}, {0, "third", 2 * time.Hour}}
+	for i, w := range want {
+		s := e.state(t, ids[i])
+		if s.Status != w.status || s.RetryCount != 1 || s.LastError.String != w.err || s.Owner.Valid {
+			t.Fatalf("row %d: %+v, want status %d, retry_count 1, last_error %q, unleased", ids[i], s, w.status, w.err)
+		}
+		if w.delay == 0 {
+			continue
+		}
+		near := "SELECT CASE WHEN next_retry_time > " + OpsAgo(e.d, -w.delay+time.Minute) + " AND next_retry_time < " + OpsAgo(e.d, -w.delay-time.Minute) + " THEN 1 ELSE 0 END FROM " + e.table + " WHERE id = " + e.d.Placeholder(1)
+		var ok int
+		if err := e.DB.QueryRowContext(e.ctx, near, ids[i]).Scan(&ok); err != nil || ok != 1 {
+			t.Fatalf("row %d: next attempt about %s from now? %d %v", ids[i], w.delay, ok, err)
+		}
+	}
+	if s := e.state(t, ids[4]); s.RetryCount != 0 || s.Owner.String != "other" || s.LastError.Valid {
+		t.Fatalf("row %d of another owner: %+v, want untouched", ids[4], s)
 	}
 }

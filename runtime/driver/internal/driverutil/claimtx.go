@@ -71,6 +71,19 @@ func ClaimInTx(ctx context.Context, tx Querier, q *dialect.RelayQueries, p drive
 		}
 		rows = kept
 	}
+	if q.HoldsEach() && len(held) > 0 {
+		// One statement, each row with its own value.
+		hids := make([]int64, len(held))
+		until := make([]any, len(held))
+		for i, h := range held {
+			hids[i], until[i] = h.id, h.until
+		}
+		query, args = q.ClaimHold(until, hids)
+		if _, err := tx.Exec(ctx, query, args...); err != nil {
+			return nil, 0, fmt.Errorf("claim: hold: %w", err)
+		}
+		return claimLease(ctx, tx, q, p, rows, ids, len(held))
+	}
 	// One statement per distinct hold_until (the rows behind FAILED rows
 	// share one: the statement's clock).
 	groups := map[string][]int64{}

@@ -26,6 +26,9 @@ type RecordKind int
 const (
 	KindSent RecordKind = iota
 	KindRetry
+	// KindRetries records several failures, none of which can make its
+	// row FAILED (dialect.RelayQueries.MarkRetryEach).
+	KindRetries
 	KindRelease
 	// KindUnhold ends the holds behind the recorded rows
 	// (ReleaseInFlightHeld, ReleaseOrphanHeld): driver.Recorded.Unheld.
@@ -57,10 +60,23 @@ func RecordStmts(q *dialect.RelayQueries, owner string, r *driver.Results, chunk
 		})
 	}
 	ids(r.Sent, KindSent, func(part []int64) (string, []any) { return q.MarkSent(owner, part) })
+	var each []dialect.RetryEach
 	for _, f := range r.Failures {
 		limit := f.MaxAttempts(r.MaxAttempts)
+		if q.HoldsEach() && !FailedID(f, true, limit) {
+			// Its row stays pending: with the others in one statement,
+			// whose total count is all Recorded needs of them.
+			each = append(each, dialect.RetryEach{ID: f.Row.ID, Error: f.Error, Delay: f.Delay, MaxAttempts: limit})
+			continue
+		}
 		query, args := q.MarkRetry(owner, f.Row.ID, f.Error, f.Delay, limit)
 		out = append(out, Stmt{Query: query, Args: args, Kind: KindRetry, Failure: f, MaxAttempts: limit})
+	}
+	for len(each) > 0 {
+		n := min(len(each), dialect.MaxInList)
+		query, args := q.MarkRetryEach(owner, each[:n])
+		out = append(out, Stmt{Query: query, Args: args, Kind: KindRetries})
+		each = each[n:]
 	}
 	ids(r.Release, KindRelease, func(part []int64) (string, []any) { return q.Release(owner, part) })
 	if q.HoldsInFlight() {
@@ -104,6 +120,8 @@ func (s Stmt) Count(rec *driver.Recorded, n int64) {
 		if FailedID(s.Failure, n > 0, s.MaxAttempts) {
 			rec.Failed = append(rec.Failed, s.Failure.Row.ID)
 		}
+	case KindRetries:
+		rec.Retried += n
 	case KindRelease:
 		rec.Released += n
 	case KindUnhold:
@@ -118,6 +136,8 @@ func (s Stmt) Describe() string {
 		return "mark sent"
 	case KindRetry:
 		return fmt.Sprintf("record failure of row %d", s.Failure.Row.ID)
+	case KindRetries:
+		return "record failures"
 	case KindUnhold:
 		return "end holds behind recorded rows"
 	}
