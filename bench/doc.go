@@ -92,7 +92,7 @@
 // BenchmarkFewKeys (drains of backlogs of 10, 100 and 1,000 keys on both
 // dialects, and a hot key queued before 1,000 others), BenchmarkFailing
 // (a 20,000-row backlog whose first attempts fail one in ten, against the
-// same drain without failures, both dialects),
+// same drain without failures, on PostgreSQL, MariaDB and SQLite),
 // BenchmarkLeaseAside (a third PostgreSQL ceiling, a3: the lease kept in
 // an unlogged table beside the outbox instead of an UPDATE of the row,
 // against a1 and a2) and BenchmarkLatency (commit →
