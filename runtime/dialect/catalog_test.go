@@ -184,7 +184,7 @@ func catalog(t *testing.T, d Dialect) []rendered {
 	s, a := rq.MarkRetry(catalogOwner, 101, "broker down", 2*time.Second, 10)
 	add("RelayMarkRetry", "", s, a)
 	if rq.HoldsEach() {
-		s, a = rq.MarkRetryEach(catalogOwner, []RetryEach{{101, "broker down", 2 * time.Second, 10}, {102, "timeout", time.Minute, 5}})
+		s, a = rq.MarkRetryEach(catalogOwner, []RetryEach{{101, "broker down", 2 * time.Second}, {102, "timeout", time.Minute}}, 10)
 		add("RelayMarkRetryEach", "", s, a)
 	}
 

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // RelayColumns are the columns every claim returns, in scan order.
@@ -91,8 +92,8 @@ var (
 	sRelease     = define(nil, "RelayRelease", "owner", "ids")
 	sExtendLease = define(nil, "RelayExtendLease", "owner", "ids", "lease")
 	sRequeue     = define(nil, "RelayRequeue", "ids")
-	// Each id with its own last_error, delay and max_attempts (lists in
-	// the order of ids): dialects with holdEach.
+	// Each id with its own last_error and delay (lists in the order of
+	// ids): dialects with holdEach.
 	sMarkRetryEach = define(needHoldEach, "RelayMarkRetryEach", "owner", "ids", "last_error", "delay", "max_attempts")
 
 	sMarkSentArray    = define(needArrayIDs, "RelayMarkSentArray", "owner", "ids")
@@ -607,29 +608,27 @@ func (q *RelayQueries) MarkRetry(owner string, id int64, errText string, delay t
 
 // RetryEach is one failure of MarkRetryEach.
 type RetryEach struct {
-	ID          int64
-	Error       string
-	Delay       time.Duration
-	MaxAttempts int
+	ID    int64
+	Error string
+	Delay time.Duration
 }
 
 // MarkRetryEach records the failures fs as MarkRetry records each of
-// them, in one statement (callers split lists longer than MaxInList). Its
-// row count is the total: callers that must know which rows became
-// FAILED record those with MarkRetry. On dialects without it (every one
-// but MySQL) it returns "", nil.
-func (q *RelayQueries) MarkRetryEach(owner string, fs []RetryEach) (string, []any) {
+// them, with maxAttempts, in one statement (callers split lists longer
+// than MaxInList). Its row count is the total: callers that must know
+// which rows became FAILED record those with MarkRetry. On dialects
+// without it (every one but MySQL) it returns "", nil.
+func (q *RelayQueries) MarkRetryEach(owner string, fs []RetryEach, maxAttempts int) (string, []any) {
 	if !q.s.holdEach {
 		return "", nil
 	}
 	ids := make([]int64, len(fs))
 	errs := make([]any, len(fs))
 	delays := make([]any, len(fs))
-	limits := make([]any, len(fs))
 	for i, f := range fs {
-		ids[i], errs[i], delays[i], limits[i] = f.ID, TruncateError(f.Error), f.Delay, f.MaxAttempts
+		ids[i], errs[i], delays[i] = f.ID, TruncateError(f.Error), f.Delay
 	}
-	return q.set.get(sMarkRetryEach).render(owner, ids, errs, delays, limits)
+	return q.set.get(sMarkRetryEach).render(owner, ids, errs, delays, maxAttempts)
 }
 
 // Release gives the ids back unpublished (lease cleared, nothing else
@@ -654,8 +653,19 @@ func (q *RelayQueries) Requeue(ids []int64) (string, []any) {
 	return q.idStmt(sRequeue, sRequeueArray).render(ids)
 }
 
-// TruncateError cuts s to at most ErrorTextLimit bytes on a UTF-8 boundary.
+// TruncateError makes s storable as last_error: bytes that are not UTF-8
+// become U+FFFD, NUL bytes are dropped (PostgreSQL refuses both in a text
+// column, MySQL in strict mode the first, and either would fail the whole
+// recording), and it is cut to at most ErrorTextLimit bytes on a UTF-8
+// boundary. Publish errors quote what brokers and clients were given, so
+// they may hold any bytes.
 func TruncateError(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "")
+	}
 	if len(s) <= ErrorTextLimit {
 		return s
 	}

@@ -126,6 +126,14 @@ func TestTruncateError(t *testing.T) {
 	if len(got) > ErrorTextLimit || !utf8.ValidString(got) || len(got) < ErrorTextLimit-3 {
 		t.Fatalf("len %d valid %v", len(got), utf8.ValidString(got))
 	}
+	if got := TruncateError("a\xff\xfeb\x00c"); got != "a\uFFFDbc" {
+		t.Fatalf("not text: %q", got)
+	}
+	// Cleaned before it is cut: the limit holds with replacements too.
+	bad := strings.Repeat("\xff.", 2000)
+	if got := TruncateError(bad); len(got) > ErrorTextLimit || !utf8.ValidString(got) {
+		t.Fatalf("bad bytes: len %d valid %v", len(got), utf8.ValidString(got))
+	}
 }
 
 func TestFreeToLease(t *testing.T) {

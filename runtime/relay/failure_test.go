@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -282,6 +283,57 @@ func TestPublishErrorRedactedAndCapped(t *testing.T) {
 			if len(m) > 2*dialect.ErrorTextLimit {
 				t.Errorf("log line of %d bytes: the broker's text is not capped", len(m))
 			}
+		}
+	})
+}
+
+// A publish error that is not valid text (a broker or client quoting bytes
+// it was given) is recorded cleaned. PostgreSQL refuses a NUL byte in
+// last_error (and bytes that are not UTF-8, which ErrorText dropped), and
+// the refusal failed every claim carrying the recording: the relay
+// stalled, published nothing more (none of 20 later rows in 3 s), and the
+// failing row never reached FAILED.
+func TestPublishErrorNotText(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		pub := newRecPub(t)
+		ins := insertEvents(t, db, d, ev{Key: "A"}, ev{Key: "B"})
+		bad := ins[0].ID
+		const text = "broker refused key \xff\xfe\x00: bad"
+		pub.setFail(func(m *message.Message) error {
+			if m.UUID == bad {
+				return errors.New(text)
+			}
+			return nil
+		})
+		var failed []FailedEvent
+		var mu sync.Mutex
+		opts := testOptions(pub, "nottext")
+		opts.MaxAttempts = 2
+		opts.OnFailed = func(f FailedEvent) { mu.Lock(); failed = append(failed, f); mu.Unlock() }
+		stop := runRelay(t, mustRelay(t, drv, opts))
+		defer stop()
+		var evs []ev
+		for range 20 {
+			evs = append(evs, ev{Key: "C"})
+		}
+		more := insertEvents(t, db, d, evs...)
+		waitFor(t, "the row whose error is not text FAILED, and every other row sent", func() bool {
+			sc := pub.successCount()
+			for _, m := range append(more, ins[1]) {
+				if sc[m.ID] == 0 {
+					return false
+				}
+			}
+			return state(t, db, d, bad).Status == 2 && state(t, db, d, ins[1].ID).Status == 1
+		})
+		stop()
+		if s := state(t, db, d, bad); s.LastError.String != "broker refused key \uFFFD: bad" || s.RetryCount != 2 {
+			t.Fatalf("row whose error is not text: %+v, want its error cleaned", s)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(failed) != 1 || failed[0].LastError != "broker refused key \uFFFD: bad" {
+			t.Fatalf("OnFailed calls: %+v", failed)
 		}
 	})
 }

@@ -276,12 +276,13 @@ WHERE id = sqlc.arg(id)
   AND lease_owner = sqlc.arg(owner)
   AND status = 0;
 
--- RelayMarkRetry of several rows, each with its own values (lists in the
--- order of ids; ELT(FIELD(id, ids), ...) is the value of id's place): one
--- round trip for a batch's failures, not one per failure.
+-- RelayMarkRetry of several rows, each with its own error and delay
+-- (lists in the order of ids; ELT(FIELD(id, ids), ...) is the value of
+-- id's place): one round trip for a batch's failures, not one per
+-- failure.
 -- name: RelayMarkRetryEach :execrows
 UPDATE /* TEMPLATE: outbox */outbox_event
-SET status = CASE WHEN retry_count + 1 >= CAST(ELT(FIELD(id, sqlc.slice(ids)), sqlc.slice(max_attempts)) AS SIGNED) THEN 2 ELSE 0 END,
+SET status = CASE WHEN retry_count + 1 >= sqlc.arg(max_attempts) THEN 2 ELSE 0 END,
     retry_count = retry_count + 1,
     last_error = ELT(FIELD(id, sqlc.slice(ids)), sqlc.slice(last_error)),
     next_retry_time = CURRENT_TIMESTAMP(6) + INTERVAL CAST(ELT(FIELD(id, sqlc.slice(ids)), sqlc.slice(delay)) AS SIGNED) MICROSECOND,

@@ -19,6 +19,8 @@ var recordTests = []struct {
 	{"RecordFenced", testRecordFenced},
 	{"RecordAlone", testRecordAlone},
 	{"RecordFailuresEach", testRecordFailuresEach},
+	{"RecordFailureAtStoredLimit", testRecordFailureAtStoredLimit},
+	{"RecordErrorNotText", testRecordErrorNotText},
 }
 
 // testRecordWithClaim: the results are written before the claim (in its
@@ -178,5 +180,56 @@ func testRecordFailuresEach(t *testing.T, e *env) {
 	}
 	if s := e.state(t, ids[4]); s.RetryCount != 0 || s.Owner.String != "other" || s.LastError.Valid {
 		t.Fatalf("row %d of another owner: %+v, want untouched", ids[4], s)
+	}
+}
+
+// testRecordErrorNotText: a publish error that is not valid text (bytes
+// that are not UTF-8, a NUL byte; brokers and clients quote what they
+// were given) is stored cleaned, and does not fail the recording it is
+// in: PostgreSQL refuses both in a text column, MySQL in strict mode the
+// first. Before, such a failure was never recorded, so its row was
+// published again each time its lease lapsed.
+func testRecordErrorNotText(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "a"}, seedEv{Key: "b"})
+	rows, err := e.Driver.Claim(e.ctx, claimP("r", 2))
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("claim: %v %v", rowIDs(rows), err)
+	}
+	rec, err := e.Driver.Record(e.ctx, "r", driver.Results{
+		Sent:        ids[1:],
+		Failures:    []driver.Failure{{Row: rows[0], Error: "broker said \xff\xfe\x00 no", Delay: time.Hour}},
+		MaxAttempts: 5,
+	})
+	if err != nil || rec.Retried != 1 || rec.Sent != 1 {
+		t.Fatalf("Record = %+v, %v; want 1 retried, 1 sent", rec, err)
+	}
+	if s := e.state(t, ids[0]); s.RetryCount != 1 || s.LastError.String != "broker said \uFFFD no" {
+		t.Fatalf("row %d: %+v, want retry_count 1 and the error cleaned", ids[0], s)
+	}
+}
+
+// testRecordFailureAtStoredLimit: the attempt limit is judged by the
+// stored retry_count: a row whose count is ahead of the one it was claimed
+// with (changed by hand while it was leased) becomes FAILED at its limit,
+// recorded together with a failure that is not at its limit.
+func testRecordFailureAtStoredLimit(t *testing.T, e *env) {
+	ids := e.insert(t, seedEv{Key: "a"}, seedEv{Key: "b"})
+	rows, err := e.Driver.Claim(e.ctx, claimP("r", 2))
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("claim: %v %v", rowIDs(rows), err)
+	}
+	e.set(t, "retry_count = 4", ids[0])
+	rec, err := e.Driver.Record(e.ctx, "r", driver.Results{
+		Failures:    []driver.Failure{{Row: rows[0], Error: "x", Delay: time.Hour}, {Row: rows[1], Error: "y", Delay: time.Hour}},
+		MaxAttempts: 5,
+	})
+	if err != nil || rec.Retried != 2 {
+		t.Fatalf("Record = %+v, %v; want 2 retried", rec, err)
+	}
+	if s := e.state(t, ids[0]); s.Status != 2 || s.RetryCount != 5 {
+		t.Fatalf("row %d at its stored limit: %+v, want FAILED", ids[0], s)
+	}
+	if s := e.state(t, ids[1]); s.Status != 0 || s.RetryCount != 1 {
+		t.Fatalf("row %d: %+v, want pending, retry_count 1", ids[1], s)
 	}
 }

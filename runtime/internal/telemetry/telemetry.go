@@ -148,8 +148,9 @@ func BatchSize(ctx context.Context) int {
 // ErrorText is err's text as last_error, the logs and spans hold it:
 // credentials masked (package redact), since a broker's or database's text
 // may quote a URL or a DSN, cut to dialect.ErrorTextLimit (it may echo a
-// payload) on a rune boundary, and valid UTF-8 (PostgreSQL text columns
-// and OTLP refuse anything else). It is cut well past that size before it
+// payload) on a rune boundary, valid UTF-8 and free of NUL bytes
+// (PostgreSQL text columns and OTLP refuse anything else; see
+// dialect.TruncateError). It is cut well past that size before it
 // is scanned, so a megabyte echoed by the broker costs nothing, and a
 // secret straddling the first cut lies beyond the second.
 func ErrorText(err error) string {
@@ -157,7 +158,7 @@ func ErrorText(err error) string {
 	if n := 4 * dialect.ErrorTextLimit; len(s) > n {
 		s = s[:n]
 	}
-	return strings.ToValidUTF8(dialect.TruncateError(redact.String(s)), "")
+	return dialect.TruncateError(redact.String(s))
 }
 
 // RecordError adds an "exception" event for err to span (type and

@@ -17,6 +17,8 @@ type Stmt struct {
 	Kind        RecordKind
 	Failure     driver.Failure
 	MaxAttempts int
+	// IDs are the rows of a KindRetries statement, for errors.
+	IDs []int64
 }
 
 // RecordKind is the part of driver.Results a statement records.
@@ -26,8 +28,9 @@ type RecordKind int
 const (
 	KindSent RecordKind = iota
 	KindRetry
-	// KindRetries records several failures, none of which can make its
-	// row FAILED (dialect.RelayQueries.MarkRetryEach).
+	// KindRetries records several failures, none of which is its row's
+	// last attempt by the row's RetryCount as claimed
+	// (dialect.RelayQueries.MarkRetryEach).
 	KindRetries
 	KindRelease
 	// KindUnhold ends the holds behind the recorded rows
@@ -61,12 +64,16 @@ func RecordStmts(q *dialect.RelayQueries, owner string, r *driver.Results, chunk
 	}
 	ids(r.Sent, KindSent, func(part []int64) (string, []any) { return q.MarkSent(owner, part) })
 	var each []dialect.RetryEach
+	var eachIDs []int64
 	for _, f := range r.Failures {
 		limit := f.MaxAttempts(r.MaxAttempts)
-		if q.HoldsEach() && !FailedID(f, true, limit) {
-			// Its row stays pending: with the others in one statement,
-			// whose total count is all Recorded needs of them.
-			each = append(each, dialect.RetryEach{ID: f.Row.ID, Error: f.Error, Delay: f.Delay, MaxAttempts: limit})
+		if q.HoldsEach() && limit == r.MaxAttempts && !FailedID(f, true, limit) {
+			// Not its last attempt: with the others in one statement,
+			// whose total count is all Recorded needs of them. (A row
+			// whose stored retry_count is ahead of the claimed one still
+			// becomes FAILED, unreported, as with its own MarkRetry.)
+			each = append(each, dialect.RetryEach{ID: f.Row.ID, Error: f.Error, Delay: f.Delay})
+			eachIDs = append(eachIDs, f.Row.ID)
 			continue
 		}
 		query, args := q.MarkRetry(owner, f.Row.ID, f.Error, f.Delay, limit)
@@ -74,9 +81,9 @@ func RecordStmts(q *dialect.RelayQueries, owner string, r *driver.Results, chunk
 	}
 	for len(each) > 0 {
 		n := min(len(each), dialect.MaxInList)
-		query, args := q.MarkRetryEach(owner, each[:n])
-		out = append(out, Stmt{Query: query, Args: args, Kind: KindRetries})
-		each = each[n:]
+		query, args := q.MarkRetryEach(owner, each[:n], r.MaxAttempts)
+		out = append(out, Stmt{Query: query, Args: args, Kind: KindRetries, IDs: eachIDs[:n]})
+		each, eachIDs = each[n:], eachIDs[n:]
 	}
 	ids(r.Release, KindRelease, func(part []int64) (string, []any) { return q.Release(owner, part) })
 	if q.HoldsInFlight() {
@@ -137,7 +144,10 @@ func (s Stmt) Describe() string {
 	case KindRetry:
 		return fmt.Sprintf("record failure of row %d", s.Failure.Row.ID)
 	case KindRetries:
-		return "record failures"
+		if len(s.IDs) > 10 {
+			return fmt.Sprintf("record failures of rows %v and %d more", s.IDs[:10], len(s.IDs)-10)
+		}
+		return fmt.Sprintf("record failures of rows %v", s.IDs)
 	case KindUnhold:
 		return "end holds behind recorded rows"
 	}
