@@ -337,3 +337,100 @@ func TestPublishErrorNotText(t *testing.T) {
 		}
 	})
 }
+
+// A recording the database refuses for a failure's error text (here a
+// last_error column narrower than the DDL's: latin1 on MySQL, 60
+// characters on PostgreSQL) is sent again with RefusedErrorText in place
+// of the texts. Before, every later claim carried the refused recording
+// and failed: the relay stalled, as with a NUL byte (TestPublishErrorNotText).
+func TestRecordingRefusedForErrorText(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		alter := map[dialect.Dialect]string{
+			dialect.MySQL:    "ALTER TABLE " + table + " MODIFY last_error TEXT CHARACTER SET latin1 NULL",
+			dialect.Postgres: "ALTER TABLE " + table + " ALTER COLUMN last_error TYPE varchar(60)",
+		}[d]
+		if alter == "" {
+			t.Skip("SQLite stores any text")
+		}
+		if _, err := db.Exec(alter); err != nil {
+			t.Fatal(err)
+		}
+		pub := newRecPub(t)
+		ins := insertEvents(t, db, d, ev{Key: "A"}, ev{Key: "B"})
+		bad := ins[0].ID
+		text := "broker refused 💥 " + strings.Repeat("x", 100)
+		pub.setFail(func(m *message.Message) error {
+			if m.UUID == bad {
+				return errors.New(text)
+			}
+			return nil
+		})
+		h := &errLog{}
+		opts := testOptions(pub, "refused")
+		opts.MaxAttempts = 2
+		opts.Logger = slog.New(h)
+		stop := runRelay(t, mustRelay(t, drv, opts))
+		defer stop()
+		var evs []ev
+		for range 20 {
+			evs = append(evs, ev{Key: "C"})
+		}
+		more := insertEvents(t, db, d, evs...)
+		waitFor(t, "the row whose error text the database refuses FAILED, and every other row sent", func() bool {
+			sc := pub.successCount()
+			for _, m := range append(more, ins[1]) {
+				if sc[m.ID] == 0 {
+					return false
+				}
+			}
+			return state(t, db, d, bad).Status == 2 && state(t, db, d, ins[1].ID).Status == 1
+		})
+		stop()
+		if s := state(t, db, d, bad); s.LastError.String != RefusedErrorText || s.RetryCount != 2 {
+			t.Fatalf("row whose error text was refused: %+v, want retry_count 2 and last_error %q", s, RefusedErrorText)
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, m := range h.msgs {
+			if strings.Contains(m, "error texts of its failures are replaced") {
+				return
+			}
+		}
+		t.Fatalf("no warning that the texts were replaced; logged: %q", h.msgs)
+	})
+}
+
+// The same at the end of a run (RunOnce, shutdown): the last recording is
+// sent again with RefusedErrorText once, instead of failing.
+func TestLastRecordingRefusedForErrorText(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
+		alter := map[dialect.Dialect]string{
+			dialect.MySQL:    "ALTER TABLE " + table + " MODIFY last_error TEXT CHARACTER SET latin1 NULL",
+			dialect.Postgres: "ALTER TABLE " + table + " ALTER COLUMN last_error TYPE varchar(60)",
+		}[d]
+		if alter == "" {
+			t.Skip("SQLite stores any text")
+		}
+		if _, err := db.Exec(alter); err != nil {
+			t.Fatal(err)
+		}
+		pub := newRecPub(t)
+		ins := insertEvents(t, db, d, ev{Key: "A"}, ev{Key: "B"})
+		pub.setFail(func(m *message.Message) error {
+			if m.UUID == ins[0].ID {
+				return Permanent(errors.New("broker refused 💥 " + strings.Repeat("x", 100)))
+			}
+			return nil
+		})
+		r := mustRelay(t, drv, testOptions(pub, "refused-last"))
+		if _, err := r.poll(context.Background()); err != nil {
+			t.Fatalf("poll: %v", err)
+		}
+		if s := state(t, db, d, ins[0].ID); s.Status != 2 || s.LastError.String != RefusedErrorText {
+			t.Fatalf("row whose error text was refused: %+v, want FAILED with last_error %q", s, RefusedErrorText)
+		}
+		if s := state(t, db, d, ins[1].ID); s.Status != 1 {
+			t.Fatalf("row sent beside it: %+v, want marked sent", s)
+		}
+	})
+}

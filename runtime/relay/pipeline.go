@@ -720,6 +720,41 @@ func (p *pipeline) restorePending(rec *driver.Results, of map[int64]*batch) {
 	p.pendAt = time.Now()
 }
 
+// RefusedErrorText is what a failure's last_error becomes when the
+// database refused a recording that carried it for a value it binds (see
+// refused). Its publish error is in the relay's log.
+const RefusedErrorText = "error text refused by the database; see the log"
+
+// refused replaces the error texts of the pending failures when err, the
+// error of the call that carried them, says the database refused a value
+// it bound: an error text is the only free text a recording binds, and
+// sending it again would fail again, failing every claim that carries it
+// (a last_error column of a narrower type or character set than the DDL's,
+// say). The texts are in the log already ("publish failed").
+func (p *pipeline) refused(err error) {
+	p.replaceRefused(p.pend.Failures, err)
+}
+
+// replaceRefused does refused's work on fs and reports whether it
+// replaced any text.
+func (p *pipeline) replaceRefused(fs []driver.Failure, err error) bool {
+	if !dberr.Refused(err) {
+		return false
+	}
+	n := 0
+	for i := range fs {
+		if fs[i].Error != RefusedErrorText {
+			fs[i].Error = RefusedErrorText
+			n++
+		}
+	}
+	if n > 0 {
+		p.r.log.WarnContext(p.ctx, "the database refused a value of a recording: the error texts of its failures are replaced, and the recording is sent again",
+			slog.Int("failures", n), slog.String("last_error", RefusedErrorText), slog.Any("error", p.r.explain(err)))
+	}
+	return n > 0
+}
+
 // dropPending forgets the pending results of rows a claim just leased to
 // this relay again: they belong to an earlier lease of those rows (given
 // back, or lapsed), and recording them now would undo the new one.
@@ -916,6 +951,7 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 			p.recorded(out.rec, out.of, out.res.Recorded) // committed before the claim failed
 		} else {
 			p.restorePending(out.rec, out.of)
+			p.refused(out.err)
 		}
 		p.failed(out.err)
 		return
@@ -1029,6 +1065,7 @@ func (p *pipeline) record() error {
 	if err != nil {
 		p.resetFrom() // what it did is unknown
 		p.restorePending(rec, of)
+		p.refused(err)
 		return err
 	}
 	p.succeeded()
@@ -1399,6 +1436,9 @@ func (p *pipeline) finish() error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), p.r.opts.LeaseDuration)
 	defer cancel()
 	got, err := p.r.drv.Record(ctx, p.r.opts.InstanceID, *rec)
+	if err != nil && p.replaceRefused(rec.Failures, err) {
+		got, err = p.r.drv.Record(ctx, p.r.opts.InstanceID, *rec)
+	}
 	if err != nil {
 		err = p.r.explain(err)
 		if p.mode == modeRun {

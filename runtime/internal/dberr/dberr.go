@@ -219,6 +219,22 @@ func ConflictPause(try int, unit time.Duration) time.Duration {
 	return time.Duration(try) * (unit + rand.N(4*unit))
 }
 
+// Refused reports whether the database refused a value a statement bound
+// for what it holds (PostgreSQL SQLSTATE class 22, data exception: text
+// too long for its column, bytes its encoding cannot hold; MySQL/MariaDB
+// 1366 ER_TRUNCATED_WRONG_VALUE_FOR_FIELD, an incorrect string value for
+// the column's character set, and 1406 ER_DATA_TOO_LONG, in strict mode).
+// Sending the same values again fails the same way.
+func Refused(err error) bool {
+	return walk(err, func(e error) bool {
+		if s, ok := e.(interface{ SQLState() string }); ok {
+			return strings.HasPrefix(s.SQLState(), "22")
+		}
+		n, ok := mysqlErrorNumber(e)
+		return ok && (n == 1366 || n == 1406)
+	})
+}
+
 // Conflict reports whether err is a deadlock or a serialization failure
 // (PostgreSQL 40P01, 40001; MySQL/MariaDB 1213 ER_LOCK_DEADLOCK; MariaDB
 // 1020 ER_CHECKREAD, the serialization failure of REPEATABLE READ with

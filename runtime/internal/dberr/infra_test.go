@@ -212,3 +212,34 @@ func TestConflict(t *testing.T) {
 		}
 	}
 }
+
+func TestRefused(t *testing.T) {
+	pg := func(code string) error {
+		return fmt.Errorf("pgxdriver: record failure of row 1: %w", &pgconn.PgError{Severity: "ERROR", Code: code, Message: "x"})
+	}
+	my := func(n uint16) error {
+		return fmt.Errorf("sqldriver: record failures of rows [1]: %w", &mysql.MySQLError{Number: n, Message: "x"})
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"application error", errors.New("invalid byte sequence"), false},
+		{"pg value too long", pg("22001"), true},
+		{"pg invalid byte sequence", pg("22021"), true},
+		{"pg untranslatable character", pg("22P05"), true},
+		{"pg joined", errors.Join(errors.New("rollback failed"), pg("22001")), true},
+		{"pg deadlock", pg("40P01"), false},
+		{"pg undefined column", pg("42703"), false},
+		{"mysql incorrect string value", my(1366), true},
+		{"mysql data too long", my(1406), true},
+		{"mysql deadlock", my(1213), false},
+		{"mysql unknown column", my(1054), false},
+	} {
+		if got := Refused(c.err); got != c.want {
+			t.Errorf("%s: Refused(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+}
