@@ -287,6 +287,55 @@ func TestPublishErrorRedactedAndCapped(t *testing.T) {
 	})
 }
 
+// runPastBadError runs a relay with opts, whose publisher fails every
+// publish of row ins[0] with the error text, until that row is FAILED,
+// ins[1] (published beside it) is marked sent and 20 rows inserted once
+// the relay runs are published: a recording the database refuses stalls
+// the relay, and this times out.
+func runPastBadError(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver, pub *recPub, opts Config, ins []inserted, text string) {
+	t.Helper()
+	bad := ins[0].ID
+	pub.setFail(func(m *message.Message) error {
+		if m.UUID == bad {
+			return errors.New(text)
+		}
+		return nil
+	})
+	stop := runRelay(t, mustRelay(t, drv, opts))
+	defer stop()
+	var evs []ev
+	for range 20 {
+		evs = append(evs, ev{Key: "C"})
+	}
+	more := insertEvents(t, db, d, evs...)
+	waitFor(t, "the row with the bad error text FAILED, and every other row sent", func() bool {
+		sc := pub.successCount()
+		for _, m := range append(more, ins[1]) {
+			if sc[m.ID] == 0 {
+				return false
+			}
+		}
+		return state(t, db, d, bad).Status == 2 && state(t, db, d, ins[1].ID).Status == 1
+	})
+}
+
+// narrowLastError gives the outbox a last_error column the database
+// refuses the tests' error texts in (latin1 on MySQL, 60 characters on
+// PostgreSQL); SQLite stores any text, so the test is skipped there.
+func narrowLastError(t *testing.T, db *sql.DB, d dialect.Dialect) {
+	t.Helper()
+	alter := map[dialect.Dialect]string{
+		dialect.MySQL:    "ALTER TABLE " + table + " MODIFY last_error TEXT CHARACTER SET latin1 NULL",
+		dialect.Postgres: "ALTER TABLE " + table + " ALTER COLUMN last_error TYPE varchar(60)",
+	}[d]
+	if alter == "" {
+		t.Skip("SQLite stores any text")
+	}
+	if _, err := db.Exec(alter); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A publish error that is not valid text (a broker or client quoting bytes
 // it was given) is recorded cleaned. PostgreSQL refuses a NUL byte in
 // last_error (and bytes that are not UTF-8, which ErrorText dropped), and
@@ -297,37 +346,13 @@ func TestPublishErrorNotText(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
 		pub := newRecPub(t)
 		ins := insertEvents(t, db, d, ev{Key: "A"}, ev{Key: "B"})
-		bad := ins[0].ID
-		const text = "broker refused key \xff\xfe\x00: bad"
-		pub.setFail(func(m *message.Message) error {
-			if m.UUID == bad {
-				return errors.New(text)
-			}
-			return nil
-		})
 		var failed []FailedEvent
 		var mu sync.Mutex
 		opts := testOptions(pub, "nottext")
 		opts.MaxAttempts = 2
 		opts.OnFailed = func(f FailedEvent) { mu.Lock(); failed = append(failed, f); mu.Unlock() }
-		stop := runRelay(t, mustRelay(t, drv, opts))
-		defer stop()
-		var evs []ev
-		for range 20 {
-			evs = append(evs, ev{Key: "C"})
-		}
-		more := insertEvents(t, db, d, evs...)
-		waitFor(t, "the row whose error is not text FAILED, and every other row sent", func() bool {
-			sc := pub.successCount()
-			for _, m := range append(more, ins[1]) {
-				if sc[m.ID] == 0 {
-					return false
-				}
-			}
-			return state(t, db, d, bad).Status == 2 && state(t, db, d, ins[1].ID).Status == 1
-		})
-		stop()
-		if s := state(t, db, d, bad); s.LastError.String != "broker refused key \uFFFD: bad" || s.RetryCount != 2 {
+		runPastBadError(t, db, d, drv, pub, opts, ins, "broker refused key \xff\xfe\x00: bad")
+		if s := state(t, db, d, ins[0].ID); s.LastError.String != "broker refused key \uFFFD: bad" || s.RetryCount != 2 {
 			t.Fatalf("row whose error is not text: %+v, want its error cleaned", s)
 		}
 		mu.Lock()
@@ -339,54 +364,21 @@ func TestPublishErrorNotText(t *testing.T) {
 }
 
 // A recording the database refuses for a failure's error text (here a
-// last_error column narrower than the DDL's: latin1 on MySQL, 60
-// characters on PostgreSQL) is sent again with RefusedErrorText in place
-// of the texts. Before, every later claim carried the refused recording
-// and failed: the relay stalled, as with a NUL byte (TestPublishErrorNotText).
+// last_error column narrower than the DDL's) is sent again with
+// RefusedErrorText in place of the texts. Before, every later claim
+// carried the refused recording and failed: the relay stalled, as with a
+// NUL byte (TestPublishErrorNotText).
 func TestRecordingRefusedForErrorText(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
-		alter := map[dialect.Dialect]string{
-			dialect.MySQL:    "ALTER TABLE " + table + " MODIFY last_error TEXT CHARACTER SET latin1 NULL",
-			dialect.Postgres: "ALTER TABLE " + table + " ALTER COLUMN last_error TYPE varchar(60)",
-		}[d]
-		if alter == "" {
-			t.Skip("SQLite stores any text")
-		}
-		if _, err := db.Exec(alter); err != nil {
-			t.Fatal(err)
-		}
+		narrowLastError(t, db, d)
 		pub := newRecPub(t)
 		ins := insertEvents(t, db, d, ev{Key: "A"}, ev{Key: "B"})
-		bad := ins[0].ID
-		text := "broker refused 💥 " + strings.Repeat("x", 100)
-		pub.setFail(func(m *message.Message) error {
-			if m.UUID == bad {
-				return errors.New(text)
-			}
-			return nil
-		})
 		h := &errLog{}
 		opts := testOptions(pub, "refused")
 		opts.MaxAttempts = 2
 		opts.Logger = slog.New(h)
-		stop := runRelay(t, mustRelay(t, drv, opts))
-		defer stop()
-		var evs []ev
-		for range 20 {
-			evs = append(evs, ev{Key: "C"})
-		}
-		more := insertEvents(t, db, d, evs...)
-		waitFor(t, "the row whose error text the database refuses FAILED, and every other row sent", func() bool {
-			sc := pub.successCount()
-			for _, m := range append(more, ins[1]) {
-				if sc[m.ID] == 0 {
-					return false
-				}
-			}
-			return state(t, db, d, bad).Status == 2 && state(t, db, d, ins[1].ID).Status == 1
-		})
-		stop()
-		if s := state(t, db, d, bad); s.LastError.String != RefusedErrorText || s.RetryCount != 2 {
+		runPastBadError(t, db, d, drv, pub, opts, ins, "broker refused 💥 "+strings.Repeat("x", 100))
+		if s := state(t, db, d, ins[0].ID); s.LastError.String != RefusedErrorText || s.RetryCount != 2 {
 			t.Fatalf("row whose error text was refused: %+v, want retry_count 2 and last_error %q", s, RefusedErrorText)
 		}
 		h.mu.Lock()
@@ -404,16 +396,7 @@ func TestRecordingRefusedForErrorText(t *testing.T) {
 // sent again with RefusedErrorText once, instead of failing.
 func TestLastRecordingRefusedForErrorText(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *sql.DB, d dialect.Dialect, drv driver.Driver) {
-		alter := map[dialect.Dialect]string{
-			dialect.MySQL:    "ALTER TABLE " + table + " MODIFY last_error TEXT CHARACTER SET latin1 NULL",
-			dialect.Postgres: "ALTER TABLE " + table + " ALTER COLUMN last_error TYPE varchar(60)",
-		}[d]
-		if alter == "" {
-			t.Skip("SQLite stores any text")
-		}
-		if _, err := db.Exec(alter); err != nil {
-			t.Fatal(err)
-		}
+		narrowLastError(t, db, d)
 		pub := newRecPub(t)
 		ins := insertEvents(t, db, d, ev{Key: "A"}, ev{Key: "B"})
 		pub.setFail(func(m *message.Message) error {
