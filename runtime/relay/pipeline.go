@@ -695,9 +695,9 @@ func (p *pipeline) takePending() (*driver.Results, map[int64]*batch) {
 // recorded twice that way is charged twice only if its row was due and
 // leased again by the same call, which the relay then never saw: with a
 // Backoff of zero.)
-func (p *pipeline) restorePending(rec *driver.Results, of map[int64]*batch) {
+func (p *pipeline) restorePending(rec *driver.Results, of map[int64]*batch) int {
 	if rec == nil {
-		return
+		return 0
 	}
 	p.uncertain = true
 	// Only results whose row is still leased to their batch: a claim of
@@ -718,25 +718,22 @@ func (p *pipeline) restorePending(rec *driver.Results, of map[int64]*batch) {
 		}
 	}
 	p.pendAt = time.Now()
+	return len(rec.Failures)
 }
 
 // RefusedErrorText is what a failure's last_error becomes when the
 // database refused a recording that carried it for a value it binds (see
-// refused). Its publish error is in the relay's log.
+// replaceRefused). Its publish error is in the relay's log.
 const RefusedErrorText = "error text refused by the database; see the log"
 
-// refused replaces the error texts of the pending failures when err, the
-// error of the call that carried them, says the database refused a value
+// replaceRefused replaces the error texts of failures fs, put back after
+// the call that carried them failed with err (and only those: failures
+// that arrived meanwhile were not in it), when err says the database refused a value
 // it bound: an error text is the only free text a recording binds, and
 // sending it again would fail again, failing every claim that carries it
 // (a last_error column of a narrower type or character set than the DDL's,
-// say). The texts are in the log already ("publish failed").
-func (p *pipeline) refused(err error) {
-	p.replaceRefused(p.pend.Failures, err)
-}
-
-// replaceRefused does refused's work on fs and reports whether it
-// replaced any text.
+// say). The texts are in the log already ("publish failed"). It reports
+// whether it replaced any text.
 func (p *pipeline) replaceRefused(fs []driver.Failure, err error) bool {
 	if !dberr.Refused(err) {
 		return false
@@ -950,8 +947,8 @@ func (p *pipeline) claimReturned(out claimOutcome) {
 		if out.res.RecordedApart {
 			p.recorded(out.rec, out.of, out.res.Recorded) // committed before the claim failed
 		} else {
-			p.restorePending(out.rec, out.of)
-			p.refused(out.err)
+			n := p.restorePending(out.rec, out.of)
+			p.replaceRefused(p.pend.Failures[:n], out.err)
 		}
 		p.failed(out.err)
 		return
@@ -1064,8 +1061,8 @@ func (p *pipeline) record() error {
 	got, err := p.r.drv.Record(ctx, p.r.opts.InstanceID, *rec)
 	if err != nil {
 		p.resetFrom() // what it did is unknown
-		p.restorePending(rec, of)
-		p.refused(err)
+		n := p.restorePending(rec, of)
+		p.replaceRefused(p.pend.Failures[:n], err)
 		return err
 	}
 	p.succeeded()
